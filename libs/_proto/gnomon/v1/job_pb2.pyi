@@ -1,0 +1,74 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_SCHEDULED: _ClassVar[JobState]
+    JOB_STATE_QUEUED: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUCCEEDED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_DEAD: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+    JOB_STATE_EXPIRED: _ClassVar[JobState]
+    JOB_STATE_SKIPPED: _ClassVar[JobState]
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_SCHEDULED: JobState
+JOB_STATE_QUEUED: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUCCEEDED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_DEAD: JobState
+JOB_STATE_CANCELLED: JobState
+JOB_STATE_EXPIRED: JobState
+JOB_STATE_SKIPPED: JobState
+
+class Job(_message.Message):
+    __slots__ = ("name", "queue", "payload", "state", "version", "schedule_time", "deadline", "max_attempts", "attempt", "idempotency_key", "create_time", "dispatch_time", "start_time", "finish_time", "last_error", "region", "request_id", "lease_duration")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue: str
+    payload: bytes
+    state: JobState
+    version: int
+    schedule_time: _timestamp_pb2.Timestamp
+    deadline: _timestamp_pb2.Timestamp
+    max_attempts: int
+    attempt: int
+    idempotency_key: str
+    create_time: _timestamp_pb2.Timestamp
+    dispatch_time: _timestamp_pb2.Timestamp
+    start_time: _timestamp_pb2.Timestamp
+    finish_time: _timestamp_pb2.Timestamp
+    last_error: str
+    region: str
+    request_id: str
+    lease_duration: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., region: _Optional[str] = ..., request_id: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
