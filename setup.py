@@ -36,4 +36,4 @@ def _packages():
 
 packages, package_dir = _packages()
 setup(packages=packages, package_dir=package_dir,
-      package_data={"gnomon.common.storage": ["migrations/*.ini", "migrations/*.mako"]})
+      package_data={"gnomon.common.storage.migrations": ["*.mako"]})

@@ -1,0 +1,77 @@
+"""The ``gnomon`` command line (Typer): services, the dev suite, jobs and workers."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import typer
+
+from gnomon.cli import dev as dev_cmd
+from gnomon.cli import jobs as jobs_cmd
+from gnomon.cli import worker as worker_cmd
+
+app = typer.Typer(help="Gnomon: a distributed job scheduler.", no_args_is_help=True, add_completion=False)
+app.add_typer(jobs_cmd.app, name="job")
+app.command("dev")(dev_cmd.dev)
+app.command("worker")(worker_cmd.worker)
+
+DB = typer.Option(None, "--database-url", envvar="GNOMON_DATABASE_URL",
+                  help="postgresql+psycopg://... or cockroachdb+psycopg://...")
+ETCD = typer.Option(None, "--etcd", envvar="GNOMON_ETCD_ENDPOINTS", help="Comma-separated etcd host:port list.")
+LISTEN = typer.Option(None, "--listen", envvar="GNOMON_LISTEN", help="host:port to serve gRPC on.")
+REGION = typer.Option(None, "--region", envvar="GNOMON_REGION", help="Region this process serves.")
+
+
+def _env(database_url, etcd, listen, region) -> None:
+    for k, v in (("GNOMON_DATABASE_URL", database_url), ("GNOMON_ETCD_ENDPOINTS", etcd),
+                 ("GNOMON_LISTEN", listen), ("GNOMON_REGION", region)):
+        if v:
+            os.environ[k] = v
+
+
+@app.command()
+def api(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
+        region: Optional[str] = REGION) -> None:
+    """Run the API service (JobService, ClusterService) against an external database and etcd."""
+    _env(database_url, etcd, listen, region)
+    from gnomon.api.service import main
+    main()
+
+
+@app.command()
+def dispatcher(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
+               region: Optional[str] = REGION) -> None:
+    """Run a dispatcher (shard owner, claims, outbox relay, worker lease streams)."""
+    _env(database_url, etcd, listen, region)
+    from gnomon.dispatcher.service import main
+    main()
+
+
+@app.command()
+def planner(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
+            region: Optional[str] = REGION) -> None:
+    """Run the planner (recurring schedules; health only until issue 3 lands)."""
+    _env(database_url, etcd, listen, region)
+    from gnomon.planner.service import main
+    main()
+
+
+@app.command()
+def reaper(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
+           region: Optional[str] = REGION) -> None:
+    """Run the reaper (lease expiry, deadlines; health only until issue 4 lands)."""
+    _env(database_url, etcd, listen, region)
+    from gnomon.reaper.service import main
+    main()
+
+
+@app.command()
+def migrate(database_url: str = typer.Option(..., "--database-url", envvar="GNOMON_DATABASE_URL")) -> None:
+    """Apply the schema migrations to the database (idempotent)."""
+    from gnomon.common.storage.migrations import upgrade
+    upgrade(database_url)
+    typer.echo("schema is at head")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,82 @@
+"""Configuration: one pydantic-settings class per concern, all read from ``GNOMON_*`` env vars.
+
+Unknown ``GNOMON_*`` variables of a concern are ignored by pydantic, but every value that is set is
+validated at start; an invalid one stops the service with a message naming the variable.
+"""
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DatabaseSettings(BaseSettings):
+    """Where the source of truth lives (``GNOMON_DATABASE_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_DATABASE_", extra="ignore")
+
+    url: str = Field(default="", description="SQLAlchemy URL: postgresql+psycopg://... (default dialect) "
+                     "or cockroachdb+psycopg://... (production)")
+    pool_size: int = Field(default=10, ge=1, le=200, description="Connections per process.")
+    statement_timeout_ms: int = Field(default=10_000, ge=100, description="Per-statement bound, milliseconds.")
+
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, v: str) -> str:
+        if v and not v.split("://", 1)[0] in ("postgresql+psycopg", "cockroachdb+psycopg", "postgresql"):
+            raise ValueError("GNOMON_DATABASE_URL must start with postgresql+psycopg:// or cockroachdb+psycopg://")
+        if v.startswith("postgresql://"):
+            v = "postgresql+psycopg://" + v[len("postgresql://"):]
+        return v
+
+
+class EtcdSettings(BaseSettings):
+    """Coordination cluster (``GNOMON_ETCD_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_ETCD_", extra="ignore")
+
+    endpoints: str = Field(default="127.0.0.1:2379", description="Comma-separated host:port list.")
+    lease_ttl_s: int = Field(default=10, ge=2, le=300, description="Shard-ownership lease TTL, seconds.")
+    prefix: str = Field(default="/gnomon", description="Key prefix for all Gnomon keys.")
+
+    @property
+    def endpoint_list(self) -> list[str]:
+        """The endpoints as a list of ``host:port``."""
+        return [e.strip() for e in self.endpoints.split(",") if e.strip()]
+
+
+class ClusterSettings(BaseSettings):
+    """Facts every service of one installation must agree on (``GNOMON_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="ignore")
+
+    region: str = Field(default="local", pattern=r"^[a-z][a-z0-9-]{0,31}$",
+                        description="Region this process serves (DESIGN.md section 5).")
+    shards: int = Field(default=64, ge=1, le=4096,
+                        description="Shards per region; fixed at install (changing it re-hashes jobs).")
+
+
+class ServerSettings(BaseSettings):
+    """A service's gRPC listener (``GNOMON_LISTEN`` etc.)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="ignore")
+
+    listen: str = Field(default="127.0.0.1:7070", description="host:port of the gRPC server (port 0 = pick one).")
+    advertise: str = Field(default="", description="host:port others use to reach this server; default: listen.")
+    metrics_listen: str = Field(default="", description="host:port for the Prometheus scrape endpoint; empty = off.")
+    drain_timeout_s: float = Field(default=10.0, ge=0, description="Grace period on SIGTERM, seconds.")
+
+
+class DispatcherSettings(BaseSettings):
+    """Claim, relay and lease tunables (``GNOMON_DISPATCHER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_DISPATCHER_", extra="ignore")
+
+    claim_batch: int = Field(default=100, ge=1, le=10_000, description="Max jobs claimed per transaction.")
+    max_idle_poll_s: float = Field(default=1.0, gt=0, le=60,
+                                   description="Longest sleep between due-index checks when nothing is near due, seconds.")
+    prefetch_s: float = Field(default=5.0, ge=0, le=300,
+                              description="Look-ahead window: the next due time inside it arms a precise timer, seconds.")
+    relay_interval_s: float = Field(default=1.0, gt=0, description="Scan period for unpublished outbox rows, seconds.")
+    heartbeat_interval_s: float = Field(default=5.0, gt=0, description="Heartbeat period asked of workers, seconds.")
+    write_batch: int = Field(default=500, ge=1, description="Max accepts/heartbeats/results written per transaction.")
+    shard_scan_s: float = Field(default=1.0, gt=0, description="Period of the shard acquisition loop, seconds.")

@@ -1,0 +1,61 @@
+"""Key layout in etcd and the dispatcher registry.
+
+Keys (``prefix`` defaults to ``/gnomon``):
+
+* ``{prefix}/{region}/dispatchers/{dispatcher_id}`` -> JSON ``{"address": "host:port", "id": ...}``,
+  attached to the dispatcher's session lease (gone when it dies).
+* ``{prefix}/{region}/shards/{shard:05d}`` -> dispatcher id, attached to the owner's lease; its
+  ``create_revision`` is the shard's fencing token.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from gnomon.common.coordination.etcd import EtcdClient
+
+
+def dispatchers_prefix(prefix: str, region: str) -> bytes:
+    """Prefix of all dispatcher registrations of a region."""
+    return f"{prefix}/{region}/dispatchers/".encode()
+
+
+def dispatcher_key(prefix: str, region: str, dispatcher_id: str) -> bytes:
+    """Registration key of one dispatcher."""
+    return dispatchers_prefix(prefix, region) + dispatcher_id.encode()
+
+
+def shards_prefix(prefix: str, region: str) -> bytes:
+    """Prefix of all shard ownership keys of a region."""
+    return f"{prefix}/{region}/shards/".encode()
+
+
+def shard_key(prefix: str, region: str, shard: int) -> bytes:
+    """Ownership key of one shard."""
+    return shards_prefix(prefix, region) + f"{shard:05d}".encode()
+
+
+@dataclass(frozen=True)
+class DispatcherInfo:
+    """A live dispatcher as registered in etcd."""
+
+    dispatcher_id: str
+    region: str
+    address: str
+
+
+def encode_registration(info: DispatcherInfo) -> bytes:
+    """The registration value for ``info``."""
+    return json.dumps({"id": info.dispatcher_id, "region": info.region, "address": info.address}).encode()
+
+
+async def list_dispatchers(client: EtcdClient, prefix: str, region: str) -> list[DispatcherInfo]:
+    """Live dispatchers of ``region``, sorted by id. Raises ``EtcdError`` if etcd is unreachable."""
+    out = []
+    for kv in await client.get_prefix(dispatchers_prefix(prefix, region)):
+        try:
+            d = json.loads(kv.value)
+            out.append(DispatcherInfo(d["id"], d.get("region", region), d["address"]))
+        except (ValueError, KeyError):
+            continue
+    return sorted(out, key=lambda d: d.dispatcher_id)

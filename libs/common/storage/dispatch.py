@@ -1,0 +1,368 @@
+"""Named queries of the data plane: shard fencing, claims, the outbox, accepts, heartbeats, results.
+
+Fencing (DESIGN.md section 5): the owner of a shard records its etcd token in ``shard_owners``
+(:func:`record_ownership`, only ever raising the token); every claim or re-publication transaction
+then re-checks ``(region, shard, token)`` against that row *inside the same transaction*
+(:func:`check_fence`) and aborts with :class:`StaleFencingToken` if a newer owner recorded a larger
+token. The check takes the row lock, so a hand-over waits for an in-flight claim to commit.
+
+Worker writes (accept, heartbeat, result) are compare-and-set on the attempt row:
+``(job_id, attempt, token[, version])`` must match, so a stale message changes nothing.
+All instants are the database's ``now()``.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, select, tuple_, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gnomon.common import states as S
+from gnomon.common.errors import StaleFencingToken
+from gnomon.common.storage.schema import attempts, jobs, outbox, shard_owners
+
+#: Columns an assignment needs.
+_ASSIGN_COLS = (jobs.c.id, jobs.c.namespace, jobs.c.shard, jobs.c.queue, jobs.c.payload, jobs.c.version,
+                jobs.c.attempt, jobs.c.idempotency_key, jobs.c.scheduled_at, jobs.c.deadline,
+                jobs.c.max_attempts, jobs.c.lease_ms, jobs.c.dispatched_at)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One dispatched attempt, ready to be sent to a worker."""
+
+    job_id: uuid.UUID
+    namespace: str
+    shard: int
+    queue: str
+    payload: bytes
+    version: int
+    attempt: int
+    token: int
+    idempotency_key: str
+    scheduled_at: datetime
+    deadline: datetime | None
+    max_attempts: int
+    lease_ms: int
+    lease_expires_at: datetime
+    dispatched_at: datetime
+
+
+async def record_ownership(conn: AsyncConnection, region: str, shard: int, token: int, owner: str) -> None:
+    """Records ``token`` as the fencing token of ``(region, shard)``, never lowering it.
+
+    Raises :class:`StaleFencingToken` if a token >= ``token`` from another owner is recorded already.
+    """
+    stmt = insert(shard_owners).values(region=region, shard=shard, token=token, owner=owner, acquired_at=func.now())
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["region", "shard"],
+        set_=dict(token=stmt.excluded.token, owner=stmt.excluded.owner, acquired_at=func.now()),
+        where=shard_owners.c.token <= stmt.excluded.token)
+    row = (await conn.execute(stmt.returning(shard_owners.c.token))).first()
+    if row is None:
+        raise StaleFencingToken(f"shard {region}/{shard}: token {token} is older than the recorded one",
+                                metadata={"shard": str(shard), "token": str(token)})
+
+
+async def check_fence(conn: AsyncConnection, region: str, tokens: dict[int, int]) -> None:
+    """Locks the ``shard_owners`` rows of ``tokens`` (shard -> token) and checks each token is current.
+
+    Raises :class:`StaleFencingToken` (metadata ``shards``: the stale ones) otherwise; the caller's
+    transaction must then roll back.
+    """
+    if not tokens:
+        return
+    pairs = [(s, t) for s, t in tokens.items()]
+    rows = (await conn.execute(
+        update(shard_owners)
+        .where(shard_owners.c.region == region,
+               tuple_(shard_owners.c.shard, shard_owners.c.token).in_(pairs))
+        .values(token=shard_owners.c.token)
+        .returning(shard_owners.c.shard))).scalars().all()
+    stale = sorted(set(tokens) - set(rows))
+    if stale:
+        raise StaleFencingToken(f"fencing token is stale for shards {stale}",
+                                metadata={"shards": ",".join(map(str, stale))})
+
+
+async def claim_due(conn: AsyncConnection, *, region: str, tokens: dict[int, int],
+                    targets: list[tuple[str, str]], limit: int, dispatcher_id: str) -> list[Claimed]:
+    """Claims up to ``limit`` due jobs of the owned shards, oldest ``scheduled_at`` first.
+
+    Due means ``state = SCHEDULED AND scheduled_at <= now()`` by the database clock, so nothing is
+    claimed early, and ``deadline`` (if any) still ahead. ``targets`` are the (namespace, queue) pairs
+    some connected worker can take. In one transaction: ``FOR UPDATE SKIP LOCKED`` selection (so
+    concurrent claimers never block on each other), the fence check of the involved shards, the job
+    transition SCHEDULED -> QUEUED (version + 1, attempt + 1, dispatched_at), the attempt rows and the
+    outbox rows. Raises :class:`StaleFencingToken` if any involved shard has a newer owner.
+    """
+    if not tokens or not targets or limit <= 0:
+        return []
+    due = (select(jobs.c.id)
+           .where(jobs.c.region == region, jobs.c.state == S.SCHEDULED, jobs.c.scheduled_at <= func.now(),
+                  jobs.c.shard.in_(list(tokens)),
+                  tuple_(jobs.c.namespace, jobs.c.queue).in_(targets),
+                  (jobs.c.deadline.is_(None)) | (jobs.c.deadline > func.now()))
+           .order_by(jobs.c.scheduled_at).limit(limit).with_for_update(skip_locked=True))
+    rows = (await conn.execute(
+        update(jobs).where(jobs.c.id.in_(due.scalar_subquery()))
+        .values(state=S.QUEUED, version=jobs.c.version + 1, attempt=jobs.c.attempt + 1,
+                dispatched_at=func.now(), started_at=None)
+        .returning(*_ASSIGN_COLS))).mappings().all()
+    if not rows:
+        return []
+    await check_fence(conn, region, {r["shard"]: tokens[r["shard"]] for r in rows})
+    return await _write_attempts(conn, region, rows, tokens, dispatcher_id)
+
+
+async def _write_attempts(conn, region, rows, tokens, dispatcher_id) -> list[Claimed]:
+    out = []
+    attempt_rows, outbox_rows = [], []
+    for r in rows:
+        now = r["dispatched_at"]
+        lease_end = now + timedelta(milliseconds=r["lease_ms"])
+        token = tokens[r["shard"]]
+        attempt_rows.append(dict(job_id=r["id"], attempt=r["attempt"], region=region, shard=r["shard"], token=token,
+                                 version=r["version"], state=S.A_QUEUED, dispatcher_id=dispatcher_id,
+                                 claimed_at=now, lease_ms=r["lease_ms"], lease_expires_at=lease_end))
+        outbox_rows.append(dict(job_id=r["id"], attempt=r["attempt"], region=region, shard=r["shard"], token=token,
+                                queue=r["queue"], created_at=now, published_at=None, publish_count=0))
+        out.append(Claimed(job_id=r["id"], namespace=r["namespace"], shard=r["shard"], queue=r["queue"],
+                           payload=r["payload"], version=r["version"], attempt=r["attempt"], token=token,
+                           idempotency_key=r["idempotency_key"], scheduled_at=r["scheduled_at"],
+                           deadline=r["deadline"], max_attempts=r["max_attempts"], lease_ms=r["lease_ms"],
+                           lease_expires_at=lease_end, dispatched_at=now))
+    await conn.execute(attempts.insert(), attempt_rows)
+    await conn.execute(outbox.insert(), outbox_rows)
+    return out
+
+
+async def next_due_in(conn: AsyncConnection, *, region: str, shards: list[int],
+                      targets: list[tuple[str, str]], horizon_s: float) -> float | None:
+    """Seconds (database clock) until the earliest SCHEDULED job of ``shards``/``targets`` is due,
+    if one is due within ``horizon_s``; 0 if one is due already; ``None`` if none is that close."""
+    if not shards or not targets:
+        return None
+    q = (select(func.extract("epoch", jobs.c.scheduled_at - func.now()))
+         .where(jobs.c.region == region, jobs.c.state == S.SCHEDULED, jobs.c.shard.in_(shards),
+                tuple_(jobs.c.namespace, jobs.c.queue).in_(targets),
+                jobs.c.scheduled_at <= func.now() + timedelta(seconds=horizon_s))
+         .order_by(jobs.c.scheduled_at).limit(1))
+    v = (await conn.execute(q)).scalar()
+    return None if v is None else max(0.0, float(v))
+
+
+async def pending_outbox(conn: AsyncConnection, *, region: str, tokens: dict[int, int],
+                         exclude: set[tuple[uuid.UUID, int]], limit: int) -> list[Claimed]:
+    """Unpublished outbox rows of the owned shards (oldest first, at most ``limit``), re-fenced.
+
+    Rows written under an older token (a previous owner crashed between claim commit and delivery)
+    are re-stamped with the current token on the outbox and attempt rows, and their lease restarts;
+    rows in ``exclude`` (being delivered by this process right now) are skipped. Raises
+    :class:`StaleFencingToken` if this process no longer owns a shard involved.
+    """
+    if not tokens:
+        return []
+    q = (select(outbox.c.job_id, outbox.c.attempt, outbox.c.shard, outbox.c.token)
+         .where(outbox.c.region == region, outbox.c.published_at.is_(None), outbox.c.shard.in_(list(tokens)))
+         .order_by(outbox.c.created_at).limit(limit + len(exclude)).with_for_update(skip_locked=True))
+    rows = [r for r in (await conn.execute(q)).mappings() if (r["job_id"], r["attempt"]) not in exclude][:limit]
+    if not rows:
+        return []
+    await check_fence(conn, region, {r["shard"]: tokens[r["shard"]] for r in rows})
+    keys = [(r["job_id"], r["attempt"]) for r in rows]
+    lease_end = func.now() + attempts.c.lease_ms * timedelta(milliseconds=1)
+    # Only attempts still waiting for a worker are re-delivered; the rest are marked published.
+    live = (await conn.execute(
+        update(attempts).where(tuple_(attempts.c.job_id, attempts.c.attempt).in_(keys),
+                               attempts.c.state == S.A_QUEUED)
+        .values(token=select(shard_owners.c.token).where(shard_owners.c.region == region,
+                                                         shard_owners.c.shard == attempts.c.shard)
+                .scalar_subquery(),
+                lease_expires_at=lease_end)
+        .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.token, attempts.c.lease_expires_at)
+    )).mappings().all()
+    dead = set(keys) - {(r["job_id"], r["attempt"]) for r in live}
+    if dead:
+        await mark_published(conn, list(dead))
+    if not live:
+        return []
+    await conn.execute(update(outbox).where(tuple_(outbox.c.job_id, outbox.c.attempt).in_(
+        [(r["job_id"], r["attempt"]) for r in live])).values(
+        token=select(shard_owners.c.token).where(shard_owners.c.region == region,
+                                                 shard_owners.c.shard == outbox.c.shard).scalar_subquery()))
+    info = {(r["job_id"], r["attempt"]): r for r in live}
+    jrows = (await conn.execute(select(*_ASSIGN_COLS).where(
+        jobs.c.id.in_([k[0] for k in info])))).mappings().all()
+    out = []
+    for j in jrows:
+        a = info.get((j["id"], j["attempt"]))
+        if a is None:
+            continue
+        out.append(Claimed(job_id=j["id"], namespace=j["namespace"], shard=j["shard"], queue=j["queue"],
+                           payload=j["payload"], version=j["version"], attempt=j["attempt"], token=a["token"],
+                           idempotency_key=j["idempotency_key"], scheduled_at=j["scheduled_at"],
+                           deadline=j["deadline"], max_attempts=j["max_attempts"], lease_ms=j["lease_ms"],
+                           lease_expires_at=a["lease_expires_at"], dispatched_at=j["dispatched_at"]))
+    return out
+
+
+async def mark_published(conn: AsyncConnection, keys: list[tuple[uuid.UUID, int]]) -> None:
+    """Marks outbox rows ``(job_id, attempt)`` published (delivered to a worker stream)."""
+    if keys:
+        await conn.execute(update(outbox).where(tuple_(outbox.c.job_id, outbox.c.attempt).in_(keys))
+                           .values(published_at=func.now(), publish_count=outbox.c.publish_count + 1))
+
+
+async def unpublish(conn: AsyncConnection, keys: list[tuple[uuid.UUID, int]]) -> None:
+    """Puts outbox rows of still-unaccepted attempts back for re-delivery (worker released them or left)."""
+    if not keys:
+        return
+    still = select(attempts.c.job_id).where(
+        attempts.c.job_id == outbox.c.job_id, attempts.c.attempt == outbox.c.attempt,
+        attempts.c.state == S.A_QUEUED).exists()
+    await conn.execute(update(outbox).where(tuple_(outbox.c.job_id, outbox.c.attempt).in_(keys), still)
+                       .values(published_at=None))
+
+
+@dataclass(frozen=True)
+class AttemptKey:
+    """What a worker echoes: the attempt as dispatched."""
+
+    job_id: uuid.UUID
+    attempt: int
+    version: int
+    token: int
+
+
+async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str) -> set[tuple[uuid.UUID, int]]:
+    """QUEUED -> RUNNING for each attempt whose job is still at the dispatched version and whose
+    attempt row still carries the token; returns the accepted ``(job_id, attempt)`` pairs. The lease
+    restarts from now. Anything else (cancelled, re-dispatched, stale token) is left unchanged."""
+    if not keys:
+        return set()
+    quads = [(k.job_id, k.attempt, k.token, k.version) for k in keys]
+    ok = (await conn.execute(
+        update(jobs)
+        .where(jobs.c.id == attempts.c.job_id, jobs.c.attempt == attempts.c.attempt,
+               tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token, attempts.c.version).in_(quads),
+               attempts.c.state == S.A_QUEUED, jobs.c.state == S.QUEUED, jobs.c.version == attempts.c.version)
+        .values(state=S.RUNNING, version=jobs.c.version + 1, started_at=func.now())
+        .returning(jobs.c.id, jobs.c.attempt))).all()
+    pairs = {(r[0], r[1]) for r in ok}
+    if pairs:
+        await conn.execute(
+            update(attempts).where(tuple_(attempts.c.job_id, attempts.c.attempt).in_(list(pairs)))
+            .values(state=S.A_RUNNING, accepted_at=func.now(), worker_id=worker_id,
+                    lease_expires_at=func.now() + attempts.c.lease_ms * timedelta(milliseconds=1)))
+        await mark_published(conn, list(pairs))
+    return pairs
+
+
+async def heartbeat(conn: AsyncConnection, keys: list[AttemptKey]) -> dict[tuple[uuid.UUID, int], datetime]:
+    """Extends the lease of every live attempt (QUEUED or RUNNING, matching token) by its lease
+    duration from now; returns ``(job_id, attempt) -> new lease end`` for those renewed."""
+    if not keys:
+        return {}
+    rows = (await conn.execute(
+        update(attempts)
+        .where(tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token).in_(
+            [(k.job_id, k.attempt, k.token) for k in keys]),
+            attempts.c.state.in_([S.A_QUEUED, S.A_RUNNING]))
+        .values(lease_expires_at=func.now() + attempts.c.lease_ms * timedelta(milliseconds=1))
+        .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at))).all()
+    return {(r[0], r[1]): r[2] for r in rows}
+
+
+@dataclass(frozen=True)
+class Result:
+    """A worker's report: ``succeeded`` or a failure with ``failure_class`` (TRANSIENT, THROTTLED,
+    PERMANENT, AMBIGUOUS), ``error`` text and, for THROTTLED, ``retry_after_s``."""
+
+    key: AttemptKey
+    succeeded: bool
+    failure_class: str = "TRANSIENT"
+    error: str = ""
+    retry_after_s: float = 0.0
+
+
+async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_s) -> dict[tuple[uuid.UUID, int], str]:
+    """Applies results; returns ``(job_id, attempt) -> ""`` when applied (or already applied with the
+    same token: completion is idempotent per (job, attempt, token)) or the refusal reason
+    (STALE_FENCING_TOKEN, STALE_ATTEMPT).
+
+    Success: attempt and job -> SUCCEEDED. Failure: attempt -> FAILED; the job goes back to
+    SCHEDULED at ``now() + retry_delay_s(result, attempt)`` when attempts remain and the class allows a
+    retry (not PERMANENT; AMBIGUOUS counts as retryable here: the attempt was not lost, the worker
+    reports it), else -> DEAD. ``retry_delay_s(result, attempt)`` returns seconds.
+    """
+    if not results:
+        return {}
+    by_key = {(r.key.job_id, r.key.attempt): r for r in results}
+    out: dict[tuple[uuid.UUID, int], str] = {}
+    ok_keys = [k for k, r in by_key.items() if r.succeeded]
+    fail_keys = [k for k, r in by_key.items() if not r.succeeded]
+    applied: set = set()
+    if ok_keys:
+        rows = (await conn.execute(
+            update(attempts)
+            .where(tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token).in_(
+                [(k[0], k[1], by_key[k].key.token) for k in ok_keys]), attempts.c.state == S.A_RUNNING)
+            .values(state=S.A_SUCCEEDED, finished_at=func.now())
+            .returning(attempts.c.job_id, attempts.c.attempt))).all()
+        got = [(r[0], r[1]) for r in rows]
+        if got:
+            await conn.execute(
+                update(jobs).where(tuple_(jobs.c.id, jobs.c.attempt).in_(got), jobs.c.state == S.RUNNING)
+                .values(state=S.SUCCEEDED, version=jobs.c.version + 1, finished_at=func.now(), last_error=None))
+        applied.update(got)
+    if fail_keys:
+        rows = (await conn.execute(
+            update(attempts)
+            .where(tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token).in_(
+                [(k[0], k[1], by_key[k].key.token) for k in fail_keys]), attempts.c.state == S.A_RUNNING)
+            .values(state=S.A_FAILED, finished_at=func.now())
+            .returning(attempts.c.job_id, attempts.c.attempt))).all()
+        got = [(r[0], r[1]) for r in rows]
+        for k in got:
+            r = by_key[k]
+            await conn.execute(update(attempts).where(attempts.c.job_id == k[0], attempts.c.attempt == k[1])
+                               .values(failure_class=r.failure_class, error=r.error[:4096]))
+        if got:
+            jrows = (await conn.execute(select(jobs.c.id, jobs.c.attempt, jobs.c.max_attempts).where(
+                tuple_(jobs.c.id, jobs.c.attempt).in_(got), jobs.c.state == S.RUNNING))).all()
+            for jid, att, maxa in jrows:
+                r = by_key[(jid, att)]
+                retry = r.failure_class != "PERMANENT" and att < maxa
+                values = dict(version=jobs.c.version + 1, last_error=r.error[:4096])
+                if retry:
+                    values.update(state=S.SCHEDULED,
+                                  scheduled_at=func.now() + timedelta(seconds=retry_delay_s(r, att)))
+                else:
+                    values.update(state=S.DEAD, finished_at=func.now())
+                await conn.execute(update(jobs).where(jobs.c.id == jid, jobs.c.attempt == att,
+                                                      jobs.c.state == S.RUNNING).values(**values))
+        applied.update(got)
+    for k in by_key:
+        out[k] = "" if k in applied else None
+    missing = [k for k, v in out.items() if v is None]
+    if missing:
+        rows = (await conn.execute(select(attempts.c.job_id, attempts.c.attempt, attempts.c.token, attempts.c.state)
+                                   .where(tuple_(attempts.c.job_id, attempts.c.attempt).in_(missing)))).all()
+        cur = {(r[0], r[1]): (r[2], r[3]) for r in rows}
+        for k in missing:
+            r = by_key[k]
+            c = cur.get(k)
+            want = S.A_SUCCEEDED if r.succeeded else S.A_FAILED
+            if c is None:
+                out[k] = "STALE_ATTEMPT"
+            elif c[0] != r.key.token:
+                out[k] = "STALE_FENCING_TOKEN"
+            elif c[1] == want:
+                out[k] = ""          # the same result again: idempotent
+            else:
+                out[k] = "STALE_ATTEMPT"
+    return out

@@ -1,0 +1,100 @@
+"""Named queries for the job resource (create, get, list). All instants come from the database clock.
+
+Every function takes an open :class:`AsyncConnection` inside a transaction (see
+:func:`gnomon.common.storage.engine.run_transaction`) and returns plain mappings (column -> value).
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
+from gnomon.common.states import SCHEDULED
+from gnomon.common.storage.schema import jobs
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated create request. ``schedule_at`` (UTC instant) and ``delay`` are mutually exclusive;
+    both ``None`` means "now" by the database clock. ``lease`` is the per-attempt lease duration."""
+
+    id: uuid.UUID
+    namespace: str
+    region: str
+    shard: int
+    queue: str
+    payload: bytes
+    schedule_at: datetime | None
+    delay: timedelta | None
+    deadline: datetime | None
+    max_attempts: int
+    idempotency_key: str
+    lease: timedelta
+    request_id: uuid.UUID | None
+    request_hash: str | None
+
+
+def shard_of(job_id: uuid.UUID, shards: int) -> int:
+    """The shard of a job: the first 8 bytes of its UUID, big-endian, mod ``shards``."""
+    return int.from_bytes(job_id.bytes[:8], "big") % shards
+
+
+async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
+    """Inserts a SCHEDULED job; returns ``(row, created)``.
+
+    With a ``request_id`` already used in the namespace: the same ``request_hash`` returns the
+    original row with ``created=False``; a different one raises :class:`AlreadyExists`
+    (reason REQUEST_ID_REUSED). A deadline not after the schedule time raises
+    :class:`InvalidArgument` (field ``deadline``), checked against the database clock.
+    """
+    now = (await conn.execute(select(func.now()))).scalar_one()
+    scheduled_at = new.schedule_at or (now + (new.delay or timedelta(0)))
+    if new.deadline is not None and new.deadline <= scheduled_at:
+        raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
+    values = dict(
+        id=new.id, namespace=new.namespace, region=new.region, shard=new.shard, queue=new.queue,
+        payload=new.payload, state=SCHEDULED, version=1, scheduled_at=scheduled_at, deadline=new.deadline,
+        max_attempts=new.max_attempts, attempt=0, idempotency_key=new.idempotency_key,
+        lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash,
+        created_at=now)
+    stmt = insert(jobs).values(**values)
+    if new.request_id is not None:
+        stmt = stmt.on_conflict_do_nothing(index_elements=["namespace", "request_id"])
+    row = (await conn.execute(stmt.returning(*jobs.c))).mappings().first()
+    if row is not None:
+        return dict(row), True
+    existing = (await conn.execute(select(jobs).where(
+        jobs.c.namespace == new.namespace, jobs.c.request_id == new.request_id))).mappings().one()
+    if existing["request_hash"] != new.request_hash:
+        raise AlreadyExists(f"request_id {new.request_id} was already used with a different request",
+                            metadata={"job": f"namespaces/{new.namespace}/jobs/{existing['id']}"})
+    return dict(existing), False
+
+
+async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> dict:
+    """The job row; raises :class:`NotFound` (JOB_NOT_FOUND) if absent from that namespace."""
+    row = (await conn.execute(select(jobs).where(jobs.c.namespace == namespace, jobs.c.id == job_id))).mappings().first()
+    if row is None:
+        raise NotFound(f"job namespaces/{namespace}/jobs/{job_id} not found")
+    return dict(row)
+
+
+async def list_jobs(conn: AsyncConnection, namespace: str, *, state: str | None, queue: str | None, limit: int,
+                    after: tuple[datetime, uuid.UUID] | None) -> list[dict]:
+    """Up to ``limit`` jobs, newest ``created_at`` first (ties by id descending), strictly after the
+    keyset cursor ``after`` = (created_at, id) of the previous page's last row."""
+    q = select(jobs).where(jobs.c.namespace == namespace)
+    if state:
+        q = q.where(jobs.c.state == state)
+    if queue:
+        q = q.where(jobs.c.queue == queue)
+    if after is not None:
+        ts, last = after
+        q = q.where(or_(jobs.c.created_at < ts, and_(jobs.c.created_at == ts, jobs.c.id < last)))
+    q = q.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]

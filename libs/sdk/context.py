@@ -1,0 +1,195 @@
+"""The object a job handler receives: :class:`JobContext`."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import datetime, timedelta
+from typing import Any
+
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+
+from . import convert
+from .errors import Cancelled
+
+__all__ = ["JobContext", "CANCEL_REASONS"]
+
+#: Values of :attr:`JobContext.cancel_reason`.
+CANCEL_REASONS = ("cancel_requested", "refused", "lease_lost", "shutdown")
+
+
+class JobContext:
+    """What a handler knows about the attempt it runs, and its cancellation signal.
+
+    Attributes (read-only by convention):
+        job: full job name ``namespaces/{ns}/jobs/{id}``.
+        job_id: the ``{id}`` part.
+        namespace: the ``{ns}`` part.
+        queue: queue the job was dispatched on.
+        payload: payload bytes (see :meth:`json`).
+        attempt: 1-based attempt number.
+        version: job version the attempt was claimed at.
+        fencing_token: fencing token of the dispatching shard owner (int).
+        idempotency_key: stable across attempts of the job; use it to deduplicate side effects.
+        schedule_time: UTC-aware instant the job became eligible (``None`` if not sent).
+        deadline: UTC-aware deadline or ``None``.
+        max_attempts: the job's attempt limit (0 if not sent).
+        lease_duration: ``timedelta`` each heartbeat extends the lease by (``None`` if not sent).
+        cancel_event: a ``threading.Event`` set when the attempt should stop; safe to wait on from
+            a handler thread (``ctx.cancel_event.wait(5)``).
+
+    Cancellation is cooperative: the worker never kills a running handler; it sets the flag and
+    the handler checks :attr:`cancelled` / calls :meth:`raise_if_cancelled` at safe points.
+    """
+
+    __slots__ = (
+        "job", "job_id", "namespace", "queue", "payload", "attempt", "version", "fencing_token",
+        "idempotency_key", "schedule_time", "deadline", "max_attempts", "lease_duration",
+        "cancel_event", "_lease_expire_time", "_cancel_reason", "_async_event", "_loop",
+        "_error",
+    )
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        queue: str = "",
+        payload: bytes = b"",
+        attempt: int = 1,
+        version: int = 0,
+        fencing_token: int = 0,
+        idempotency_key: str = "",
+        schedule_time: datetime | None = None,
+        deadline: datetime | None = None,
+        lease_expire_time: datetime | None = None,
+        max_attempts: int = 0,
+        lease_duration: timedelta | None = None,
+    ) -> None:
+        self.job = job
+        parts = job.split("/")
+        self.job_id = parts[-1]
+        self.namespace = parts[1] if len(parts) == 4 and parts[0] == "namespaces" else ""
+        self.queue = queue
+        self.payload = payload
+        self.attempt = attempt
+        self.version = version
+        self.fencing_token = fencing_token
+        self.idempotency_key = idempotency_key
+        self.schedule_time = schedule_time
+        self.deadline = deadline
+        self.max_attempts = max_attempts
+        self.lease_duration = lease_duration
+        self.cancel_event = threading.Event()
+        self._lease_expire_time = lease_expire_time
+        self._cancel_reason: str | None = None
+        self._async_event: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._error: str | None = None
+
+    @classmethod
+    def from_assignment(cls, a: wpb.Assignment) -> "JobContext":
+        """Builds the context of one ``gnomon.v1.Assignment``."""
+        ref = a.attempt
+        return cls(
+            job=ref.job,
+            queue=a.queue,
+            payload=bytes(a.payload),
+            attempt=ref.attempt,
+            version=ref.version,
+            fencing_token=ref.fencing_token,
+            idempotency_key=a.idempotency_key,
+            schedule_time=convert.field_time(a, "schedule_time"),
+            deadline=convert.field_time(a, "deadline"),
+            lease_expire_time=convert.field_time(a, "lease_expire_time"),
+            max_attempts=a.max_attempts,
+            lease_duration=convert.field_duration(a, "lease_duration"),
+        )
+
+    # -- payload ------------------------------------------------------------------------------
+
+    def json(self) -> Any:
+        """The payload decoded as UTF-8 JSON.
+
+        Raises:
+            ValueError: the payload is not UTF-8 JSON.
+        """
+        return convert.decode_json_payload(self.payload)
+
+    # -- lease --------------------------------------------------------------------------------
+
+    @property
+    def lease_expire_time(self) -> datetime | None:
+        """UTC-aware end of the current lease as last reported by the dispatcher (database
+        clock); renewed by heartbeats. ``None`` if never sent."""
+        return self._lease_expire_time
+
+    # -- cancellation -------------------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the attempt should stop (cancel requested, refused, lease lost, shutdown)."""
+        return self.cancel_event.is_set()
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why :attr:`cancelled` is set: one of :data:`CANCEL_REASONS`, or ``None``."""
+        return self._cancel_reason
+
+    def raise_if_cancelled(self) -> None:
+        """Raises :class:`~gnomon.sdk.Cancelled` (with ``reason``) if :attr:`cancelled`."""
+        if self.cancel_event.is_set():
+            raise Cancelled(self._cancel_reason)
+
+    async def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """For async handlers: waits until cancelled or ``timeout`` seconds pass; returns
+        :attr:`cancelled`. Must be awaited on the worker's event loop."""
+        if self.cancel_event.is_set():
+            return True
+        if self._async_event is None:
+            self._async_event = asyncio.Event()
+            self._loop = asyncio.get_running_loop()
+            if self.cancel_event.is_set():
+                return True
+        try:
+            await asyncio.wait_for(self._async_event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return self.cancel_event.is_set()
+
+    @property
+    def error(self) -> str | None:
+        """After a failed attempt: the error text reported (``"ExcType: message"``); else ``None``.
+        Useful in ``on_event`` callbacks."""
+        return self._error
+
+    # -- worker side (not for handlers) -------------------------------------------------------
+
+    def _cancel(self, reason: str) -> bool:
+        """Sets the cancellation flag (first reason wins). Returns True if it was not set yet.
+        Called on the worker's event loop."""
+        if self.cancel_event.is_set():
+            return False
+        self._cancel_reason = reason
+        self.cancel_event.set()
+        if self._async_event is not None:
+            loop = self._loop
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if loop is None or loop is running:
+                self._async_event.set()
+            else:
+                loop.call_soon_threadsafe(self._async_event.set)
+        return True
+
+    def _set_lease_expire_time(self, when: datetime | None) -> None:
+        if when is not None:
+            self._lease_expire_time = when
+
+    def __repr__(self) -> str:
+        return (
+            f"JobContext(job={self.job!r}, queue={self.queue!r}, attempt={self.attempt}, "
+            f"version={self.version}, fencing_token={self.fencing_token}, "
+            f"cancelled={self.cancelled})"
+        )

@@ -1,0 +1,76 @@
+"""The API service: lifecycle (start, serve, drain, stop). ``gnomon api`` runs :func:`main`."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from sqlalchemy import text
+
+from gnomon._proto.gnomon.v1 import cluster_service_pb2, cluster_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
+from gnomon.api.hints import DispatcherHints
+from gnomon.api.servicer import ClusterServicer, JobServicer
+from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
+from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.rpc.runner import configure_logging, wait_for_signal
+from gnomon.common.rpc.server import GrpcServer
+from gnomon.common.storage.engine import make_engine
+
+log = logging.getLogger("gnomon.api")
+
+
+async def watch_database(engine, server: GrpcServer, stop: asyncio.Event, period_s: float = 1.0) -> None:
+    """Keeps health SERVING while ``SELECT 1`` succeeds and NOT_SERVING while it fails."""
+    serving = None
+    while not stop.is_set():
+        try:
+            async with engine.connect() as c:
+                await asyncio.wait_for(c.execute(text("SELECT 1")), 2.0)
+            ok = True
+        except Exception:  # noqa: BLE001 - any failure means not serving
+            ok = False
+        if ok != serving:
+            serving = ok
+            await server.set_serving(ok)
+            log.info("health %s", "SERVING" if ok else "NOT_SERVING (database unreachable)")
+        try:
+            await asyncio.wait_for(stop.wait(), period_s)
+        except asyncio.TimeoutError:
+            pass
+
+
+async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+    """Runs the API until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None)."""
+    db, cluster, srv, etcd_s = DatabaseSettings(), ClusterSettings(), ServerSettings(), EtcdSettings()
+    disp = DispatcherSettings()
+    engine = make_engine(db)
+    etcd = EtcdClient(etcd_s.endpoint_list)
+    hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
+    server = GrpcServer(srv.listen, [
+        (job_service_pb2_grpc.add_JobServiceServicer_to_server,
+         JobServicer(engine, region=cluster.region, shards=cluster.shards, hints=hints, prefetch_s=disp.prefetch_s),
+         job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name),
+        (cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server,
+         ClusterServicer(etcd, etcd_s.prefix, cluster.region),
+         cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name),
+    ])
+    await server.start()
+    print(f"gnomon api listening on {server.address} (region {cluster.region})", flush=True)
+    stop = stop or asyncio.Event()
+    health = asyncio.create_task(watch_database(engine, server, stop))
+    if ready:
+        ready.set()
+    waiter = asyncio.create_task(wait_for_signal())
+    stopper = asyncio.create_task(stop.wait())
+    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    stop.set()
+    await server.stop(srv.drain_timeout_s)
+    health.cancel()
+    waiter.cancel()
+    await etcd.close()
+    await engine.dispose()
+
+
+def main() -> None:
+    """Entry point of ``gnomon api``."""
+    configure_logging("api")
+    asyncio.run(serve())

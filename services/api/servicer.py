@@ -1,0 +1,101 @@
+"""Thin gRPC adapters of the API: validate, convert, call storage. No business rules here."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import uuid
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon._proto.gnomon.v1 import (cluster_service_pb2, cluster_service_pb2_grpc, job_pb2, job_service_pb2,
+                                     job_service_pb2_grpc)
+from gnomon.api.convert import job_to_proto
+from gnomon.api.hints import DispatcherHints
+from gnomon.api.names import parse_job_name, parse_parent
+from gnomon.api.validation import validate_create
+from gnomon.common.coordination.etcd import EtcdClient, EtcdError
+from gnomon.common.coordination.registry import list_dispatchers
+from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage.engine import run_transaction
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+
+
+class JobServicer(job_service_pb2_grpc.JobServiceServicer):
+    """``gnomon.v1.JobService`` over the jobs storage module."""
+
+    def __init__(self, engine: AsyncEngine, *, region: str, shards: int, hints: DispatcherHints | None,
+                 prefetch_s: float = 5.0):
+        self.engine, self.region, self.shards, self.hints, self.prefetch_s = engine, region, shards, hints, prefetch_s
+
+    async def CreateJob(self, request, context):
+        new = validate_create(request, region=self.region, shards=self.shards)
+        row, created = await run_transaction(self.engine, lambda c: jobs_store.insert_job(c, new))
+        if created and self.hints is not None and row["scheduled_at"] <= row["created_at"] + timedelta(
+                seconds=self.prefetch_s):
+            self.hints.wake(row["scheduled_at"])
+        return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
+
+    async def GetJob(self, request, context):
+        ns, job_id = parse_job_name(request.name)
+        row = await run_transaction(self.engine, lambda c: jobs_store.get_job(c, ns, job_id))
+        return job_service_pb2.GetJobResponse(job=job_to_proto(row))
+
+    async def ListJobs(self, request, context):
+        ns = parse_parent(request.parent)
+        if request.page_size < 0 or request.page_size > MAX_PAGE:
+            raise InvalidArgument([FieldViolation("page_size", f"must be between 0 and {MAX_PAGE}")])
+        state = None
+        if request.state != job_pb2.JOB_STATE_UNSPECIFIED:
+            name = job_pb2.JobState.Name(request.state) if request.state in job_pb2.JobState.values() else None
+            if name is None:
+                raise InvalidArgument([FieldViolation("state", "unknown state")])
+            state = name.removeprefix("JOB_STATE_")
+        filt = hashlib.sha256(f"{ns}|{state}|{request.queue}".encode()).hexdigest()[:16]
+        after = _decode_token(request.page_token, filt) if request.page_token else None
+        size = request.page_size or DEFAULT_PAGE
+        rows = await run_transaction(self.engine, lambda c: jobs_store.list_jobs(
+            c, ns, state=state, queue=request.queue or None, limit=size + 1, after=after))
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = _encode_token(rows[-1]["created_at"], rows[-1]["id"], filt)
+        return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in rows], next_page_token=token)
+
+
+def _encode_token(ts: datetime, job_id: uuid.UUID, filt: str) -> str:
+    raw = json.dumps({"t": ts.isoformat(), "id": str(job_id), "f": filt}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str, filt: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if d["f"] != filt:
+            raise InvalidArgument([FieldViolation("page_token", "belongs to a request with other filters")])
+        return datetime.fromisoformat(d["t"]), uuid.UUID(d["id"])
+    except GnomonError:
+        raise
+    except Exception:  # noqa: BLE001 - any garbage token is the caller's error
+        raise InvalidArgument([FieldViolation("page_token", "is not a token returned by ListJobs")]) from None
+
+
+class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
+    """``gnomon.v1.ClusterService``: dispatcher discovery from the etcd registry."""
+
+    def __init__(self, etcd: EtcdClient, prefix: str, region: str):
+        self.etcd, self.prefix, self.region = etcd, prefix, region
+
+    async def ListDispatchers(self, request, context):
+        region = request.region or self.region
+        try:
+            ds = await list_dispatchers(self.etcd, self.prefix, region)
+        except EtcdError as e:
+            raise GnomonError("etcd unavailable", reason="COORDINATION_UNAVAILABLE") from e
+        return cluster_service_pb2.ListDispatchersResponse(dispatchers=[
+            cluster_service_pb2.Dispatcher(dispatcher_id=d.dispatcher_id, region=d.region, address=d.address)
+            for d in ds])

@@ -1,0 +1,115 @@
+"""Validation of create requests: every rule is a field violation, all reported at once.
+
+Limits (also in docs/api.md): queue 1-64 chars of ``[a-z0-9._-]`` starting with a letter or digit;
+payload at most :data:`MAX_PAYLOAD_BYTES` (256 KiB), empty allowed; ``schedule_time`` between
+1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z; ``delay`` in [0, 100 years]; at most one of the two;
+``deadline`` in range and after the schedule time; ``max_attempts`` 1-100 (default 3); ``request_id``
+a UUID (AIP-155); ``idempotency_key`` 1-255 printable ASCII; ``lease_duration`` 1 s - 1 h (default 30 s).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from datetime import datetime, timedelta, timezone
+
+from gnomon._proto.gnomon.v1 import job_service_pb2
+from gnomon.api.names import parse_parent
+from gnomon.common.errors import InvalidArgument, Validator
+from gnomon.common.storage.jobs import NewJob, shard_of
+
+QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+MAX_PAYLOAD_BYTES = 256 * 1024
+MIN_SECONDS = 0                      # 1970-01-01T00:00:00Z
+MAX_SECONDS = 253402300799           # 9999-12-31T23:59:59Z
+MAX_DELAY = timedelta(days=36500)
+DEFAULT_MAX_ATTEMPTS = 3
+MAX_MAX_ATTEMPTS = 100
+DEFAULT_LEASE = timedelta(seconds=30)
+PRINTABLE_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+def _timestamp(v: Validator, msg, field: str) -> datetime | None:
+    if not (MIN_SECONDS <= msg.seconds <= MAX_SECONDS):
+        v.add(field, "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z")
+        return None
+    if not (0 <= msg.nanos < 1_000_000_000):
+        v.add(field, "nanos must be in [0, 999999999]")
+        return None
+    return datetime.fromtimestamp(msg.seconds, tz=timezone.utc) + timedelta(microseconds=msg.nanos // 1000)
+
+
+def _duration(v: Validator, msg, field: str, lo: timedelta, hi: timedelta) -> timedelta | None:
+    if msg.seconds < 0 or msg.nanos < 0:
+        v.add(field, "must not be negative")
+        return None
+    if not (0 <= msg.nanos < 1_000_000_000):
+        v.add(field, "nanos must be in [0, 999999999]")
+        return None
+    d = timedelta(seconds=msg.seconds, microseconds=msg.nanos // 1000)
+    if not (lo <= d <= hi):
+        v.add(field, f"must be between {lo.total_seconds():g} s and {hi.total_seconds():g} s")
+        return None
+    return d
+
+
+def request_fingerprint(req: job_service_pb2.CreateJobRequest) -> str:
+    """sha256 (hex) of the deterministic serialization of the request: same request, same hash."""
+    return hashlib.sha256(req.SerializeToString(deterministic=True)).hexdigest()
+
+
+def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shards: int) -> NewJob:
+    """Checks every field of ``req`` and returns the :class:`NewJob` to insert.
+
+    Raises :class:`InvalidArgument` listing all violations (nothing is written).
+    """
+    v = Validator()
+    try:
+        namespace = parse_parent(req.parent)
+    except InvalidArgument as e:
+        v.violations += e.violations
+        namespace = ""
+    if not req.queue:
+        v.add("queue", "is required")
+    else:
+        v.check(bool(QUEUE_RE.match(req.queue)), "queue",
+                "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit")
+    v.check(len(req.payload) <= MAX_PAYLOAD_BYTES, "payload",
+            f"is {len(req.payload)} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB)")
+    has_time, has_delay = req.HasField("schedule_time"), req.HasField("delay")
+    schedule_at = delay = deadline = None
+    if has_time and has_delay:
+        v.add("delay", "give at most one of schedule_time and delay")
+    if has_time:
+        schedule_at = _timestamp(v, req.schedule_time, "schedule_time")
+    if has_delay:
+        delay = _duration(v, req.delay, "delay", timedelta(0), MAX_DELAY)
+    if req.HasField("deadline"):
+        deadline = _timestamp(v, req.deadline, "deadline")
+        if deadline and schedule_at and deadline <= schedule_at:
+            v.add("deadline", "must be after schedule_time")
+    max_attempts = DEFAULT_MAX_ATTEMPTS
+    if req.HasField("max_attempts"):
+        if v.check(1 <= req.max_attempts <= MAX_MAX_ATTEMPTS, "max_attempts",
+                   f"must be between 1 and {MAX_MAX_ATTEMPTS}"):
+            max_attempts = req.max_attempts
+    request_id = None
+    if req.request_id:
+        try:
+            request_id = uuid.UUID(req.request_id)
+            if str(request_id) != req.request_id.lower():
+                raise ValueError
+        except ValueError:
+            v.add("request_id", "must be a UUID in its canonical 8-4-4-4-12 form (AIP-155)")
+    if req.idempotency_key:
+        v.check(bool(PRINTABLE_RE.match(req.idempotency_key)), "idempotency_key",
+                "must be 1-255 printable ASCII characters without spaces")
+    lease = DEFAULT_LEASE
+    if req.HasField("lease_duration"):
+        lease = _duration(v, req.lease_duration, "lease_duration", timedelta(seconds=1), timedelta(hours=1)) or lease
+    v.raise_if_any()
+    job_id = uuid.uuid4()
+    return NewJob(id=job_id, namespace=namespace, region=region, shard=shard_of(job_id, shards), queue=req.queue,
+                  payload=bytes(req.payload), schedule_at=schedule_at, delay=delay, deadline=deadline,
+                  max_attempts=max_attempts, idempotency_key=req.idempotency_key or str(job_id), lease=lease,
+                  request_id=request_id, request_hash=request_fingerprint(req) if request_id else None)

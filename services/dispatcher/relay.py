@@ -1,0 +1,114 @@
+"""The outbox relay: delivers claimed attempts to worker streams and marks them published.
+
+Fast path: right after a claim commits, the claimed attempts are handed to streams with credits
+and their outbox rows are marked published in the next batched write. Recovery path: every
+``relay_interval_s`` the relay re-reads unpublished outbox rows of its shards (a previous owner died
+between claim commit and delivery, a worker released an attempt or disconnected before accepting),
+re-fences them under the current token and delivers them again. A crash between delivering and
+marking means a second delivery of the same attempt: the worker's accept of the duplicate is
+refused (the attempt is already RUNNING), so it does not run twice under current tokens.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.common.errors import GnomonError, StaleFencingToken
+from gnomon.common.storage import dispatch as store
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.timeconv import to_duration, to_timestamp
+from gnomon.dispatcher.sessions import Key, SessionRegistry
+from gnomon.dispatcher.shards import ShardOwnership
+from gnomon.dispatcher.writes import WriteBatcher
+
+log = logging.getLogger(__name__)
+
+
+def assignment(c: store.Claimed) -> wpb.Assignment:
+    """The wire form of a claimed attempt."""
+    from datetime import timedelta
+
+    a = wpb.Assignment(
+        attempt=wpb.AttemptRef(job=f"namespaces/{c.namespace}/jobs/{c.job_id}", attempt=c.attempt,
+                               version=c.version, fencing_token=c.token),
+        queue=c.queue, payload=c.payload, idempotency_key=c.idempotency_key,
+        lease_expire_time=to_timestamp(c.lease_expires_at), schedule_time=to_timestamp(c.scheduled_at),
+        max_attempts=c.max_attempts, lease_duration=to_duration(timedelta(milliseconds=c.lease_ms)))
+    if c.deadline is not None:
+        a.deadline.CopyFrom(to_timestamp(c.deadline))
+    return a
+
+
+class Relay:
+    """Delivers :class:`store.Claimed` attempts to sessions; keeps ``in_flight`` (delivered, not yet
+    marked published) so the recovery scan does not deliver them twice."""
+
+    def __init__(self, engine: AsyncEngine, registry: SessionRegistry, shards: ShardOwnership,
+                 writes: WriteBatcher, *, region: str, interval_s: float, batch: int):
+        self.engine, self.registry, self.shards, self.writes = engine, registry, shards, writes
+        self.region, self.interval_s, self.batch = region, interval_s, batch
+        self.in_flight: set[Key] = set()
+        self.delivered = 0
+        self._task: asyncio.Task | None = None
+
+    def deliver(self, claimed: list[store.Claimed]) -> int:
+        """Hands attempts to sessions with credits; returns how many were delivered. The rest stay
+        unpublished in the outbox for the recovery scan."""
+        per_session = defaultdict(list)
+        for c in claimed:
+            s = self.registry.pick(c.namespace, c.queue)
+            if s is None:
+                continue
+            s.credits -= 1
+            key = (c.job_id, c.attempt)
+            s.held[key] = c
+            per_session[s].append(c)
+        for s, items in per_session.items():
+            s.out.put_nowait(wpb.LeaseResponse(assignments=wpb.Assignments(assignments=[assignment(c) for c in items])))
+            for c in items:
+                key = (c.job_id, c.attempt)
+                self.in_flight.add(key)
+                fut = self.writes.submit("published", key)
+                fut.add_done_callback(lambda _f, key=key: self.in_flight.discard(key))
+                self.delivered += 1
+        return sum(len(v) for v in per_session.values())
+
+    def start(self) -> None:
+        """Starts the recovery scan."""
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        """Stops the recovery scan."""
+        if self._task:
+            self._task.cancel()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.recover_once()
+            except Exception:  # noqa: BLE001 - the next scan retries
+                log.warning("outbox recovery scan failed", exc_info=True)
+
+    async def recover_once(self) -> int:
+        """One recovery scan: re-delivers unpublished attempts of owned shards; returns the count."""
+        tokens = self.shards.tokens()
+        cap = sum(self.registry.capacity().values())
+        if not tokens or cap == 0:
+            return 0
+        try:
+            rows = await run_transaction(self.engine, lambda c: store.pending_outbox(
+                c, region=self.region, tokens=tokens, exclude=set(self.in_flight), limit=min(cap, self.batch)))
+        except StaleFencingToken as e:
+            self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
+            return 0
+        except GnomonError as e:
+            log.warning("outbox scan: %s", e)
+            return 0
+        if rows:
+            log.info("re-delivering %d unpublished outbox rows", len(rows))
+        return self.deliver(rows)

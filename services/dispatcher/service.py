@@ -1,0 +1,94 @@
+"""The dispatcher service: lifecycle (start, serve, drain, stop). ``gnomon dispatcher`` runs :func:`main`."""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+
+from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
+from gnomon._proto.gnomon.v1 import worker_service_pb2, worker_service_pb2_grpc
+from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
+from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.rpc.runner import configure_logging, wait_for_signal
+from gnomon.common.rpc.server import GrpcServer
+from gnomon.common.storage.engine import make_engine
+from gnomon.dispatcher.claims import ClaimLoop
+from gnomon.dispatcher.relay import Relay
+from gnomon.dispatcher.servicer import HintServicer, WorkerServicer
+from gnomon.dispatcher.sessions import SessionRegistry
+from gnomon.dispatcher.shards import ShardOwnership
+from gnomon.dispatcher.writes import WriteBatcher
+
+log = logging.getLogger("gnomon.dispatcher")
+
+
+class Dispatcher:
+    """All parts of one dispatcher process, wired together."""
+
+    def __init__(self) -> None:
+        self.db, self.cluster, self.srv = DatabaseSettings(), ClusterSettings(), ServerSettings()
+        self.etcd_s, self.settings = EtcdSettings(), DispatcherSettings()
+        self.id = os.environ.get("GNOMON_DISPATCHER_ID") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.engine = make_engine(self.db)
+        self.etcd = EtcdClient(self.etcd_s.endpoint_list)
+        self.registry = SessionRegistry()
+        self.writes = WriteBatcher(self.engine, self.settings.write_batch)
+        self.wake = asyncio.Event()
+        self.worker_servicer = WorkerServicer(self.registry, self.writes, dispatcher_id=self.id,
+                                              region=self.cluster.region,
+                                              heartbeat_interval_s=self.settings.heartbeat_interval_s,
+                                              on_credits=self.wake.set)
+        self.server = GrpcServer(self.srv.listen, [
+            (worker_service_pb2_grpc.add_WorkerServiceServicer_to_server, self.worker_servicer,
+             worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name),
+            (hint_pb2_grpc.add_HintServiceServicer_to_server, HintServicer(self.wake),
+             hint_pb2.DESCRIPTOR.services_by_name["HintService"].full_name),
+        ])
+        self.address = self.srv.advertise or self.server.address
+        self.shards = ShardOwnership(self.etcd, self.engine, prefix=self.etcd_s.prefix, region=self.cluster.region,
+                                     shards=self.cluster.shards, dispatcher_id=self.id, address=self.address,
+                                     ttl_s=self.etcd_s.lease_ttl_s, scan_s=self.settings.shard_scan_s)
+        self.relay = Relay(self.engine, self.registry, self.shards, self.writes, region=self.cluster.region,
+                           interval_s=self.settings.relay_interval_s, batch=self.settings.claim_batch)
+        self.claims = ClaimLoop(self.engine, self.shards, self.registry, self.relay, self.settings,
+                                region=self.cluster.region, dispatcher_id=self.id)
+        self.claims.wake = self.wake
+
+    async def start(self) -> None:
+        """Serves the lease stream, takes shards, starts claiming."""
+        await self.server.start()
+        self.writes.start()
+        await self.shards.start()
+        self.relay.start()
+        self.claims.start()
+        self.shards.changed = self.wake
+        await self.server.set_serving(True)
+        print(f"gnomon dispatcher {self.id} listening on {self.server.address} "
+              f"(region {self.cluster.region}, {len(self.shards.owned)}/{self.cluster.shards} shards)", flush=True)
+
+    async def stop(self) -> None:
+        """Drain: stop claiming, end streams, flush writes, release shards and the lease."""
+        await self.claims.stop()
+        await self.relay.stop()
+        self.worker_servicer.close_all()
+        await self.server.stop(self.srv.drain_timeout_s)
+        await self.writes.stop()
+        await self.shards.stop()
+        await self.etcd.close()
+        await self.engine.dispose()
+
+
+async def serve() -> None:
+    """Runs a dispatcher until SIGTERM/SIGINT."""
+    d = Dispatcher()
+    await d.start()
+    await wait_for_signal()
+    await d.stop()
+
+
+def main() -> None:
+    """Entry point of ``gnomon dispatcher``."""
+    configure_logging("dispatcher")
+    asyncio.run(serve())
