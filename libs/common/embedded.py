@@ -132,13 +132,18 @@ def _run(cmd: list[str], *, what: str, timeout: float, cwd: str | None = None,
 
 
 def _pid_alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie (an exited daemon waits for init to reap it)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
         return True
-    return True
 
 
 def _http_opener() -> urllib.request.OpenerDirector:
@@ -1023,6 +1028,7 @@ class EtcdCluster:
         self.start_timeout = start_timeout
         self.members: list[EtcdServer] = []
         self._owns_dir = False
+        self._key = f"etcd-cluster-{id(self)}-{os.getpid()}"
 
     # -- public API ----------------------------------------------------------------------------
 
@@ -1041,6 +1047,8 @@ class EtcdCluster:
         else:
             self.base_dir, self._owns_dir = tempfile.mkdtemp(prefix="gnomon-etcd-"), True
         _live[id(self)] = self
+        if self._owns_dir:
+            _Reaper.add(self._key, rmtree=[self.base_dir])
         meta_path = os.path.join(self.base_dir, "cluster.json")
         saved = None
         if os.path.exists(meta_path) and os.path.isdir(os.path.join(self.base_dir, "m0", "member")):
@@ -1127,15 +1135,29 @@ class EtcdCluster:
         """SIGKILL every member and delete the temporary base dir if we created it. Idempotent."""
         for m in self.members:
             m.stop()
+        _Reaper.remove(self._key)
         _live.pop(id(self), None)
         if self._owns_dir and self.base_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
             self.base_dir = None
 
-    def etcdctl_env(self) -> dict[str, str]:
-        """Environment for running ``etcdctl`` (found next to the etcd binary) against this cluster:
-        ``ETCDCTL_API=3`` and ``ETCDCTL_ENDPOINTS``."""
-        return {**os.environ, "ETCDCTL_API": "3", "ETCDCTL_ENDPOINTS": ",".join(self.endpoints)}
+    def etcdctl(self, *args: str, endpoints: list[str] | None = None, timeout: float = 10.0) -> str:
+        """Run ``etcdctl`` (API v3, the one next to the etcd binary) against this cluster; return stdout.
+
+        ``endpoints``: default all members (etcdctl fails over between them). Raises
+        :class:`EmbeddedServerError` with etcdctl's stderr on a non-zero exit or after ``timeout`` s.
+        """
+        ctl = os.path.join(os.path.dirname(self.binary or _find_etcd()), "etcdctl")
+        cmd = [ctl, "--endpoints", ",".join(endpoints or self.endpoints), *args]
+        env = {**_clean_env(), "ETCDCTL_API": "3"}
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                               stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as e:
+            raise EmbeddedServerError(f"{' '.join(cmd)} timed out after {timeout:g} s") from e
+        if p.returncode != 0:
+            raise EmbeddedServerError(f"{' '.join(cmd)} failed (exit {p.returncode}): {p.stderr.strip()}")
+        return p.stdout
 
     def __enter__(self) -> EtcdCluster:
         return self.start()

@@ -60,6 +60,25 @@ FATAL_CODES = frozenset({
     grpc.StatusCode.UNIMPLEMENTED,
 })
 
+#: Ack ``reason`` values that are final refusals (worker_service.proto). Any other reason on an
+#: ``ok = false`` ack (e.g. ``DATABASE_UNAVAILABLE``) is taken as transient: the item is re-sent.
+FINAL_REFUSALS = frozenset({"STALE_ATTEMPT", "STALE_FENCING_TOKEN", "LEASE_EXPIRED", "NOT_FOUND"})
+#: An accept refused for a transient reason is re-sent at most this many times.
+MAX_ACCEPT_RETRIES = 5
+
+
+def is_final_refusal(reason: str) -> bool:
+    """True if an ``ok = false`` ack with this ``reason`` means "never" (an empty reason counts as
+    final); False for transient reasons the worker retries."""
+    return not reason or reason in FINAL_REFUSALS
+
+
+def resend_delay(tries: int) -> float:
+    """Seconds before re-sending an item refused for a transient reason the ``tries``-th time
+    (1-based): 0.25 s doubling, capped at 5 s."""
+    return min(5.0, 0.25 * (2 ** max(0, tries - 1)))
+
+
 _ACK_ACCEPT = wpb.ACK_KIND_ACCEPT
 _ACK_HEARTBEAT = wpb.ACK_KIND_HEARTBEAT
 _ACK_RESULT = wpb.ACK_KIND_RESULT
@@ -143,6 +162,8 @@ class DispatcherSession:
         self._last_hb = 0.0
         self._hb_unanswered_since: float | None = None
         self._min_lease = float("inf")
+        self._resent_accepts: set[RefKey] = set()
+        self._retries: dict[tuple[str, RefKey], int] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -264,6 +285,9 @@ class DispatcherSession:
         self._hb_unanswered_since = None
         # Whatever the previous stream did not get acknowledged goes out again.
         self.buffer.clear()
+        # A re-sent accept may be refused only because the first one did land (accepts are not
+        # idempotent on every server), so its refusal is not taken as final: see _on_ack.
+        self._resent_accepts = set(self.pending_accepts)
         for ref in self.pending_accepts.values():
             self.buffer.add_accept(ref)
         for res in self.pending_results.values():
@@ -356,25 +380,72 @@ class DispatcherSession:
             if att is None or att.state != RUNNING:
                 return
             att.lease.heartbeat_acked(ack.ok)
-            self._after_renewal(att, ack)
+            if ack.ok or is_final_refusal(ack.reason):
+                self._after_renewal(att, ack)
+            # else: not renewed this time (e.g. DATABASE_UNAVAILABLE); the local lease decides.
         elif kind == _ACK_RESULT:
-            res = self.pending_results.pop(key, None)
+            if key not in self.pending_results:
+                return
+            if not ack.ok and not is_final_refusal(ack.reason):
+                self._retry_later("result", key, ack.reason)
+                return
+            self.pending_results.pop(key, None)
             self.pending_accepts.pop(key, None)
-            if res is not None and not ack.ok:
+            self._retries.pop(("result", key), None)
+            if not ack.ok:
                 log.warning("dispatcher %s refused result of %s attempt %d: %s", self.address,
                             ack.attempt.job, ack.attempt.attempt, ack.reason or "?")
             self.owner._acked()
         elif kind == _ACK_ACCEPT:
-            self.pending_accepts.pop(key, None)
+            if key not in self.pending_accepts:
+                return
+            resent = key in self._resent_accepts
             att = self.attempts.get(key)
+            if not ack.ok and not is_final_refusal(ack.reason):
+                tries = self._retries.get(("accept", key), 0) + 1
+                still_ours = (att is not None and att.state == RUNNING) or key in self.pending_results
+                if tries <= MAX_ACCEPT_RETRIES and still_ours:
+                    self._retry_later("accept", key, ack.reason)
+                    return
+            self.pending_accepts.pop(key, None)
+            self._resent_accepts.discard(key)
+            self._retries.pop(("accept", key), None)
             if att is None or att.state != RUNNING:
+                return
+            if not ack.ok and resent:
+                log.info("re-sent accept of %s attempt %d refused (%s): the first one probably "
+                         "landed; keeping the attempt", att.ctx.job, att.ctx.attempt, ack.reason)
                 return
             if ack.ok and ack.HasField("lease_expire_time"):
                 att.lease.renew_from(att.accept_sent)
             self._after_renewal(att, ack)
         elif kind == _ACK_RELEASE:
+            if key not in self.pending_releases:
+                return
+            if not ack.ok and not is_final_refusal(ack.reason):
+                self._retry_later("release", key, ack.reason)
+                return
             self.pending_releases.pop(key, None)
+            self._retries.pop(("release", key), None)
             self.owner._acked()
+
+    def _retry_later(self, kind: str, key: RefKey, reason: str) -> None:
+        tries = self._retries.get((kind, key), 0) + 1
+        self._retries[(kind, key)] = tries
+        delay = resend_delay(tries)
+        log.info("dispatcher %s: %s of %s attempt %d not applied (%s); re-sending in %.2gs",
+                 self.address, kind, key[0], key[1], reason, delay)
+        asyncio.get_running_loop().call_later(delay, self._resend, kind, key)
+
+    def _resend(self, kind: str, key: RefKey) -> None:
+        if self.ended or not self.connected:
+            return  # the next stream re-sends everything still pending
+        if kind == "result" and key in self.pending_results:
+            self.buffer.add_result(self.pending_results[key])
+        elif kind == "accept" and key in self.pending_accepts:
+            self.buffer.add_accept(self.pending_accepts[key])
+        elif kind == "release" and key in self.pending_releases:
+            self.buffer.add_release(self.pending_releases[key])
 
     def _after_renewal(self, att: Attempt, ack: wpb.Ack) -> None:
         if ack.ok:

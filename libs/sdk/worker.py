@@ -43,7 +43,7 @@ from . import convert
 from .context import JobContext
 from .errors import Cancelled, GnomonError
 from .failures import FailureClass, classify_exception
-from .session import QUEUED, RUNNING, Attempt, DispatcherSession
+from .session import QUEUED, Attempt, DispatcherSession
 
 __all__ = ["Worker", "Handler", "EventCallback"]
 
@@ -506,7 +506,9 @@ class Worker:
             if self._is_async:
                 await self.handler(ctx)
             else:
-                await self._loop.run_in_executor(self._executor, self.handler, ctx)
+                ret = await self._loop.run_in_executor(self._executor, self.handler, ctx)
+                if inspect.isawaitable(ret):  # a sync callable that returned a coroutine
+                    await ret
         except asyncio.CancelledError:
             att.drop("shutdown", "shutdown")
         except BaseException as e:  # noqa: BLE001 - every handler failure is reported
