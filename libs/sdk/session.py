@@ -48,6 +48,8 @@ DEFAULT_HEARTBEAT_INTERVAL = 5.0
 #: Reconnect backoff bounds (seconds); doubled per failed try, with +-20 % jitter.
 BACKOFF_MIN = 0.1
 BACKOFF_MAX = 5.0
+#: Seconds to wait for the dispatcher's welcome (a hung dispatcher accepts TCP but never answers).
+WELCOME_TIMEOUT = 10.0
 #: A dispatcher that disappeared from discovery is still reconnected to for this long (seconds)
 #: while it holds work of ours (running attempts, unacknowledged results).
 UNLISTED_GRACE = 30.0
@@ -221,6 +223,9 @@ class DispatcherSession:
                     if not self.closing:
                         log.warning("dispatcher %s: stream ended: %s %s", self.address,
                                     exc.code().name, exc.details())
+                except ConnectionError as exc:
+                    if not self.closing:
+                        log.warning("dispatcher %s: %s", self.address, exc)
                 except Exception:
                     if not self.closing:
                         log.exception("dispatcher %s: stream failed", self.address)
@@ -266,8 +271,11 @@ class DispatcherSession:
         hello = wpb.WorkerHello(worker_id=owner.worker_id, namespace=owner._namespace_parent,
                                 queues=owner.queues, credits=granted)
         try:
-            await call.write(wpb.LeaseRequest(hello=hello))
-            first = await call.read()
+            await asyncio.wait_for(call.write(wpb.LeaseRequest(hello=hello)), WELCOME_TIMEOUT)
+            first = await asyncio.wait_for(call.read(), WELCOME_TIMEOUT)
+        except asyncio.TimeoutError:
+            call.cancel()
+            raise ConnectionError(f"no welcome within {WELCOME_TIMEOUT:g}s") from None
         except grpc.aio.AioRpcError as exc:
             if exc.code() in FATAL_CODES:
                 raise _FatalStreamError(GnomonError.from_rpc_error(exc)) from None

@@ -102,13 +102,16 @@ class Relay:
             return 0
         try:
             rows = await run_transaction(self.engine, lambda c: store.pending_outbox(
-                c, region=self.region, tokens=tokens, exclude=set(self.in_flight), limit=min(cap, self.batch)))
+                c, region=self.region, tokens=tokens, exclude=set(self.in_flight), limit=min(cap, self.batch),
+                min_age_s=self.interval_s))
         except StaleFencingToken as e:
             self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
             return 0
         except GnomonError as e:
             log.warning("outbox scan: %s", e)
             return 0
+        # A claim may have committed and delivered while this scan ran: never deliver those twice.
+        rows = [r for r in rows if (r.job_id, r.attempt) not in self.in_flight]
         if rows:
             log.info("re-delivering %d unpublished outbox rows", len(rows))
         return self.deliver(rows)

@@ -154,6 +154,7 @@ def test_etcd_three_members_survive_member_loss() -> None:
 
         cluster.kill_member(0)
         assert cluster.pids[0] is None
+        cluster.wait_healthy(10)  # members 1 and 2 have a leader (member 0 may have been it)
         r2 = kv_put(eps[1], b"/k/b", b"2")  # quorum 2/3 still commits
         assert r2 > r1
         assert kv_get(eps[2], b"/k/a") == b"1" and kv_get(eps[2], b"/k/b") == b"2"
@@ -167,6 +168,7 @@ def test_etcd_three_members_survive_member_loss() -> None:
         assert kv_get(eps[0], b"/k/b") == b"2"  # caught up with what it missed
 
         cluster.pause_member(2)
+        cluster.wait_healthy(10)  # members 0 and 1 have a leader (member 2 may have been it)
         assert kv_put(eps[0], b"/k/c", b"3") > r2
         assert not cluster.members[2].is_healthy(timeout=0.2)
         cluster.resume_member(2)

@@ -156,18 +156,20 @@ async def next_due_in(conn: AsyncConnection, *, region: str, shards: list[int],
 
 
 async def pending_outbox(conn: AsyncConnection, *, region: str, tokens: dict[int, int],
-                         exclude: set[tuple[uuid.UUID, int]], limit: int) -> list[Claimed]:
+                         exclude: set[tuple[uuid.UUID, int]], limit: int, min_age_s: float = 0.0) -> list[Claimed]:
     """Unpublished outbox rows of the owned shards (oldest first, at most ``limit``), re-fenced.
 
     Rows written under an older token (a previous owner crashed between claim commit and delivery)
     are re-stamped with the current token on the outbox and attempt rows, and their lease restarts;
-    rows in ``exclude`` (being delivered by this process right now) are skipped. Raises
+    rows in ``exclude`` (being delivered by this process right now) and rows younger than
+    ``min_age_s`` seconds (their claimer is probably delivering them this instant) are skipped. Raises
     :class:`StaleFencingToken` if this process no longer owns a shard involved.
     """
     if not tokens:
         return []
     q = (select(outbox.c.job_id, outbox.c.attempt, outbox.c.shard, outbox.c.token)
-         .where(outbox.c.region == region, outbox.c.published_at.is_(None), outbox.c.shard.in_(list(tokens)))
+         .where(outbox.c.region == region, outbox.c.published_at.is_(None), outbox.c.shard.in_(list(tokens)),
+                outbox.c.created_at <= func.now() - timedelta(seconds=min_age_s))
          .order_by(outbox.c.created_at).limit(limit + len(exclude)).with_for_update(skip_locked=True))
     rows = [r for r in (await conn.execute(q)).mappings() if (r["job_id"], r["attempt"]) not in exclude][:limit]
     if not rows:
