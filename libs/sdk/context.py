@@ -17,6 +17,10 @@ __all__ = ["JobContext", "CANCEL_REASONS"]
 #: Values of :attr:`JobContext.cancel_reason`.
 CANCEL_REASONS = ("cancel_requested", "refused", "lease_lost", "shutdown")
 
+# Guards the lazy creation of ``cancel_event`` against a concurrent ``_cancel`` (a
+# ``threading.Event`` costs ~20 us to build, too much to pay for every attempt up front).
+_EVENT_LOCK = threading.Lock()
+
 
 class JobContext:
     """What a handler knows about the attempt it runs, and its cancellation signal.
@@ -36,7 +40,7 @@ class JobContext:
         max_attempts: the job's attempt limit (0 if not sent).
         lease_duration: ``timedelta`` each heartbeat extends the lease by (``None`` if not sent).
         cancel_event: a ``threading.Event`` set when the attempt should stop; safe to wait on from
-            a handler thread (``ctx.cancel_event.wait(5)``).
+            a handler thread (``ctx.cancel_event.wait(5)``). Created on first access.
 
     Cancellation is cooperative: the worker never kills a running handler; it sets the flag and
     the handler checks :attr:`cancelled` / calls :meth:`raise_if_cancelled` at safe points.
@@ -45,7 +49,7 @@ class JobContext:
     __slots__ = (
         "job", "job_id", "namespace", "queue", "payload", "attempt", "version", "fencing_token",
         "idempotency_key", "schedule_time", "deadline", "max_attempts", "lease_duration",
-        "cancel_event", "_lease_expire_time", "_cancel_reason", "_async_event", "_loop",
+        "_cancel_event", "_cancelled", "_lease_expire_time", "_cancel_reason", "_async_event", "_loop",
         "_error",
     )
 
@@ -79,7 +83,8 @@ class JobContext:
         self.deadline = deadline
         self.max_attempts = max_attempts
         self.lease_duration = lease_duration
-        self.cancel_event = threading.Event()
+        self._cancel_event: threading.Event | None = None
+        self._cancelled = False
         self._lease_expire_time = lease_expire_time
         self._cancel_reason: str | None = None
         self._async_event: asyncio.Event | None = None
@@ -128,7 +133,21 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once the attempt should stop (cancel requested, refused, lease lost, shutdown)."""
-        return self.cancel_event.is_set()
+        return self._cancelled
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        """A ``threading.Event`` set together with :attr:`cancelled` (wait on it from threads)."""
+        ev = self._cancel_event
+        if ev is None:
+            with _EVENT_LOCK:
+                ev = self._cancel_event
+                if ev is None:
+                    ev = threading.Event()
+                    if self._cancelled:
+                        ev.set()
+                    self._cancel_event = ev
+        return ev
 
     @property
     def cancel_reason(self) -> str | None:
@@ -137,24 +156,22 @@ class JobContext:
 
     def raise_if_cancelled(self) -> None:
         """Raises :class:`~gnomon.sdk.Cancelled` (with ``reason``) if :attr:`cancelled`."""
-        if self.cancel_event.is_set():
+        if self._cancelled:
             raise Cancelled(self._cancel_reason)
 
     async def wait_cancelled(self, timeout: float | None = None) -> bool:
         """For async handlers: waits until cancelled or ``timeout`` seconds pass; returns
         :attr:`cancelled`. Must be awaited on the worker's event loop."""
-        if self.cancel_event.is_set():
+        if self._cancelled:
             return True
         if self._async_event is None:
             self._async_event = asyncio.Event()
             self._loop = asyncio.get_running_loop()
-            if self.cancel_event.is_set():
-                return True
         try:
             await asyncio.wait_for(self._async_event.wait(), timeout)
         except asyncio.TimeoutError:
             pass
-        return self.cancel_event.is_set()
+        return self._cancelled
 
     @property
     def error(self) -> str | None:
@@ -167,10 +184,14 @@ class JobContext:
     def _cancel(self, reason: str) -> bool:
         """Sets the cancellation flag (first reason wins). Returns True if it was not set yet.
         Called on the worker's event loop."""
-        if self.cancel_event.is_set():
-            return False
-        self._cancel_reason = reason
-        self.cancel_event.set()
+        with _EVENT_LOCK:
+            if self._cancelled:
+                return False
+            self._cancel_reason = reason
+            self._cancelled = True
+            ev = self._cancel_event
+        if ev is not None:
+            ev.set()
         if self._async_event is not None:
             loop = self._loop
             try:

@@ -31,7 +31,6 @@ import socket
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Awaitable, Callable, Mapping
 
 import grpc
@@ -44,6 +43,7 @@ from .context import JobContext
 from .errors import Cancelled, GnomonError
 from .failures import FailureClass, classify_exception
 from .session import QUEUED, Attempt, DispatcherSession
+from .threads import HandlerThreads
 
 __all__ = ["Worker", "Handler", "EventCallback"]
 
@@ -179,7 +179,7 @@ class Worker:
         self._queue: collections.deque[Attempt] = collections.deque()
         self._active: set[Attempt] = set()
         self._sessions: dict[str, DispatcherSession] = {}
-        self._executor: ThreadPoolExecutor | None = None
+        self._threads: HandlerThreads | None = None
         self._fatal_error: GnomonError | None = None
         self._running_flag = False
         self._lock = threading.Lock()
@@ -247,7 +247,7 @@ class Worker:
         if self._stop_requested:
             self._stop_event.set()
         if not self._is_async:
-            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="gnomon-handler")
+            self._threads = HandlerThreads(self.concurrency, self.handler, self._threads_done, loop)
         tasks = [loop.create_task(self._starter(), name="gnomon-starter"),
                  loop.create_task(self._ticker(), name="gnomon-ticker")]
         discovery = None
@@ -393,9 +393,9 @@ class Worker:
         await asyncio.gather(*(s.close(timeout=0.2 if fast else 1.0) for s in list(self._sessions.values())),
                              return_exceptions=True)
         self._sessions.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
         log.info("worker %s stopped", self.worker_id)
 
     # -- sessions / discovery -----------------------------------------------------------------
@@ -497,23 +497,32 @@ class Worker:
         self._idle_event.clear()
         att.session.accept(att)
         self._emit("started", att.ctx)
-        att.task = self._loop.create_task(self._execute(att))
+        if not self._is_async:
+            self._threads.submit(att)
+            return
+        try:
+            coro = self.handler(att.ctx)
+        except BaseException as exc:  # noqa: BLE001 - e.g. a TypeError from a bad signature
+            self._finish(att, exc)
+            return
+        att.task = self._loop.create_task(self._execute(att, coro))
 
-    async def _execute(self, att: Attempt) -> None:
-        ctx = att.ctx
+    async def _execute(self, att: Attempt, awaitable) -> None:
         exc: BaseException | None = None
         try:
-            if self._is_async:
-                await self.handler(ctx)
-            else:
-                ret = await self._loop.run_in_executor(self._executor, self.handler, ctx)
-                if inspect.isawaitable(ret):  # a sync callable that returned a coroutine
-                    await ret
+            await awaitable
         except asyncio.CancelledError:
             att.drop("shutdown", "shutdown")
         except BaseException as e:  # noqa: BLE001 - every handler failure is reported
             exc = e
         self._finish(att, exc)
+
+    def _threads_done(self, items: list[tuple[Attempt, BaseException | None, Any]]) -> None:
+        for att, exc, ret in items:
+            if exc is None and inspect.isawaitable(ret):  # a sync callable that returned a coroutine
+                att.task = self._loop.create_task(self._execute(att, ret))
+            else:
+                self._finish(att, exc)
 
     def _finish(self, att: Attempt, exc: BaseException | None) -> None:
         self._active.discard(att)

@@ -33,8 +33,10 @@ def make_engine(settings: DatabaseSettings, *, pool_size: int | None = None) -> 
     if not settings.url:
         raise ValueError("GNOMON_DATABASE_URL is not set")
     size = pool_size or settings.pool_size
+    # No pool_pre_ping: it costs a round trip per checkout. A connection broken by a database restart
+    # fails its next transaction with UNAVAILABLE (nothing committed) and is discarded by the pool.
     return create_async_engine(
-        settings.url, pool_size=size, max_overflow=size, pool_pre_ping=True, pool_recycle=300,
+        settings.url, pool_size=size, max_overflow=size, pool_recycle=300,
         connect_args={"options": f"-c statement_timeout={settings.statement_timeout_ms}",
                       "connect_timeout": 5})
 

@@ -52,16 +52,20 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
     (reason REQUEST_ID_REUSED). A deadline not after the schedule time raises
     :class:`InvalidArgument` (field ``deadline``), checked against the database clock.
     """
-    now = (await conn.execute(select(func.now()))).scalar_one()
-    scheduled_at = new.schedule_at or (now + (new.delay or timedelta(0)))
-    if new.deadline is not None and new.deadline <= scheduled_at:
+    if new.deadline is not None and new.schedule_at is None:
+        # only here does the deadline depend on the database clock: check it (one extra query)
+        due = (await conn.execute(select(func.now() + (new.delay or timedelta(0))))).scalar_one()
+        if new.deadline <= due:
+            raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
+    elif new.deadline is not None and new.deadline <= new.schedule_at:
         raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
+    # scheduled_at is computed by the database clock in the INSERT itself (one round trip)
+    scheduled_at = new.schedule_at if new.schedule_at is not None else func.now() + (new.delay or timedelta(0))
     values = dict(
         id=new.id, namespace=new.namespace, region=new.region, shard=new.shard, queue=new.queue,
         payload=new.payload, state=SCHEDULED, version=1, scheduled_at=scheduled_at, deadline=new.deadline,
         max_attempts=new.max_attempts, attempt=0, idempotency_key=new.idempotency_key,
-        lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash,
-        created_at=now)
+        lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash)
     stmt = insert(jobs).values(**values)
     if new.request_id is not None:
         stmt = stmt.on_conflict_do_nothing(index_elements=["namespace", "request_id"])

@@ -1,0 +1,182 @@
+"""Drain benchmark: N no-op jobs due now, W worker processes, figures as JSON lines.
+
+Usage: ``python -m bench.drain --jobs 20000 --workers 2 [--runs 1] [--dsn URL] [--concurrency 64]``
+
+Per run (a fresh database each run; the embedded PostgreSQL is started **durable**: fsync and
+synchronous_commit on, unless ``--dsn`` points elsewhere):
+
+1. the suite starts (api, dispatcher, planner, reaper processes; etcd);
+2. enqueue: ``--jobs`` CreateJob calls through the public gRPC API, ``--enqueue-concurrency`` in
+   flight, with no worker connected (so nothing is claimed yet) -> ``enqueue_jobs_per_s``;
+3. drain: W ``gnomon worker`` processes start; the drain window runs from the first claim
+   (min ``dispatched_at``, the start signal) to the last ``finished_at``, both by the database clock
+   -> ``drain_jobs_per_s``;
+4. steady lag: with the workers connected, jobs are created at ``--lag-rate`` per second for
+   ``--lag-seconds`` s, due now, then the same due ``--later`` s later -> dispatch lag
+   (``dispatched_at - scheduled_at``) p50/p99 for each (``dispatch_lag_*`` = due now);
+5. ``peak_rss_mb`` = VmHWM of the api and dispatcher processes; ``ok`` = every job SUCCEEDED with
+   exactly one attempt (one execution: a worker starts a handler only after its accept is acked).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+
+import grpc
+import psycopg
+
+from gnomon._proto.gnomon.v1 import job_service_pb2 as js
+from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
+from gnomon.cli.suite import Suite
+from gnomon.common.embedded import PostgresServer, free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident set size (VmHWM) of a live process, MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+async def enqueue(api: str, queue: str, n: int, concurrency: int, delay_s: float = 0.0) -> float:
+    """Creates ``n`` jobs with ``concurrency`` calls in flight; returns jobs/s."""
+    async with grpc.aio.insecure_channel(api) as ch:
+        stub = jg.JobServiceStub(ch)
+        left = n
+        t0 = time.perf_counter()
+
+        async def one_worker():
+            nonlocal left
+            while left > 0:
+                left -= 1
+                req = js.CreateJobRequest(queue=queue)
+                if delay_s:
+                    req.delay.FromMilliseconds(int(delay_s * 1000))
+                await stub.CreateJob(req, timeout=30)
+
+        await asyncio.gather(*[one_worker() for _ in range(concurrency)])
+        return n / (time.perf_counter() - t0)
+
+
+async def paced(api: str, queue: str, rate: float, seconds: float, delay_s: float) -> int:
+    """Creates jobs at ``rate`` per second for ``seconds``; returns how many."""
+    async with grpc.aio.insecure_channel(api) as ch:
+        stub = jg.JobServiceStub(ch)
+        n = int(rate * seconds)
+        t0 = time.perf_counter()
+        tasks = []
+        for i in range(n):
+            target = t0 + i / rate
+            now = time.perf_counter()
+            if target > now:
+                await asyncio.sleep(target - now)
+            req = js.CreateJobRequest(queue=queue)
+            if delay_s:
+                req.delay.FromMilliseconds(int(delay_s * 1000))
+            tasks.append(asyncio.ensure_future(stub.CreateJob(req, timeout=30)))
+        await asyncio.gather(*tasks)
+        return n
+
+
+def q(conn, sql: str, *args):
+    return conn.execute(sql, args).fetchall()
+
+
+def wait_done(conn, queue: str, n: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if q(conn, "SELECT count(*) FROM jobs WHERE queue = %s AND state = 'SUCCEEDED'", queue)[0][0] >= n:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def lag_ms(conn, queue: str) -> tuple[float, float]:
+    r = q(conn, "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP "
+                "(ORDER BY d) FROM (SELECT extract(epoch FROM dispatched_at - scheduled_at) * 1000 AS d "
+                "FROM jobs WHERE queue = %s) x", queue)[0]
+    return round(float(r[0] or 0), 2), round(float(r[1] or 0), 2)
+
+
+def one_run(args, run: int, pg: PostgresServer | None) -> dict:
+    db = f"bench_{uuid.uuid4().hex[:8]}"
+    url = pg.create_database(db) if pg else args.dsn
+    base = tempfile.mkdtemp(prefix="gnomon-bench-")
+    suite = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=base,
+                  env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)})
+    suite.start()
+    try:
+        api = suite.api_address
+        plain = url.replace("postgresql+psycopg://", "postgresql://").replace("cockroachdb+psycopg://", "postgresql://")
+        conn = psycopg.connect(plain, autocommit=True)
+        enq = asyncio.run(enqueue(api, "drain", args.jobs, args.enqueue_concurrency))
+        env = {"PYTHONPATH": ROOT}
+        workers = [suite.start_worker(["drain", "lag-now", "lag-later"], "bench.handlers:noop",
+                                      concurrency=args.concurrency, env=env) for _ in range(args.workers)]
+        ok = wait_done(conn, "drain", args.jobs, args.timeout)
+        t_first, t_last = q(conn, "SELECT min(dispatched_at), max(finished_at) FROM jobs WHERE queue = 'drain'")[0]
+        drain_s = (t_last - t_first).total_seconds() if ok else float("nan")
+        drain_lag = lag_ms(conn, "drain")
+        asyncio.run(paced(api, "lag-now", args.lag_rate, args.lag_seconds, 0.0))
+        asyncio.run(paced(api, "lag-later", args.lag_rate, args.lag_seconds, args.later))
+        n_lag = int(args.lag_rate * args.lag_seconds)
+        ok = ok and wait_done(conn, "lag-now", n_lag, 60) and wait_done(conn, "lag-later", n_lag, 60)
+        now_lag, later_lag = lag_ms(conn, "lag-now"), lag_ms(conn, "lag-later")
+        total = args.jobs + 2 * n_lag
+        exact = q(conn, "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs")[0]
+        attempts = q(conn, "SELECT count(*) FROM attempts WHERE accepted_at IS NOT NULL")[0][0]
+        ok = ok and exact == (total, total) and attempts == total
+        rss = {p.role: peak_rss_mb(p.popen.pid) for p in suite.procs if p.role in ("api", "dispatcher")}
+        rss["workers"] = [peak_rss_mb(w.popen.pid) for w in workers]
+        conn.close()
+        return {"bench": "gnomon", "run": run, "jobs": args.jobs, "workers": args.workers,
+                "enqueue_jobs_per_s": round(enq, 1), "drain_jobs_per_s": round(args.jobs / drain_s, 1) if ok else None,
+                "dispatch_lag_p50_ms": now_lag[0], "dispatch_lag_p99_ms": now_lag[1],
+                "dispatch_lag_due_later_p50_ms": later_lag[0], "dispatch_lag_due_later_p99_ms": later_lag[1],
+                "drain_dispatch_lag_p99_ms": drain_lag[1], "lag_rate_per_s": args.lag_rate,
+                "peak_rss_mb": rss, "durable": pg is None or pg.durable, "ok": ok}
+    finally:
+        suite.stop()
+        if pg:
+            pg.drop_database(db)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.drain", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=20000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--dsn", default=None, help="Use this database (SQLAlchemy URL) instead of embedded PostgreSQL.")
+    ap.add_argument("--concurrency", type=int, default=256, help="Credits per worker process.")
+    ap.add_argument("--enqueue-concurrency", type=int, default=64)
+    ap.add_argument("--claim-batch", type=int, default=500)
+    ap.add_argument("--lag-rate", type=float, default=200.0)
+    ap.add_argument("--lag-seconds", type=float, default=5.0)
+    ap.add_argument("--later", type=float, default=5.0)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--fast", action="store_true", help="Embedded PostgreSQL without fsync (reported as durable=false).")
+    args = ap.parse_args(argv)
+    pg = None
+    if args.dsn is None:
+        pg = PostgresServer(durable=not args.fast).start()
+    try:
+        for run in range(1, args.runs + 1):
+            print(json.dumps(one_run(args, run, pg)), flush=True)
+    finally:
+        if pg:
+            pg.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
