@@ -209,9 +209,11 @@ class DispatcherSession:
 
     async def _run(self) -> None:
         backoff = BACKOFF_MIN
+        failures = 0  # consecutive tries without a welcome; only the first (and every 12th) warns
         try:
             while not self.closing:
                 self._welcomed = False
+                problem = None
                 try:
                     await self._connect_once()
                 except asyncio.CancelledError:
@@ -220,19 +222,22 @@ class DispatcherSession:
                     self.owner._fatal(exc.error)
                     return
                 except grpc.aio.AioRpcError as exc:
-                    if not self.closing:
-                        log.warning("dispatcher %s: stream ended: %s %s", self.address,
-                                    exc.code().name, exc.details())
+                    problem = f"stream ended: {exc.code().name} {exc.details()}"
                 except ConnectionError as exc:
-                    if not self.closing:
-                        log.warning("dispatcher %s: %s", self.address, exc)
-                except Exception:
-                    if not self.closing:
-                        log.exception("dispatcher %s: stream failed", self.address)
+                    problem = str(exc)
+                except Exception as exc:  # noqa: BLE001 - never let one dispatcher kill the worker
+                    log.debug("dispatcher %s: stream failed", self.address, exc_info=True)
+                    problem = f"stream failed: {exc!r}"
+                if self._welcomed:
+                    backoff, failures = BACKOFF_MIN, 0
+                if problem and not self.closing:
+                    level = logging.WARNING if failures % 12 == 0 else logging.DEBUG
+                    log.log(level, "dispatcher %s: %s%s", self.address, problem,
+                            f" ({failures + 1} tries)" if failures else "")
+                    if not self._welcomed:
+                        failures += 1
                 if self.closing or not self._should_reconnect():
                     return
-                if self._welcomed:
-                    backoff = BACKOFF_MIN
                 await asyncio.sleep(backoff * random.uniform(0.8, 1.2))
                 backoff = min(backoff * 2, BACKOFF_MAX)
         finally:
@@ -318,9 +323,15 @@ class DispatcherSession:
             self.connected = False
             self.call = None
             sender.cancel()
-            for att in self.attempts.values():
-                att.lease.forget_inflight()
             self._hb_unanswered_since = None
+            for att in list(self.attempts.values()):
+                att.lease.forget_inflight()
+                if att.state == QUEUED:
+                    # Unstarted attempts belong to the stream that delivered them: the dispatcher
+                    # returns them to its outbox when the stream ends and re-delivers them.
+                    att.state = DROPPED
+                    del self.attempts[att.key]
+                    self.owner._emit("dropped", att.ctx)
 
     async def _sender(self, call) -> None:
         wake, buffer = self.wake, self.buffer

@@ -180,6 +180,7 @@ class Worker:
         self._active: set[Attempt] = set()
         self._sessions: dict[str, DispatcherSession] = {}
         self._threads: HandlerThreads | None = None
+        self._background: set[asyncio.Task] = set()
         self._fatal_error: GnomonError | None = None
         self._running_flag = False
         self._lock = threading.Lock()
@@ -421,7 +422,9 @@ class Worker:
         # Its queued attempts are now DROPPED and skipped by the starter; wake it to move on.
         self._starter_wake.set()
         if not self.draining and self._loop is not None:
-            self._loop.create_task(session.channel.close())
+            task = self._loop.create_task(session.channel.close())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     def _sync_sessions(self, addresses: set[str]) -> None:
         for addr, session in list(self._sessions.items()):

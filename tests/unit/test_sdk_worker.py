@@ -48,6 +48,7 @@ class FakeDispatcher(wgrpc.WorkerServiceServicer):
         self.reject_hello: grpc.StatusCode | None = None
         self.changed = asyncio.Event()
         self._push: asyncio.Event | None = None
+        self._out: asyncio.Queue | None = None
 
     # -- inspection helpers --
     def of_kind(self, kind: str) -> list:
@@ -61,6 +62,10 @@ class FakeDispatcher(wgrpc.WorkerServiceServicer):
 
     def results(self) -> dict[str, wpb.AttemptResult]:
         return {r.attempt.job: r for m in self.of_kind("results") for r in m.results}
+
+    def kill_stream(self) -> None:
+        """Ends the current stream with UNAVAILABLE."""
+        self._out.put_nowait("abort")
 
     def add(self, *assignments: wpb.Assignment) -> None:
         self.pending.extend(assignments)
@@ -77,7 +82,7 @@ class FakeDispatcher(wgrpc.WorkerServiceServicer):
         self.hellos.append(first.hello)
         self.credits = first.hello.credits
         self._push = push = asyncio.Event()
-        out: asyncio.Queue = asyncio.Queue()
+        self._out = out = asyncio.Queue()
         welcome = wpb.DispatcherWelcome(dispatcher_id="fake-1", region="local")
         welcome.heartbeat_interval.FromTimedelta(timedelta(seconds=self.heartbeat_interval))
         await context.write(wpb.LeaseResponse(welcome=welcome))
@@ -444,6 +449,34 @@ async def test_unacked_result_is_resent_on_the_next_stream(fake):
         ["namespaces/default/jobs/job-1"] * 2
     # second hello: nothing held any more, so full credits again
     assert fake.hellos[1].credits == 1
+
+
+async def test_stream_break_keeps_running_attempts_and_drops_queued_ones(fake):
+    finish = asyncio.Event()
+
+    async def handler(ctx):
+        await finish.wait()
+
+    events = collections.Counter()
+    fake.add(assignment(0), assignment(1))
+    w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=2,
+               on_event=lambda kind, ctx: events.update([kind]))
+    task = await start(w)
+    await until(lambda: w.running == 2)
+    fake.credits += 3
+    fake.add(assignment(2), assignment(3), assignment(4))
+    await until(lambda: w.queued == 3)
+    fake.kill_stream()
+    await until(lambda: fake.streams == 2 and w.connected_dispatchers)
+    assert w.queued == 0 and events["dropped"] == 3 and w.running == 2
+    # two attempts still held: hello grants the minimum (1) and withholds one returned credit
+    assert fake.hellos[1].credits == 1
+    finish.set()
+    await until(lambda: len(fake.results()) == 2)
+    await until(lambda: fake.of_kind("credits"))
+    await stop(w, task)
+    assert sum(c.credits for c in fake.of_kind("credits")) == 1
+    assert sorted(fake.results()) == ["namespaces/default/jobs/job-0", "namespaces/default/jobs/job-1"]
 
 
 async def test_transient_result_refusal_is_retried(fake):
