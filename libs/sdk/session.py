@@ -92,14 +92,14 @@ QUEUED, RUNNING, DONE, RELEASED, DROPPED = "queued", "running", "done", "release
 class Attempt:
     """Worker-side state of one assignment.
 
-    ``state``: ``queued`` (received, waiting for a slot) -> ``running`` (handler started, accept
-    sent) -> ``done``; or ``released`` (returned unstarted) / ``dropped`` (its dispatcher session
+    ``state``: ``queued`` (received, waiting for a slot) -> ``running`` (accept sent; the handler
+    starts when the accept is acknowledged, ``launched``) -> ``done``; or ``released`` (returned unstarted) / ``dropped`` (its dispatcher session
     ended before it started). ``dropped_reason`` is set when a running attempt must not report a
     result (accept or heartbeat refused, lease lost, session gone).
     """
 
     __slots__ = ("key", "ref", "ctx", "session", "state", "lease", "dropped_reason",
-                 "accept_sent", "task")
+                 "accept_sent", "task", "launched")
 
     def __init__(self, key: RefKey, ref: wpb.AttemptRef, ctx: JobContext,
                  session: "DispatcherSession", lease: LocalLease) -> None:
@@ -112,6 +112,7 @@ class Attempt:
         self.dropped_reason: str | None = None
         self.accept_sent = 0.0
         self.task: asyncio.Task | None = None
+        self.launched = False      # the handler was started (only after an ok accept ack)
 
     def drop(self, reason: str, cancel_reason: str) -> None:
         """Marks a running attempt as no longer ours: no result will be reported, and the
@@ -259,6 +260,9 @@ class DispatcherSession:
                 att.state = DROPPED
             elif att.state == RUNNING:
                 att.drop("session ended", "lease_lost")
+                if not att.launched:      # never started: just free its slot
+                    att.launched = True
+                    self.owner._finish(att, None)
         if self.pending_results and not self.closing:
             log.warning("dispatcher %s gone with %d unacknowledged result(s); the scheduler will "
                         "retry those attempts", self.address, len(self.pending_results))
@@ -418,7 +422,6 @@ class DispatcherSession:
         elif kind == _ACK_ACCEPT:
             if key not in self.pending_accepts:
                 return
-            resent = key in self._resent_accepts
             att = self.attempts.get(key)
             if not ack.ok and not is_final_refusal(ack.reason):
                 tries = self._retries.get(("accept", key), 0) + 1
@@ -431,13 +434,17 @@ class DispatcherSession:
             self._retries.pop(("accept", key), None)
             if att is None or att.state != RUNNING:
                 return
-            if not ack.ok and resent:
-                log.info("re-sent accept of %s attempt %d refused (%s): the first one probably "
-                         "landed; keeping the attempt", att.ctx.job, att.ctx.attempt, ack.reason)
-                return
             if ack.ok and ack.HasField("lease_expire_time"):
                 att.lease.renew_from(att.accept_sent)
+            # Accepts are idempotent on the dispatcher (same worker, same token), so a refusal,
+            # even of a re-sent accept, means the attempt is not ours: drop it unstarted.
             self._after_renewal(att, ack)
+            if not att.launched:
+                if ack.ok:
+                    self.owner._launch(att)
+                else:
+                    att.launched = True
+                    self.owner._finish(att, None)
         elif kind == _ACK_RELEASE:
             if key not in self.pending_releases:
                 return
@@ -561,6 +568,9 @@ class DispatcherSession:
                     att.drop("lease lost", "lease_lost")
                     log.warning("lease of %s attempt %d could not be renewed in time; "
                                 "cancelling it (the scheduler will retry)", att.ctx.job, att.ctx.attempt)
+                    if not att.launched:      # accept never acknowledged: free the slot
+                        att.launched = True
+                        self.owner._finish(att, None)
                 elif att.state == QUEUED:
                     self.release(att)
                     self.owner._emit("released", att.ctx)

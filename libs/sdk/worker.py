@@ -42,7 +42,7 @@ from . import convert
 from .context import JobContext
 from .errors import Cancelled, GnomonError
 from .failures import FailureClass, classify_exception
-from .session import QUEUED, Attempt, DispatcherSession
+from .session import QUEUED, RUNNING, Attempt, DispatcherSession
 from .threads import HandlerThreads
 
 __all__ = ["Worker", "Handler", "EventCallback"]
@@ -496,9 +496,21 @@ class Worker:
             self._start(att)
 
     def _start(self, att: Attempt) -> None:
+        """Takes a slot and sends the accept. The handler runs only once the dispatcher acknowledges
+        the accept (:meth:`_launch`): a refused accept (job cancelled, re-dispatched, duplicate
+        delivery) means the handler never starts, so a stale message never executes."""
         self._active.add(att)
         self._idle_event.clear()
         att.session.accept(att)
+
+    def _launch(self, att: Attempt) -> None:
+        """The accept of ``att`` was acknowledged: run its handler."""
+        if att.launched or att.state != RUNNING:
+            return
+        att.launched = True
+        if att.dropped_reason is not None:
+            self._finish(att, None)
+            return
         self._emit("started", att.ctx)
         if not self._is_async:
             self._threads.submit(att)

@@ -124,13 +124,17 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 continue
             futs.append((ref, self.writes.submit("accept", k, s.worker_id)))
 
-        def build(ref, ok):
+        def build(ref, lease_end):
             k = _key(ref)
+            ok = lease_end is not None
             if ok:
                 s.accepted.add((k.job_id, k.attempt))
             else:
                 s.held.pop((k.job_id, k.attempt), None)
-            return wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_ACCEPT, ok=bool(ok), reason="" if ok else "STALE_ATTEMPT")
+            a = wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_ACCEPT, ok=ok, reason="" if ok else "STALE_ATTEMPT")
+            if ok:
+                a.lease_expire_time.CopyFrom(to_timestamp(lease_end))
+            return a
         self._ack_later(s, futs, wpb.ACK_KIND_ACCEPT, build)
 
     def _heartbeats(self, s: WorkerSession, refs) -> None:

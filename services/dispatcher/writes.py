@@ -90,12 +90,12 @@ class WriteBatcher:
             out = {}
             await store.mark_published(conn, [op.item for op in by_kind.get("published", [])])
             await store.unpublish(conn, [op.item for op in by_kind.get("unpublish", [])])
-            accepted = set()
+            accepted: dict = {}
             by_worker: dict[str, list] = defaultdict(list)
             for op in by_kind.get("accept", []):
                 by_worker[op.worker_id].append(op.item)
             for worker, keys in by_worker.items():
-                accepted |= await store.accept(conn, keys, worker)
+                accepted.update(await store.accept(conn, keys, worker))
             out["accept"] = accepted
             out["heartbeat"] = await store.heartbeat(conn, [op.item for op in by_kind.get("heartbeat", [])])
             out["result"] = await store.complete(conn, [op.item for op in by_kind.get("result", [])],
@@ -113,7 +113,7 @@ class WriteBatcher:
             if not op.future or op.future.done():
                 continue
             if op.kind == "accept":
-                op.future.set_result((op.item.job_id, op.item.attempt) in out["accept"])
+                op.future.set_result(out["accept"].get((op.item.job_id, op.item.attempt)))
             elif op.kind == "heartbeat":
                 op.future.set_result(out["heartbeat"].get((op.item.job_id, op.item.attempt)))
             elif op.kind == "result":

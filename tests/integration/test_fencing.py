@@ -109,9 +109,12 @@ async def test_completion_is_idempotent_per_attempt_and_token_and_stale_token_is
     [c1] = await run_transaction(engine, lambda c: store.claim_due(
         c, region="local", tokens={2: 11}, targets=[("default", "q")], limit=1, dispatcher_id="A"))
     key = store.AttemptKey(jid, c1.attempt, c1.version, c1.token)
-    assert await run_transaction(engine, lambda c: store.accept(c, [key], "w1")) == {(jid, 1)}
-    # a duplicate accept of the same delivery is refused: the attempt is already RUNNING
-    assert await run_transaction(engine, lambda c: store.accept(c, [key], "w2")) == set()
+    accepted = await run_transaction(engine, lambda c: store.accept(c, [key], "w1"))
+    assert set(accepted) == {(jid, 1)} and accepted[(jid, 1)] > c1.dispatched_at
+    # the same worker re-sending its accept (lost ack) is accepted again: idempotent
+    assert set(await run_transaction(engine, lambda c: store.accept(c, [key], "w1"))) == {(jid, 1)}
+    # a duplicate delivery accepted by another worker is refused: the attempt is already RUNNING
+    assert await run_transaction(engine, lambda c: store.accept(c, [key], "w2")) == {}
     ok = store.Result(key=key, succeeded=True)
     stale = store.Result(key=store.AttemptKey(jid, 1, c1.version, 10), succeeded=True)
     assert await run_transaction(engine, lambda c: store.complete(c, [stale], retry_delay_s=lambda r, a: 1)) \

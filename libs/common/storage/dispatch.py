@@ -240,12 +240,16 @@ class AttemptKey:
     token: int
 
 
-async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str) -> set[tuple[uuid.UUID, int]]:
+async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str
+                 ) -> dict[tuple[uuid.UUID, int], datetime]:
     """QUEUED -> RUNNING for each attempt whose job is still at the dispatched version and whose
-    attempt row still carries the token; returns the accepted ``(job_id, attempt)`` pairs. The lease
-    restarts from now. Anything else (cancelled, re-dispatched, stale token) is left unchanged."""
+    attempt row still carries the token; the lease restarts from now. Returns
+    ``(job_id, attempt) -> lease end`` for the accepted ones. Idempotent: an attempt already RUNNING
+    for the same ``worker_id`` under the same token counts as accepted again (a re-sent accept
+    after a lost ack). Anything else (cancelled, re-dispatched, stale token, a duplicate delivery
+    accepted by another worker) is refused and left unchanged."""
     if not keys:
-        return set()
+        return {}
     quads = [(k.job_id, k.attempt, k.token, k.version) for k in keys]
     ok = (await conn.execute(
         update(jobs)
@@ -254,14 +258,24 @@ async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str) 
                attempts.c.state == S.A_QUEUED, jobs.c.state == S.QUEUED, jobs.c.version == attempts.c.version)
         .values(state=S.RUNNING, version=jobs.c.version + 1, started_at=func.now())
         .returning(jobs.c.id, jobs.c.attempt))).all()
-    pairs = {(r[0], r[1]) for r in ok}
+    pairs = [(r[0], r[1]) for r in ok]
+    out: dict[tuple[uuid.UUID, int], datetime] = {}
     if pairs:
-        await conn.execute(
-            update(attempts).where(tuple_(attempts.c.job_id, attempts.c.attempt).in_(list(pairs)))
+        rows = (await conn.execute(
+            update(attempts).where(tuple_(attempts.c.job_id, attempts.c.attempt).in_(pairs))
             .values(state=S.A_RUNNING, accepted_at=func.now(), worker_id=worker_id,
-                    lease_expires_at=func.now() + attempts.c.lease_ms * timedelta(milliseconds=1)))
-        await mark_published(conn, list(pairs))
-    return pairs
+                    lease_expires_at=func.now() + attempts.c.lease_ms * timedelta(milliseconds=1))
+            .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at))).all()
+        out = {(r[0], r[1]): r[2] for r in rows}
+        await mark_published(conn, pairs)
+    rest = [(k.job_id, k.attempt, k.token) for k in keys if (k.job_id, k.attempt) not in out]
+    if rest:
+        again = (await conn.execute(
+            select(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at)
+            .where(tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token).in_(rest),
+                   attempts.c.state == S.A_RUNNING, attempts.c.worker_id == worker_id))).all()
+        out.update({(r[0], r[1]): r[2] for r in again})
+    return out
 
 
 async def heartbeat(conn: AsyncConnection, keys: list[AttemptKey]) -> dict[tuple[uuid.UUID, int], datetime]:

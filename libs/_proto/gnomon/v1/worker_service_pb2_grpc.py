@@ -34,7 +34,9 @@ class WorkerServiceStub:
     sends `assignments` (many per message) while the worker has credits. For each assignment the
     worker sends `accepts` when it starts the handler, `heartbeats` while it runs (each renews the
     lease of every listed attempt) and `results` when it is done; each carries the attempt's
-    (job, attempt, version, fencing token) and is answered in `acks`. An accept whose version is
+    (job, attempt, version, fencing token) and is answered in `acks`. The worker starts the handler
+    only after its accept is acknowledged ok. Accepts are idempotent for the same worker and token;
+    an accept whose version is
     stale (the job was cancelled or re-dispatched) or a result under an old attempt or fencing
     token is refused (`ok = false`, `reason` STALE_ATTEMPT / STALE_FENCING_TOKEN) and the worker
     must drop the attempt. Completion is idempotent per (job, attempt, fencing token): repeating
@@ -63,7 +65,9 @@ class WorkerServiceServicer:
     sends `assignments` (many per message) while the worker has credits. For each assignment the
     worker sends `accepts` when it starts the handler, `heartbeats` while it runs (each renews the
     lease of every listed attempt) and `results` when it is done; each carries the attempt's
-    (job, attempt, version, fencing token) and is answered in `acks`. An accept whose version is
+    (job, attempt, version, fencing token) and is answered in `acks`. The worker starts the handler
+    only after its accept is acknowledged ok. Accepts are idempotent for the same worker and token;
+    an accept whose version is
     stale (the job was cancelled or re-dispatched) or a result under an old attempt or fencing
     token is refused (`ok = false`, `reason` STALE_ATTEMPT / STALE_FENCING_TOKEN) and the worker
     must drop the attempt. Completion is idempotent per (job, attempt, fencing token): repeating
@@ -103,7 +107,9 @@ class WorkerService:
     sends `assignments` (many per message) while the worker has credits. For each assignment the
     worker sends `accepts` when it starts the handler, `heartbeats` while it runs (each renews the
     lease of every listed attempt) and `results` when it is done; each carries the attempt's
-    (job, attempt, version, fencing token) and is answered in `acks`. An accept whose version is
+    (job, attempt, version, fencing token) and is answered in `acks`. The worker starts the handler
+    only after its accept is acknowledged ok. Accepts are idempotent for the same worker and token;
+    an accept whose version is
     stale (the job was cancelled or re-dispatched) or a result under an old attempt or fencing
     token is refused (`ok = false`, `reason` STALE_ATTEMPT / STALE_FENCING_TOKEN) and the worker
     must drop the attempt. Completion is idempotent per (job, attempt, fencing token): repeating
