@@ -76,7 +76,7 @@ def test_postgres_accepts_connections(pg_server: PostgresServer) -> None:
         settings = dict(conn.execute(
             "select name, setting from pg_settings where name in "
             "('max_connections','fsync','synchronous_commit','full_page_writes','listen_addresses')").fetchall())
-    assert settings == {"max_connections": "300", "fsync": "off", "synchronous_commit": "off",
+    assert settings == {"max_connections": "300", "fsync": "off", "synchronous_commit": "on",
                         "full_page_writes": "off", "listen_addresses": "127.0.0.1"}
     engine = sa.create_engine(pg_server.url)
     try:
