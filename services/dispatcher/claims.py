@@ -68,6 +68,8 @@ class ClaimLoop:
             self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
             log.warning("claim rejected by the fence: %s", e)
             raise
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("claimed %d (limits %s)", len(claimed), limits)
         if claimed:
             faults.point("crash_after_claim")
             self.claimed_total += len(claimed)

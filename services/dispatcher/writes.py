@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -39,23 +40,30 @@ def retry_delay_s(result: store.Result, attempt: int) -> float:
 
 
 class WriteBatcher:
-    """Queues operations; a single background flusher commits them in batches."""
+    """Queues operations; ``flushers`` background tasks commit them in batches, each taking what is
+    pending when it becomes free (so a slow commit does not stall the next batch).
 
-    def __init__(self, engine: AsyncEngine, max_batch: int = 500):
-        self.engine, self.max_batch = engine, max_batch
+    Ordering: operations on one attempt never race, because the protocol orders them (a worker
+    sends a result only after its accept was acknowledged, i.e. committed). Two flushes touching the
+    same rows in different orders may deadlock; :func:`run_transaction` retries 40P01.
+    """
+
+    def __init__(self, engine: AsyncEngine, max_batch: int = 500, flushers: int = 2):
+        self.engine, self.max_batch, self.flushers = engine, max_batch, flushers
         self.pending: list[Op] = []
         self.wakeup = asyncio.Event()
-        self.task: asyncio.Task | None = None
+        self.tasks: list[asyncio.Task] = []
 
     def start(self) -> None:
-        """Starts the flusher task."""
-        self.task = asyncio.create_task(self._run())
+        """Starts the flusher tasks."""
+        self.tasks = [asyncio.create_task(self._run()) for _ in range(self.flushers)]
 
     async def stop(self) -> None:
         """Flushes what is pending and stops."""
-        if self.task:
+        if self.tasks:
             await self.flush_now()
-            self.task.cancel()
+            for t in self.tasks:
+                t.cancel()
 
     def submit(self, kind: str, item, worker_id: str = "", want_result: bool = True) -> asyncio.Future | None:
         """Queues one operation; returns a future resolved with its outcome after commit."""
@@ -71,8 +79,9 @@ class WriteBatcher:
 
     async def _run(self) -> None:
         while True:
-            await self.wakeup.wait()
-            self.wakeup.clear()
+            while not self.pending:
+                self.wakeup.clear()
+                await self.wakeup.wait()
             while self.pending:
                 try:
                     await self._flush()
@@ -102,8 +111,12 @@ class WriteBatcher:
                                                  retry_delay_s=retry_delay_s)
             return out
 
+        t0 = time.perf_counter()
         try:
             out = await run_transaction(self.engine, tx)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("flushed %s in %.1f ms", {k: len(v) for k, v in by_kind.items()},
+                          (time.perf_counter() - t0) * 1000)
         except Exception as exc:  # noqa: BLE001
             for op in batch:
                 if op.future and not op.future.done():

@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, select, tuple_, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import BigInteger, Integer, Uuid, column, func, literal, select, tuple_, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
@@ -28,6 +28,16 @@ from gnomon.common.storage.schema import attempts, jobs, outbox, shard_owners
 _ASSIGN_COLS = (jobs.c.id, jobs.c.namespace, jobs.c.shard, jobs.c.queue, jobs.c.payload, jobs.c.version,
                 jobs.c.attempt, jobs.c.idempotency_key, jobs.c.scheduled_at, jobs.c.deadline,
                 jobs.c.max_attempts, jobs.c.lease_ms, jobs.c.dispatched_at)
+
+
+def _rows(name: str, **cols: tuple[list, object]):
+    """``unnest(:a, :b, ...) AS name(a, b, ...)``: a batch of rows as one array parameter per column
+    (``cols``: column name -> (values, SQL type)). One bound array per column keeps the statement's
+    compiled form cacheable and lets the planner join on the primary key; a row-value ``IN`` list
+    of 256 pairs planned 5x slower on PostgreSQL 15. PostgreSQL and CockroachDB both accept
+    multi-argument ``unnest`` in FROM."""
+    args = [literal(vals, ARRAY(typ)) for vals, typ in cols.values()]
+    return func.unnest(*args).table_valued(*[column(n, t) for n, (_, t) in cols.items()]).render_derived(name=name)
 
 
 @dataclass(frozen=True)
@@ -215,7 +225,9 @@ async def pending_outbox(conn: AsyncConnection, *, region: str, tokens: dict[int
 async def mark_published(conn: AsyncConnection, keys: list[tuple[uuid.UUID, int]]) -> None:
     """Marks outbox rows ``(job_id, attempt)`` published (delivered to a worker stream)."""
     if keys:
-        await conn.execute(update(outbox).where(tuple_(outbox.c.job_id, outbox.c.attempt).in_(keys))
+        v = _rows("v", job_id=([k[0] for k in keys], Uuid), attempt=([k[1] for k in keys], Integer))
+        await conn.execute(update(outbox).where(outbox.c.job_id == v.c.job_id, outbox.c.attempt == v.c.attempt,
+                                                outbox.c.published_at.is_(None))
                            .values(published_at=func.now(), publish_count=outbox.c.publish_count + 1))
 
 
@@ -223,10 +235,11 @@ async def unpublish(conn: AsyncConnection, keys: list[tuple[uuid.UUID, int]]) ->
     """Puts outbox rows of still-unaccepted attempts back for re-delivery (worker released them or left)."""
     if not keys:
         return
+    v = _rows("v", job_id=([k[0] for k in keys], Uuid), attempt=([k[1] for k in keys], Integer))
     still = select(attempts.c.job_id).where(
         attempts.c.job_id == outbox.c.job_id, attempts.c.attempt == outbox.c.attempt,
         attempts.c.state == S.A_QUEUED).exists()
-    await conn.execute(update(outbox).where(tuple_(outbox.c.job_id, outbox.c.attempt).in_(keys), still)
+    await conn.execute(update(outbox).where(outbox.c.job_id == v.c.job_id, outbox.c.attempt == v.c.attempt, still)
                        .values(published_at=None))
 
 
@@ -250,29 +263,32 @@ async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str
     accepted by another worker) is refused and left unchanged."""
     if not keys:
         return {}
-    quads = [(k.job_id, k.attempt, k.token, k.version) for k in keys]
+    v = _keys(keys, with_version=True)
     ok = (await conn.execute(
         update(jobs)
-        .where(jobs.c.id == attempts.c.job_id, jobs.c.attempt == attempts.c.attempt,
-               tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token, attempts.c.version).in_(quads),
-               attempts.c.state == S.A_QUEUED, jobs.c.state == S.QUEUED, jobs.c.version == attempts.c.version)
+        .where(jobs.c.id == v.c.job_id, jobs.c.attempt == v.c.attempt, jobs.c.version == v.c.version,
+               attempts.c.job_id == v.c.job_id, attempts.c.attempt == v.c.attempt,
+               attempts.c.token == v.c.token, attempts.c.version == v.c.version,
+               attempts.c.state == S.A_QUEUED, jobs.c.state == S.QUEUED)
         .values(state=S.RUNNING, version=jobs.c.version + 1, started_at=func.now())
         .returning(jobs.c.id, jobs.c.attempt))).all()
     pairs = [(r[0], r[1]) for r in ok]
     out: dict[tuple[uuid.UUID, int], datetime] = {}
     if pairs:
+        p = _rows("p", job_id=([x[0] for x in pairs], Uuid), attempt=([x[1] for x in pairs], Integer))
         rows = (await conn.execute(
-            update(attempts).where(tuple_(attempts.c.job_id, attempts.c.attempt).in_(pairs))
+            update(attempts).where(attempts.c.job_id == p.c.job_id, attempts.c.attempt == p.c.attempt)
             .values(state=S.A_RUNNING, accepted_at=func.now(), worker_id=worker_id,
                     lease_expires_at=func.now() + attempts.c.lease_ms * timedelta(milliseconds=1))
             .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at))).all()
         out = {(r[0], r[1]): r[2] for r in rows}
         await mark_published(conn, pairs)
-    rest = [(k.job_id, k.attempt, k.token) for k in keys if (k.job_id, k.attempt) not in out]
+    rest = [k for k in keys if (k.job_id, k.attempt) not in out]
     if rest:
+        r = _keys(rest)
         again = (await conn.execute(
             select(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at)
-            .where(tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token).in_(rest),
+            .where(attempts.c.job_id == r.c.job_id, attempts.c.attempt == r.c.attempt, attempts.c.token == r.c.token,
                    attempts.c.state == S.A_RUNNING, attempts.c.worker_id == worker_id))).all()
         out.update({(r[0], r[1]): r[2] for r in again})
     return out
@@ -283,14 +299,22 @@ async def heartbeat(conn: AsyncConnection, keys: list[AttemptKey]) -> dict[tuple
     duration from now; returns ``(job_id, attempt) -> new lease end`` for those renewed."""
     if not keys:
         return {}
+    v = _keys(keys)
     rows = (await conn.execute(
         update(attempts)
-        .where(tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token).in_(
-            [(k.job_id, k.attempt, k.token) for k in keys]),
-            attempts.c.state.in_([S.A_QUEUED, S.A_RUNNING]))
+        .where(attempts.c.job_id == v.c.job_id, attempts.c.attempt == v.c.attempt, attempts.c.token == v.c.token,
+               attempts.c.state.in_([S.A_QUEUED, S.A_RUNNING]))
         .values(lease_expires_at=func.now() + attempts.c.lease_ms * timedelta(milliseconds=1))
         .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at))).all()
     return {(r[0], r[1]): r[2] for r in rows}
+
+
+def _keys(keys: list[AttemptKey], *, with_version: bool = False):
+    cols = dict(job_id=([k.job_id for k in keys], Uuid), attempt=([k.attempt for k in keys], Integer),
+                token=([k.token for k in keys], BigInteger))
+    if with_version:
+        cols["version"] = ([k.version for k in keys], BigInteger)
+    return _rows("v", **cols)
 
 
 @dataclass(frozen=True)
@@ -323,23 +347,26 @@ async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_
     fail_keys = [k for k, r in by_key.items() if not r.succeeded]
     applied: set = set()
     if ok_keys:
+        v = _keys([by_key[k].key for k in ok_keys])
         rows = (await conn.execute(
             update(attempts)
-            .where(tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token).in_(
-                [(k[0], k[1], by_key[k].key.token) for k in ok_keys]), attempts.c.state == S.A_RUNNING)
+            .where(attempts.c.job_id == v.c.job_id, attempts.c.attempt == v.c.attempt,
+                   attempts.c.token == v.c.token, attempts.c.state == S.A_RUNNING)
             .values(state=S.A_SUCCEEDED, finished_at=func.now())
             .returning(attempts.c.job_id, attempts.c.attempt))).all()
         got = [(r[0], r[1]) for r in rows]
         if got:
+            g = _rows("g", job_id=([x[0] for x in got], Uuid), attempt=([x[1] for x in got], Integer))
             await conn.execute(
-                update(jobs).where(tuple_(jobs.c.id, jobs.c.attempt).in_(got), jobs.c.state == S.RUNNING)
+                update(jobs).where(jobs.c.id == g.c.job_id, jobs.c.attempt == g.c.attempt, jobs.c.state == S.RUNNING)
                 .values(state=S.SUCCEEDED, version=jobs.c.version + 1, finished_at=func.now(), last_error=None))
         applied.update(got)
     if fail_keys:
+        v = _keys([by_key[k].key for k in fail_keys])
         rows = (await conn.execute(
             update(attempts)
-            .where(tuple_(attempts.c.job_id, attempts.c.attempt, attempts.c.token).in_(
-                [(k[0], k[1], by_key[k].key.token) for k in fail_keys]), attempts.c.state == S.A_RUNNING)
+            .where(attempts.c.job_id == v.c.job_id, attempts.c.attempt == v.c.attempt,
+                   attempts.c.token == v.c.token, attempts.c.state == S.A_RUNNING)
             .values(state=S.A_FAILED, finished_at=func.now())
             .returning(attempts.c.job_id, attempts.c.attempt))).all()
         got = [(r[0], r[1]) for r in rows]

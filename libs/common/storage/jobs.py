@@ -9,8 +9,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import and_, func, insert, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
@@ -66,10 +66,14 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
         payload=new.payload, state=SCHEDULED, version=1, scheduled_at=scheduled_at, deadline=new.deadline,
         max_attempts=new.max_attempts, attempt=0, idempotency_key=new.idempotency_key,
         lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash)
-    stmt = insert(jobs).values(**values)
-    if new.request_id is not None:
-        stmt = stmt.on_conflict_do_nothing(index_elements=["namespace", "request_id"])
-    row = (await conn.execute(stmt.returning(*jobs.c))).mappings().first()
+    if new.request_id is None:
+        # plain INSERT: its compiled form is cached (the PostgreSQL ON CONFLICT construct is not)
+        stmt = insert(jobs).values(scheduled_at=scheduled_at)
+    else:
+        stmt = pg_insert(jobs).values(scheduled_at=scheduled_at).on_conflict_do_nothing(
+            index_elements=["namespace", "request_id"])
+    values.pop("scheduled_at")
+    row = (await conn.execute(stmt.returning(*jobs.c), values)).mappings().first()
     if row is not None:
         return dict(row), True
     existing = (await conn.execute(select(jobs).where(
