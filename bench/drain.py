@@ -6,8 +6,9 @@ Per run (a fresh database each run; the embedded PostgreSQL is started **durable
 synchronous_commit on, unless ``--dsn`` points elsewhere):
 
 1. the suite starts (api, dispatcher, planner, reaper processes; etcd);
-2. enqueue: ``--jobs`` CreateJob calls through the public gRPC API, ``--enqueue-concurrency`` in
-   flight, with no worker connected (so nothing is claimed yet) -> ``enqueue_jobs_per_s``;
+2. enqueue, with no worker connected (so nothing is claimed yet): ``--single-jobs`` CreateJob calls
+   (``--enqueue-concurrency`` in flight, on a queue nobody drains) -> ``enqueue_single_jobs_per_s``;
+   then the ``--jobs`` drain jobs through BatchCreateJobs (``--batch-size`` each) -> ``enqueue_jobs_per_s``;
 3. drain: W ``gnomon worker`` processes start; the drain window runs from the first claim
    (min ``dispatched_at``, the start signal) to the last ``finished_at``, both by the database clock
    -> ``drain_jobs_per_s``;
@@ -24,7 +25,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 
@@ -63,6 +63,23 @@ async def enqueue(api: str, queue: str, n: int, concurrency: int, delay_s: float
                 if delay_s:
                     req.delay.FromMilliseconds(int(delay_s * 1000))
                 await stub.CreateJob(req, timeout=30)
+
+        await asyncio.gather(*[one_worker() for _ in range(concurrency)])
+        return n / (time.perf_counter() - t0)
+
+
+async def enqueue_batched(api: str, queue: str, n: int, batch: int, concurrency: int = 4) -> float:
+    """Creates ``n`` jobs with ``BatchCreateJobs`` of ``batch`` each, ``concurrency`` in flight; jobs/s."""
+    async with grpc.aio.insecure_channel(api) as ch:
+        stub = jg.JobServiceStub(ch)
+        sizes = [min(batch, n - i) for i in range(0, n, batch)]
+        t0 = time.perf_counter()
+
+        async def one_worker():
+            while sizes:
+                k = sizes.pop()
+                await stub.BatchCreateJobs(js.BatchCreateJobsRequest(
+                    requests=[js.CreateJobRequest(queue=queue) for _ in range(k)]), timeout=60)
 
         await asyncio.gather(*[one_worker() for _ in range(concurrency)])
         return n / (time.perf_counter() - t0)
@@ -111,15 +128,15 @@ def lag_ms(conn, queue: str) -> tuple[float, float]:
 def one_run(args, run: int, pg: PostgresServer | None) -> dict:
     db = f"bench_{uuid.uuid4().hex[:8]}"
     url = pg.create_database(db) if pg else args.dsn
-    base = tempfile.mkdtemp(prefix="gnomon-bench-")
-    suite = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=base,
+    suite = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url,
                   env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)})
     suite.start()
     try:
         api = suite.api_address
         plain = url.replace("postgresql+psycopg://", "postgresql://").replace("cockroachdb+psycopg://", "postgresql://")
         conn = psycopg.connect(plain, autocommit=True)
-        enq = asyncio.run(enqueue(api, "drain", args.jobs, args.enqueue_concurrency))
+        single = asyncio.run(enqueue(api, "single", args.single_jobs, args.enqueue_concurrency))
+        enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size))
         env = {"PYTHONPATH": ROOT}
         workers = [suite.start_worker(["drain", "lag-now", "lag-later"], "bench.handlers:noop",
                                       concurrency=args.concurrency, env=env) for _ in range(args.workers)]
@@ -133,14 +150,15 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         ok = ok and wait_done(conn, "lag-now", n_lag, 60) and wait_done(conn, "lag-later", n_lag, 60)
         now_lag, later_lag = lag_ms(conn, "lag-now"), lag_ms(conn, "lag-later")
         total = args.jobs + 2 * n_lag
-        exact = q(conn, "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs")[0]
+        exact = q(conn, "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs "
+                        "WHERE queue <> 'single'")[0]
         attempts = q(conn, "SELECT count(*) FROM attempts WHERE accepted_at IS NOT NULL")[0][0]
         ok = ok and exact == (total, total) and attempts == total
         rss = {p.role: peak_rss_mb(p.popen.pid) for p in suite.procs if p.role in ("api", "dispatcher")}
         rss["workers"] = [peak_rss_mb(w.popen.pid) for w in workers]
         conn.close()
         return {"bench": "gnomon", "run": run, "jobs": args.jobs, "workers": args.workers,
-                "enqueue_jobs_per_s": round(enq, 1), "drain_jobs_per_s": round(args.jobs / drain_s, 1) if ok else None,
+                "enqueue_jobs_per_s": round(enq, 1), "enqueue_single_jobs_per_s": round(single, 1), "drain_jobs_per_s": round(args.jobs / drain_s, 1) if ok else None,
                 "dispatch_lag_p50_ms": now_lag[0], "dispatch_lag_p99_ms": now_lag[1],
                 "dispatch_lag_due_later_p50_ms": later_lag[0], "dispatch_lag_due_later_p99_ms": later_lag[1],
                 "drain_dispatch_lag_p99_ms": drain_lag[1], "lag_rate_per_s": args.lag_rate,
@@ -158,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--dsn", default=None, help="Use this database (SQLAlchemy URL) instead of embedded PostgreSQL.")
     ap.add_argument("--concurrency", type=int, default=256, help="Credits per worker process.")
-    ap.add_argument("--enqueue-concurrency", type=int, default=64)
+    ap.add_argument("--enqueue-concurrency", type=int, default=64, help="CreateJob calls in flight.")
+    ap.add_argument("--single-jobs", type=int, default=2000, help="Jobs created one CreateJob each (not drained).")
+    ap.add_argument("--batch-size", type=int, default=500, help="Jobs per BatchCreateJobs for the drain jobs.")
     ap.add_argument("--claim-batch", type=int, default=500)
     ap.add_argument("--lag-rate", type=float, default=200.0)
     ap.add_argument("--lag-seconds", type=float, default=5.0)

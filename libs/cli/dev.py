@@ -12,7 +12,8 @@ import typer
 def dev(api: str = typer.Option("127.0.0.1:7070", "--api", help="host:port the public API listens on."),
         demo: bool = typer.Option(False, "--demo", help="Also run a demo worker and create a few demo jobs."),
         dispatchers: int = typer.Option(1, "--dispatchers", min=1, max=16, help="Dispatcher processes."),
-        data_dir: str = typer.Option("", "--data-dir", help="Where servers keep data and logs (default: a temp dir)."),
+        data_dir: str = typer.Option("", "--data-dir", help="Where servers keep data and logs, kept after exit "
+                                     "(default: a temp dir, removed on exit)."),
         database_url: str = typer.Option("", "--database-url", help="Use this database instead of embedded PostgreSQL.")
         ) -> None:
     """Start PostgreSQL, etcd, api, planner, dispatcher(s) and reaper; stop everything on Ctrl-C."""
@@ -67,13 +68,14 @@ def _demo(suite, stop: threading.Event) -> None:
             for n in names:
                 j = c.get_job(n)
                 if seen.get(n) != j.state:
+                    first_seen_dispatched = seen.get(n) in (None, "SCHEDULED") and j.dispatch_time is not None
                     seen[n] = j.state
-                    if j.state in ("QUEUED", "RUNNING") and j.dispatch_time:
+                    if first_seen_dispatched:
                         lag = (j.dispatch_time - j.schedule_time).total_seconds() * 1000
                         typer.echo(f"dispatched {n}  attempt {j.attempt}  dispatch lag {lag:.1f} ms")
-                    elif j.state == "SUCCEEDED":
+                    if j.state == "SUCCEEDED":
                         typer.echo(f"finished   {n}  {j.state} at {j.finish_time.isoformat()}")
-                    elif j.state not in ("SCHEDULED",):
-                        typer.echo(f"{j.state.lower():<10} {n}")
+                    elif j.state not in ("SCHEDULED", "QUEUED", "RUNNING"):
+                        typer.echo(f"{j.state.lower():<10} {n}  {j.last_error}")
             time.sleep(0.05)
     typer.echo("demo jobs done; the suite keeps running")

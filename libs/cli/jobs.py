@@ -17,9 +17,13 @@ NS = typer.Option("default", "--namespace", "-n", help="Namespace (tenant).")
 def fail(err) -> None:
     """Prints a server error (status, reason, field violations) to stderr and exits 1."""
     code = getattr(getattr(err, "code", None), "name", "ERROR")
-    typer.echo(f"error: {code}: {getattr(err, 'message', str(err))}", err=True)
-    for field, desc in getattr(err, "field_violations", []) or []:
-        typer.echo(f"  {field}: {desc}", err=True)
+    violations = getattr(err, "field_violations", []) or []
+    if violations:
+        typer.echo(f"error: {code}: invalid request", err=True)
+        for field, desc in violations:
+            typer.echo(f"  {field}: {desc}", err=True)
+    else:
+        typer.echo(f"error: {code}: {getattr(err, 'message', str(err))}", err=True)
     raise typer.Exit(1)
 
 

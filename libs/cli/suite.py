@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,7 +57,8 @@ class Suite:
 
     ``database_url``: use an existing database instead of starting PostgreSQL (migrated on start).
     ``durable``: keep fsync/synchronous_commit on in the embedded PostgreSQL (benchmarks).
-    ``env``: extra ``GNOMON_*`` settings for every service.
+    ``env``: extra ``GNOMON_*`` settings for every service. A ``base_dir`` the suite created itself
+    (a temp dir) is removed on :meth:`stop` unless ``keep_dir``.
     """
 
     api_listen: str = "127.0.0.1:7070"
@@ -65,6 +67,7 @@ class Suite:
     durable: bool = False
     base_dir: str | None = None
     env: dict = field(default_factory=dict)
+    keep_dir: bool = False
     pg: PostgresServer | None = None
     etcd: EtcdCluster | None = None
     procs: list[Proc] = field(default_factory=list)
@@ -73,6 +76,7 @@ class Suite:
         """Starts servers, migrates, starts api, planner, dispatcher(s), reaper; waits until healthy."""
         from gnomon.common.storage.migrations import upgrade
 
+        self._own_dir = self.base_dir is None
         self.base_dir = self.base_dir or tempfile.mkdtemp(prefix="gnomon-dev-")
         os.makedirs(self.base_dir, exist_ok=True)
         os.chmod(self.base_dir, 0o755)   # the PostgreSQL server runs as OS user postgres and must traverse it
@@ -152,6 +156,8 @@ class Suite:
             self.etcd.stop()
         if self.pg:
             self.pg.stop()
+        if getattr(self, "_own_dir", False) and not self.keep_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
 
     def status(self) -> list[dict]:
         """Every process started, as dicts."""

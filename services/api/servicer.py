@@ -14,7 +14,7 @@ from gnomon._proto.gnomon.v1 import (cluster_service_pb2, cluster_service_pb2_gr
 from gnomon.api.convert import job_to_proto
 from gnomon.api.hints import DispatcherHints
 from gnomon.api.names import parse_job_name, parse_parent
-from gnomon.api.validation import validate_create
+from gnomon.api.validation import validate_batch, validate_create
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError
 from gnomon.common.coordination.registry import list_dispatchers
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
@@ -39,6 +39,16 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
                 seconds=self.prefetch_s):
             self.hints.wake(row["scheduled_at"])
         return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
+
+    async def BatchCreateJobs(self, request, context):
+        batch = validate_batch(request.parent, request.requests, region=self.region, shards=self.shards)
+        rows = await run_transaction(self.engine, lambda c: jobs_store.insert_jobs(c, batch))
+        if self.hints is not None:
+            soon = [r["scheduled_at"] for r in rows
+                    if r["scheduled_at"] <= r["created_at"] + timedelta(seconds=self.prefetch_s)]
+            if soon:
+                self.hints.wake(min(soon))
+        return job_service_pb2.BatchCreateJobsResponse(jobs=[job_to_proto(r) for r in rows])
 
     async def GetJob(self, request, context):
         ns, job_id = parse_job_name(request.name)

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 
 from gnomon._proto.gnomon.v1 import job_service_pb2
 from gnomon.api.names import parse_parent
-from gnomon.common.errors import InvalidArgument, Validator
+from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.storage.jobs import NewJob, shard_of
 
 QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -113,3 +113,31 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
                   payload=bytes(req.payload), schedule_at=schedule_at, delay=delay, deadline=deadline,
                   max_attempts=max_attempts, idempotency_key=req.idempotency_key or str(job_id), lease=lease,
                   request_id=request_id, request_hash=request_fingerprint(req) if request_id else None)
+
+
+MAX_BATCH = 1000
+
+
+def validate_batch(parent: str, requests, *, region: str, shards: int) -> list[NewJob]:
+    """Validates a BatchCreateJobs request; violations name ``requests[i].field``.
+
+    Raises :class:`InvalidArgument` listing every violation of every request (nothing is written).
+    """
+    v = Validator()
+    ns_parent = f"namespaces/{parse_parent(parent)}"
+    if not (1 <= len(requests) <= MAX_BATCH):
+        v.add("requests", f"give 1 to {MAX_BATCH} requests")
+        v.raise_if_any()
+    out = []
+    for i, r in enumerate(requests):
+        if r.parent and r.parent != ns_parent:
+            v.add(f"requests[{i}].parent", "must be empty or equal the batch parent")
+        item = type(r)()
+        item.CopyFrom(r)
+        item.parent = ns_parent
+        try:
+            out.append(validate_create(item, region=region, shards=shards))
+        except InvalidArgument as e:
+            v.violations += [FieldViolation(f"requests[{i}].{x.field}", x.description) for x in e.violations]
+    v.raise_if_any()
+    return out

@@ -177,3 +177,31 @@ async def test_list_pages_through_all_jobs_filtered_by_queue_and_state(api):
         await stub.ListJobs(js.ListJobsRequest(queue="b", page_token=r.next_page_token or "garbage"))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert [v.field for v in decode(e.value)[2].field_violations] == ["page_token"]
+
+
+async def test_batch_create_is_atomic_and_names_the_bad_item(api):
+    stub, engine = api
+    good = [js.CreateJobRequest(queue="bulk", payload=str(i).encode()) for i in range(5)]
+    bad = good + [js.CreateJobRequest(queue="Bad!"), js.CreateJobRequest(queue="bulk", max_attempts=0)]
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.BatchCreateJobs(js.BatchCreateJobsRequest(requests=bad))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert [v.field for v in decode(e.value)[2].field_violations] == ["requests[5].queue", "requests[6].max_attempts"]
+    assert await count_jobs(engine) == 0
+    r = await stub.BatchCreateJobs(js.BatchCreateJobsRequest(parent="namespaces/acme", requests=good + [
+        js.CreateJobRequest(queue="bulk", delay=duration_pb2.Duration(seconds=60))]))
+    assert [j.payload for j in r.jobs[:5]] == [b"0", b"1", b"2", b"3", b"4"]
+    assert all(j.name.startswith("namespaces/acme/jobs/") and j.state == job_pb2.JOB_STATE_SCHEDULED for j in r.jobs)
+    assert r.jobs[5].schedule_time.ToDatetime() - r.jobs[5].create_time.ToDatetime() == timedelta(seconds=60)
+    assert await count_jobs(engine) == 6
+    # a reused request_id with a different request fails the whole batch
+    rid = str(uuid.uuid4())
+    await stub.CreateJob(js.CreateJobRequest(queue="bulk", request_id=rid))
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.BatchCreateJobs(js.BatchCreateJobsRequest(requests=good + [
+            js.CreateJobRequest(queue="other", request_id=rid)]))
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    assert await count_jobs(engine) == 7
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.BatchCreateJobs(js.BatchCreateJobsRequest())
+    assert [v.field for v in decode(e.value)[2].field_violations] == ["requests"]

@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, insert, or_, select
+from sqlalchemy import Integer, and_, bindparam, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -82,6 +82,39 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
         raise AlreadyExists(f"request_id {new.request_id} was already used with a different request",
                             metadata={"job": f"namespaces/{new.namespace}/jobs/{existing['id']}"})
     return dict(existing), False
+
+
+async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict]:
+    """Inserts a batch atomically; returns the rows in input order.
+
+    Plain jobs go in one multi-row INSERT whose ``scheduled_at`` is the given instant or
+    ``now() + delay`` (database clock). Jobs with a ``request_id`` (idempotent) or with a deadline
+    relative to the database clock go through :func:`insert_job`, so a reused ``request_id`` with a
+    different request raises :class:`AlreadyExists` and the caller's transaction rolls back the batch.
+    """
+    out: list[dict | None] = [None] * len(batch)
+    plain = []
+    for i, n in enumerate(batch):
+        if n.request_id is not None or (n.deadline is not None and n.schedule_at is None):
+            out[i], _ = await insert_job(conn, n)
+        else:
+            plain.append(i)
+    if plain:
+        rows = [dict(id=n.id, namespace=n.namespace, region=n.region, shard=n.shard, queue=n.queue,
+                     payload=n.payload, state=SCHEDULED, version=1, p_at=n.schedule_at,
+                     p_delay_ms=int((n.delay or timedelta(0)).total_seconds() * 1000), deadline=n.deadline,
+                     max_attempts=n.max_attempts, attempt=0, idempotency_key=n.idempotency_key,
+                     lease_ms=int(n.lease.total_seconds() * 1000))
+                for n in (batch[i] for i in plain)]
+        stmt = insert(jobs).values(scheduled_at=func.coalesce(
+            bindparam("p_at", type_=jobs.c.scheduled_at.type),
+            func.now() + bindparam("p_delay_ms", type_=Integer) * timedelta(milliseconds=1)))
+        await conn.execute(stmt, rows)
+        got = (await conn.execute(select(jobs).where(jobs.c.id.in_([batch[i].id for i in plain])))).mappings().all()
+        by_id = {r["id"]: dict(r) for r in got}
+        for i in plain:
+            out[i] = by_id[batch[i].id]
+    return out  # type: ignore[return-value]
 
 
 async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> dict:

@@ -74,3 +74,17 @@ class ListJobsResponse(_message.Message):
     jobs: _containers.RepeatedCompositeFieldContainer[_job_pb2.Job]
     next_page_token: str
     def __init__(self, jobs: _Optional[_Iterable[_Union[_job_pb2.Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class BatchCreateJobsRequest(_message.Message):
+    __slots__ = ("parent", "requests")
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    parent: str
+    requests: _containers.RepeatedCompositeFieldContainer[CreateJobRequest]
+    def __init__(self, parent: _Optional[str] = ..., requests: _Optional[_Iterable[_Union[CreateJobRequest, _Mapping]]] = ...) -> None: ...
+
+class BatchCreateJobsResponse(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[_job_pb2.Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_job_pb2.Job, _Mapping]]] = ...) -> None: ...

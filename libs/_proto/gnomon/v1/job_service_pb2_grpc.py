@@ -54,6 +54,11 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_job__service__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_job__service__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
+        self.BatchCreateJobs = channel.unary_unary(
+                '/gnomon.v1.JobService/BatchCreateJobs',
+                request_serializer=gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -86,6 +91,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BatchCreateJobs(self, request, context):
+        """Creates up to 1000 jobs atomically (AIP-233): all are created, or none is and the error's
+        field violations name `requests[i].field`. Each request follows CreateJob's rules, including
+        `request_id` idempotency; `requests[i].parent` must be empty or equal `parent`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -103,6 +117,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListJobs,
                     request_deserializer=gnomon_dot_v1_dot_job__service__pb2.ListJobsRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_job__service__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'BatchCreateJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.BatchCreateJobs,
+                    request_deserializer=gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -190,6 +209,33 @@ class JobService:
             '/gnomon.v1.JobService/ListJobs',
             gnomon_dot_v1_dot_job__service__pb2.ListJobsRequest.SerializeToString,
             gnomon_dot_v1_dot_job__service__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BatchCreateJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/BatchCreateJobs',
+            gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsRequest.SerializeToString,
+            gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
