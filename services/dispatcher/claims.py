@@ -46,35 +46,43 @@ class ClaimLoop:
         if self._task:
             self._task.cancel()
 
-    async def claim_once(self) -> int:
-        """One claim transaction over all targets with credits; returns the number claimed.
+    async def claim_once(self) -> tuple[int, float | None]:
+        """One claim transaction over all targets with credits. Returns ``(claimed, next_due_s)``:
+        when every target got fewer jobs than it asked for, the same transaction also reads how
+        long (database clock, seconds) until the next job of the owned shards is due within
+        ``prefetch_s`` (``None``: none that close; 0: due now but locked by another claimer).
         Raises :class:`StaleFencingToken` (after dropping the shards) if fenced off."""
         tokens = self.shards.tokens()
         cap = self.registry.capacity()
         if not tokens or not cap:
-            return 0
+            return 0, None
         limits = {t: min(self.settings.claim_batch, n) for t, n in cap.items()}
 
         async def tx(conn):
-            out = []
+            out, full = [], False
             for target, n in limits.items():
-                out += await store.claim_due(conn, region=self.region, tokens=tokens, targets=[target], limit=n,
-                                             dispatcher_id=self.dispatcher_id)
-            return out
+                got = await store.claim_due(conn, region=self.region, tokens=tokens, targets=[target], limit=n,
+                                            dispatcher_id=self.dispatcher_id)
+                full = full or len(got) >= n
+                out += got
+            delay = None if full else await store.next_due_in(
+                conn, region=self.region, shards=list(tokens), targets=list(limits),
+                horizon_s=self.settings.prefetch_s)
+            return out, (0.0 if full else delay)
 
         try:
-            claimed = await run_transaction(self.engine, tx)
+            claimed, delay = await run_transaction(self.engine, tx)
         except StaleFencingToken as e:
             self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
             log.warning("claim rejected by the fence: %s", e)
             raise
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("claimed %d (limits %s)", len(claimed), limits)
+            log.debug("claimed %d (limits %s), next due in %s s", len(claimed), limits, delay)
         if claimed:
             faults.point("crash_after_claim")
             self.claimed_total += len(claimed)
             self.relay.deliver(claimed)
-        return len(claimed)
+        return len(claimed), delay
 
     async def _sleep(self, seconds: float) -> None:
         try:
@@ -87,22 +95,13 @@ class ClaimLoop:
         s = self.settings
         while True:
             try:
-                n = await self.claim_once()
-                if n and n >= min(s.claim_batch, 1):
-                    # more may be due right now: loop without sleeping while we filled credits
-                    if self.registry.capacity():
-                        continue
-                tokens, cap = self.shards.tokens(), self.registry.capacity()
-                if not tokens or not cap:
-                    await self._sleep(s.max_idle_poll_s)
-                    continue
-                delay = await run_transaction(self.engine, lambda c: store.next_due_in(
-                    c, region=self.region, shards=list(tokens), targets=list(cap), horizon_s=s.prefetch_s))
+                n, delay = await self.claim_once()
+                if n and delay == 0.0 and self.registry.capacity():
+                    continue                      # a full batch: more is probably due right now
                 if delay is None:
                     await self._sleep(s.max_idle_poll_s)
                 elif delay <= 0:
-                    # due but locked by another claimer or just claimed elsewhere: brief pause
-                    await self._sleep(0.005)
+                    await self._sleep(0.005)      # due but locked by another claimer, or no credits left
                 else:
                     await self._sleep(min(delay, s.max_idle_poll_s))
             except StaleFencingToken:

@@ -1,18 +1,21 @@
-"""The outbox relay: delivers claimed attempts to worker streams and marks them published.
+"""The outbox relay: delivers claimed attempts to worker streams.
 
-Fast path: right after a claim commits, the claimed attempts are handed to streams with credits
-and their outbox rows are marked published in the next batched write. Recovery path: every
-``relay_interval_s`` the relay re-reads unpublished outbox rows of its shards (a previous owner died
-between claim commit and delivery, a worker released an attempt or disconnected before accepting),
-re-fences them under the current token and delivers them again. A crash between delivering and
-marking means a second delivery of the same attempt: the worker's accept of the duplicate is
-refused (the attempt is already RUNNING), so it does not run twice under current tokens.
+An outbox row counts as **published** once a worker accepted its attempt (the accept transaction
+marks it); until then the attempt is "in flight" on a live stream (:meth:`SessionRegistry.in_flight`).
+Fast path: right after a claim commits, the claimed attempts are handed to streams with credits.
+Recovery path: every ``relay_interval_s`` the relay re-reads unpublished outbox rows of its shards
+that no live stream holds (a previous owner died between claim commit and delivery; a worker
+released an attempt or disconnected before accepting; no worker had credits at claim time),
+re-fences them under the current token and delivers them again. A duplicate delivery is harmless:
+the accept of the second copy is refused (the attempt is already RUNNING for another worker), and
+a worker starts a handler only after its accept is acknowledged.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import defaultdict
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,17 +24,14 @@ from gnomon.common.errors import GnomonError, StaleFencingToken
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_duration, to_timestamp
-from gnomon.dispatcher.sessions import Key, SessionRegistry
+from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.shards import ShardOwnership
-from gnomon.dispatcher.writes import WriteBatcher
 
 log = logging.getLogger(__name__)
 
 
 def assignment(c: store.Claimed) -> wpb.Assignment:
     """The wire form of a claimed attempt."""
-    from datetime import timedelta
-
     a = wpb.Assignment(
         attempt=wpb.AttemptRef(job=f"namespaces/{c.namespace}/jobs/{c.job_id}", attempt=c.attempt,
                                version=c.version, fencing_token=c.token),
@@ -44,14 +44,12 @@ def assignment(c: store.Claimed) -> wpb.Assignment:
 
 
 class Relay:
-    """Delivers :class:`store.Claimed` attempts to sessions; keeps ``in_flight`` (delivered, not yet
-    marked published) so the recovery scan does not deliver them twice."""
+    """Delivers :class:`store.Claimed` attempts to sessions and recovers undelivered outbox rows."""
 
     def __init__(self, engine: AsyncEngine, registry: SessionRegistry, shards: ShardOwnership,
-                 writes: WriteBatcher, *, region: str, interval_s: float, batch: int):
-        self.engine, self.registry, self.shards, self.writes = engine, registry, shards, writes
+                 *, region: str, interval_s: float, batch: int):
+        self.engine, self.registry, self.shards = engine, registry, shards
         self.region, self.interval_s, self.batch = region, interval_s, batch
-        self.in_flight: set[Key] = set()
         self.delivered = 0
         self._task: asyncio.Task | None = None
 
@@ -69,12 +67,7 @@ class Relay:
             per_session[s].append(c)
         for s, items in per_session.items():
             s.out.put_nowait(wpb.LeaseResponse(assignments=wpb.Assignments(assignments=[assignment(c) for c in items])))
-            for c in items:
-                key = (c.job_id, c.attempt)
-                self.in_flight.add(key)
-                fut = self.writes.submit("published", key)
-                fut.add_done_callback(lambda _f, key=key: self.in_flight.discard(key))
-                self.delivered += 1
+            self.delivered += len(items)
         return sum(len(v) for v in per_session.values())
 
     def start(self) -> None:
@@ -102,8 +95,8 @@ class Relay:
             return 0
         try:
             rows = await run_transaction(self.engine, lambda c: store.pending_outbox(
-                c, region=self.region, tokens=tokens, exclude=set(self.in_flight), limit=min(cap, self.batch),
-                min_age_s=self.interval_s))
+                c, region=self.region, tokens=tokens, exclude=self.registry.in_flight(),
+                limit=min(cap, self.batch), min_age_s=self.interval_s))
         except StaleFencingToken as e:
             self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
             return 0
@@ -111,7 +104,8 @@ class Relay:
             log.warning("outbox scan: %s", e)
             return 0
         # A claim may have committed and delivered while this scan ran: never deliver those twice.
-        rows = [r for r in rows if (r.job_id, r.attempt) not in self.in_flight]
+        held = self.registry.in_flight()
+        rows = [r for r in rows if (r.job_id, r.attempt) not in held]
         if rows:
             log.info("re-delivering %d unpublished outbox rows", len(rows))
         return self.deliver(rows)

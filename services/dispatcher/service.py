@@ -50,7 +50,7 @@ class Dispatcher:
         self.shards = ShardOwnership(self.etcd, self.engine, prefix=self.etcd_s.prefix, region=self.cluster.region,
                                      shards=self.cluster.shards, dispatcher_id=self.id, address=self.address,
                                      ttl_s=self.etcd_s.lease_ttl_s, scan_s=self.settings.shard_scan_s)
-        self.relay = Relay(self.engine, self.registry, self.shards, self.writes, region=self.cluster.region,
+        self.relay = Relay(self.engine, self.registry, self.shards, region=self.cluster.region,
                            interval_s=self.settings.relay_interval_s, batch=self.settings.claim_batch)
         self.claims = ClaimLoop(self.engine, self.shards, self.registry, self.relay, self.settings,
                                 region=self.cluster.region, dispatcher_id=self.id)

@@ -74,9 +74,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             reader.cancel()
             self.registry.remove(session)
             unaccepted = [k for k in session.held if k not in session.accepted]
-            for k in unaccepted:
-                self.writes.submit("unpublish", k, want_result=False)
-            log.info("worker %s disconnected (%d unaccepted attempts returned to the outbox)",
+            # their outbox rows are still unpublished: the relay's recovery scan re-delivers them
+            log.info("worker %s disconnected (%d unaccepted attempts go back to the outbox)",
                      session.worker_id, len(unaccepted))
 
     async def _read(self, s: WorkerSession, it) -> None:
@@ -167,15 +166,16 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self._ack_later(s, futs, wpb.ACK_KIND_RESULT, build)
 
     def _releases(self, s: WorkerSession, refs) -> None:
-        futs = []
+        """Unstarted attempts handed back: forget them here; their outbox rows are unpublished, so
+        the relay's recovery scan re-delivers them (to any worker)."""
+        acks = []
         for ref in refs:
             k = _key(ref)
-            if k is None:
-                continue
-            s.held.pop((k.job_id, k.attempt), None)
-            futs.append((ref, self.writes.submit("unpublish", (k.job_id, k.attempt))))
-        self._ack_later(s, futs, wpb.ACK_KIND_RELEASE,
-                        lambda ref, _ok: wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_RELEASE, ok=True))
+            if k is not None and (k.job_id, k.attempt) not in s.accepted:
+                s.held.pop((k.job_id, k.attempt), None)
+            acks.append(wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_RELEASE, ok=True))
+        if acks:
+            s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
 
     def close_all(self) -> None:
         """Ends every stream (drain)."""

@@ -62,6 +62,11 @@ class SessionRegistry:
                     cap[(s.namespace, q)] = cap.get((s.namespace, q), 0) + s.credits
         return cap
 
+    def in_flight(self) -> set[Key]:
+        """Attempts delivered to a live stream and not accepted yet. Their outbox rows are still
+        unpublished (an accept marks them published), so the relay's recovery scan skips them."""
+        return {k for s in self.sessions.values() for k in s.held if k not in s.accepted}
+
     def pick(self, namespace: str, queue: str) -> WorkerSession | None:
         """A session with a free credit for the queue (round robin), or None."""
         cands = [s for s in self.sessions.values()

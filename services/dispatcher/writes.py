@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Op:
-    """One pending write: ``kind`` in accept|heartbeat|result|published|unpublish."""
+    """One pending write: ``kind`` in accept|heartbeat|result."""
 
     kind: str
     item: object
@@ -97,8 +97,6 @@ class WriteBatcher:
 
         async def tx(conn):
             out = {}
-            await store.mark_published(conn, [op.item for op in by_kind.get("published", [])])
-            await store.unpublish(conn, [op.item for op in by_kind.get("unpublish", [])])
             accepted: dict = {}
             by_worker: dict[str, list] = defaultdict(list)
             for op in by_kind.get("accept", []):
@@ -131,5 +129,3 @@ class WriteBatcher:
                 op.future.set_result(out["heartbeat"].get((op.item.job_id, op.item.attempt)))
             elif op.kind == "result":
                 op.future.set_result(out["result"].get((op.item.key.job_id, op.item.key.attempt), "STALE_ATTEMPT"))
-            else:
-                op.future.set_result(True)

@@ -223,24 +223,13 @@ async def pending_outbox(conn: AsyncConnection, *, region: str, tokens: dict[int
 
 
 async def mark_published(conn: AsyncConnection, keys: list[tuple[uuid.UUID, int]]) -> None:
-    """Marks outbox rows ``(job_id, attempt)`` published (delivered to a worker stream)."""
+    """Marks outbox rows ``(job_id, attempt)`` published (their attempt was accepted by a worker, or
+    is no longer waiting for one)."""
     if keys:
         v = _rows("v", job_id=([k[0] for k in keys], Uuid), attempt=([k[1] for k in keys], Integer))
         await conn.execute(update(outbox).where(outbox.c.job_id == v.c.job_id, outbox.c.attempt == v.c.attempt,
                                                 outbox.c.published_at.is_(None))
                            .values(published_at=func.now(), publish_count=outbox.c.publish_count + 1))
-
-
-async def unpublish(conn: AsyncConnection, keys: list[tuple[uuid.UUID, int]]) -> None:
-    """Puts outbox rows of still-unaccepted attempts back for re-delivery (worker released them or left)."""
-    if not keys:
-        return
-    v = _rows("v", job_id=([k[0] for k in keys], Uuid), attempt=([k[1] for k in keys], Integer))
-    still = select(attempts.c.job_id).where(
-        attempts.c.job_id == outbox.c.job_id, attempts.c.attempt == outbox.c.attempt,
-        attempts.c.state == S.A_QUEUED).exists()
-    await conn.execute(update(outbox).where(outbox.c.job_id == v.c.job_id, outbox.c.attempt == v.c.attempt, still)
-                       .values(published_at=None))
 
 
 @dataclass(frozen=True)
