@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Integer, and_, bindparam, func, insert, or_, select
+from sqlalchemy import Integer, Interval, and_, bindparam, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -44,6 +44,15 @@ def shard_of(job_id: uuid.UUID, shards: int) -> int:
     return int.from_bytes(job_id.bytes[:8], "big") % shards
 
 
+_SCHEDULED_AT = func.coalesce(bindparam("p_at", type_=jobs.c.scheduled_at.type),
+                              func.now() + bindparam("p_delay", type_=Interval))
+#: Prebuilt (its compiled form and cache key are reused on every call).
+INSERT_JOB = insert(jobs).values(scheduled_at=_SCHEDULED_AT).returning(*jobs.c)
+#: With a request_id: a repeat is a no-op (the PostgreSQL ON CONFLICT construct is not cacheable; rare path).
+INSERT_JOB_IDEMPOTENT = (pg_insert(jobs).values(scheduled_at=_SCHEDULED_AT)
+                         .on_conflict_do_nothing(index_elements=["namespace", "request_id"]).returning(*jobs.c))
+
+
 async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
     """Inserts a SCHEDULED job; returns ``(row, created)``.
 
@@ -59,21 +68,15 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
             raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
     elif new.deadline is not None and new.deadline <= new.schedule_at:
         raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
-    # scheduled_at is computed by the database clock in the INSERT itself (one round trip)
-    scheduled_at = new.schedule_at if new.schedule_at is not None else func.now() + (new.delay or timedelta(0))
     values = dict(
         id=new.id, namespace=new.namespace, region=new.region, shard=new.shard, queue=new.queue,
-        payload=new.payload, state=SCHEDULED, version=1, scheduled_at=scheduled_at, deadline=new.deadline,
+        payload=new.payload, state=SCHEDULED, version=1, deadline=new.deadline,
         max_attempts=new.max_attempts, attempt=0, idempotency_key=new.idempotency_key,
         lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash)
-    if new.request_id is None:
-        # plain INSERT: its compiled form is cached (the PostgreSQL ON CONFLICT construct is not)
-        stmt = insert(jobs).values(scheduled_at=scheduled_at)
-    else:
-        stmt = pg_insert(jobs).values(scheduled_at=scheduled_at).on_conflict_do_nothing(
-            index_elements=["namespace", "request_id"])
-    values.pop("scheduled_at")
-    row = (await conn.execute(stmt.returning(*jobs.c), values)).mappings().first()
+    # scheduled_at is the given instant or now() + delay, by the database clock, in the INSERT itself
+    values.update(p_at=new.schedule_at, p_delay=new.delay or timedelta(0))
+    stmt = INSERT_JOB if new.request_id is None else INSERT_JOB_IDEMPOTENT
+    row = (await conn.execute(stmt, values)).mappings().first()
     if row is not None:
         return dict(row), True
     existing = (await conn.execute(select(jobs).where(
