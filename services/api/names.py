@@ -15,7 +15,7 @@ def parse_parent(parent: str, field: str = "parent") -> str:
     if not parent:
         return DEFAULT_NAMESPACE
     parts = parent.split("/")
-    if len(parts) != 2 or parts[0] != "namespaces" or not NAMESPACE_RE.match(parts[1]):
+    if len(parts) != 2 or parts[0] != "namespaces" or not NAMESPACE_RE.fullmatch(parts[1]):
         raise InvalidArgument([FieldViolation(field, "must be namespaces/{namespace}, namespace matching "
                                                      "[a-z0-9-]{1,63} (no leading/trailing '-')")])
     return parts[1]
@@ -24,7 +24,7 @@ def parse_parent(parent: str, field: str = "parent") -> str:
 def parse_job_name(name: str, field: str = "name") -> tuple[str, uuid.UUID]:
     """``namespaces/{ns}/jobs/{uuid}`` -> ``(ns, uuid)``; INVALID_ARGUMENT otherwise."""
     parts = name.split("/")
-    if len(parts) == 4 and parts[0] == "namespaces" and parts[2] == "jobs" and NAMESPACE_RE.match(parts[1]):
+    if len(parts) == 4 and parts[0] == "namespaces" and parts[2] == "jobs" and NAMESPACE_RE.fullmatch(parts[1]):
         try:
             return parts[1], uuid.UUID(parts[3])
         except ValueError:

@@ -72,7 +72,7 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
     if not req.queue:
         v.add("queue", "is required")
     else:
-        v.check(bool(QUEUE_RE.match(req.queue)), "queue",
+        v.check(bool(QUEUE_RE.fullmatch(req.queue)), "queue",
                 "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit")
     v.check(len(req.payload) <= MAX_PAYLOAD_BYTES, "payload",
             f"is {len(req.payload)} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB)")
@@ -102,7 +102,7 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
         except ValueError:
             v.add("request_id", "must be a UUID in its canonical 8-4-4-4-12 form (AIP-155)")
     if req.idempotency_key:
-        v.check(bool(PRINTABLE_RE.match(req.idempotency_key)), "idempotency_key",
+        v.check(bool(PRINTABLE_RE.fullmatch(req.idempotency_key)), "idempotency_key",
                 "must be 1-255 printable ASCII characters without spaces")
     lease = DEFAULT_LEASE
     if req.HasField("lease_duration"):

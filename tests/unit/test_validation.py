@@ -21,7 +21,7 @@ def ts(seconds: int, nanos: int = 0) -> timestamp_pb2.Timestamp:
     return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
 
 
-@pytest.mark.parametrize("queue", ["", "Has-Upper", "-starts-with-dash", "a" * 65, "spa ce", "é"])
+@pytest.mark.parametrize("queue", ["", "Has-Upper", "-starts-with-dash", "a" * 65, "spa ce", "é", "a\n"])
 def test_bad_queue_names(queue):
     assert fields(js.CreateJobRequest(queue=queue)) == ["queue"]
 
