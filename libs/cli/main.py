@@ -1,6 +1,7 @@
 """The ``gnomon`` command line (Typer): services, the dev suite, jobs and workers."""
 from __future__ import annotations
 
+import importlib
 import os
 from typing import Optional
 
@@ -29,40 +30,25 @@ def _env(database_url, etcd, listen, region) -> None:
             os.environ[k] = v
 
 
-@app.command()
-def api(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
-        region: Optional[str] = REGION) -> None:
-    """Run the API service (JobService, ClusterService) against an external database and etcd."""
-    _env(database_url, etcd, listen, region)
-    from gnomon.api.service import main
-    main()
+SERVICES = {
+    "api": ("gnomon.api.service", "Run the API service (JobService, ClusterService) against an external database and etcd."),
+    "dispatcher": ("gnomon.dispatcher.service",
+                   "Run a dispatcher (shard owner, claims, outbox relay, worker lease streams)."),
+    "planner": ("gnomon.planner.service", "Run the planner (recurring schedules; health only until issue 3 lands)."),
+    "reaper": ("gnomon.reaper.service", "Run the reaper (lease expiry, deadlines; health only until issue 4 lands)."),
+}
 
 
-@app.command()
-def dispatcher(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
-               region: Optional[str] = REGION) -> None:
-    """Run a dispatcher (shard owner, claims, outbox relay, worker lease streams)."""
-    _env(database_url, etcd, listen, region)
-    from gnomon.dispatcher.service import main
-    main()
+def _service_command(module: str):
+    def command(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
+                region: Optional[str] = REGION) -> None:
+        _env(database_url, etcd, listen, region)
+        importlib.import_module(module).main()
+    return command
 
 
-@app.command()
-def planner(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
-            region: Optional[str] = REGION) -> None:
-    """Run the planner (recurring schedules; health only until issue 3 lands)."""
-    _env(database_url, etcd, listen, region)
-    from gnomon.planner.service import main
-    main()
-
-
-@app.command()
-def reaper(database_url: Optional[str] = DB, etcd: Optional[str] = ETCD, listen: Optional[str] = LISTEN,
-           region: Optional[str] = REGION) -> None:
-    """Run the reaper (lease expiry, deadlines; health only until issue 4 lands)."""
-    _env(database_url, etcd, listen, region)
-    from gnomon.reaper.service import main
-    main()
+for _role, (_module, _help) in SERVICES.items():
+    app.command(_role, help=_help)(_service_command(_module))
 
 
 @app.command()
