@@ -22,9 +22,13 @@ from gnomon.common.storage.schema import attempts, jobs, outbox
 SHARDS = 4
 
 
-@pytest.fixture
-async def engine(db_url):
-    e = make_engine(DatabaseSettings(url=db_url), pool_size=2)
+@pytest.fixture(params=["postgresql", "cockroachdb"])
+async def engine(db_url, request):
+    """The same queries through both dialects: PostgreSQL (default) and the production
+    ``cockroachdb+psycopg`` dialect (which also runs against PostgreSQL, STACK.md section 5)."""
+    url = db_url if request.param == "postgresql" else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    e = make_engine(DatabaseSettings(url=url), pool_size=2)
+    assert e.dialect.name == request.param
     yield e
     await e.dispose()
 
