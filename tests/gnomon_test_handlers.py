@@ -1,6 +1,6 @@
 """Handlers run by worker processes in the end-to-end tests (imported as ``gnomon_test_handlers``
 with ``tests/`` on PYTHONPATH). Each execution appends one line to ``$GNOMON_TEST_RECORD``:
-``<job name> <attempt> <idempotency key> <fencing token> <wall clock unix seconds>``.
+``<job name> <attempt> <idempotency key> <fencing token> <wall clock unix seconds> <worker pid>``.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 def record(ctx) -> None:
     """Records the execution (one O_APPEND write, atomic across processes for short lines)."""
-    line = f"{ctx.job} {ctx.attempt} {ctx.idempotency_key} {ctx.fencing_token} {time.time():.6f}\n"
+    line = f"{ctx.job} {ctx.attempt} {ctx.idempotency_key} {ctx.fencing_token} {time.time():.6f} {os.getpid()}\n"
     fd = os.open(os.environ["GNOMON_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
