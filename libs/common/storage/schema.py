@@ -42,9 +42,10 @@ jobs = Table(
     Column("finished_at", TS, nullable=True),
     Column("last_error", Text, nullable=True),
     UniqueConstraint("namespace", "request_id"),
-    # The due index: the claim walks SCHEDULED rows of a region in scheduled_at order; shard is in
-    # the key so the owned-shards filter is answered from the index.
-    Index(None, "region", "state", "scheduled_at", "shard"),
+    # The due index: a claim is per (namespace, queue) with credits, so it walks exactly that queue's
+    # SCHEDULED rows of the region in scheduled_at order (a backlog on another queue is never
+    # scanned); shard is in the key so the owned-shards filter is answered from the index.
+    Index(None, "region", "namespace", "queue", "state", "scheduled_at", "shard"),
     Index(None, "namespace", "created_at"),
 )
 
