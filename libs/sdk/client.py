@@ -44,6 +44,7 @@ def create_job_request(
     request_id: str | uuid.UUID | None = None,
     idempotency_key: str | None = None,
     lease_duration: Span | None = None,
+    idempotent: bool = False,
 ) -> job_service_pb2.CreateJobRequest:
     """Builds a ``CreateJobRequest`` (argument meanings: see :meth:`Client.create_job`).
 
@@ -72,6 +73,7 @@ def create_job_request(
         req.idempotency_key = idempotency_key
     if lease_duration is not None:
         req.lease_duration.CopyFrom(convert.to_duration(lease_duration))
+    req.idempotent = bool(idempotent)
     return req
 
 
@@ -151,6 +153,7 @@ class Client:
         request_id: str | uuid.UUID | None = None,
         idempotency_key: str | None = None,
         lease_duration: Span | None = None,
+        idempotent: bool = False,
     ) -> Job:
         """Creates a one-time job and returns it (state ``SCHEDULED``).
 
@@ -164,6 +167,8 @@ class Client:
             request_id: UUID making the create idempotent (a retry returns the original job).
             idempotency_key: key handed to every attempt (server default: the job id).
             lease_duration: per-attempt lease, ``timedelta`` or seconds (1 s - 1 h; default 30 s).
+            idempotent: the effect is idempotent, so an attempt with an unknown outcome (lease lost
+                while running) may be retried; otherwise such a job goes to the DLQ.
 
         Raises:
             GnomonError: ``INVALID_ARGUMENT`` (see ``field_violations``), ``ALREADY_EXISTS``
@@ -174,7 +179,7 @@ class Client:
         req = create_job_request(
             self.namespace, queue, payload, schedule_time=schedule_time, delay=delay,
             deadline=deadline, max_attempts=max_attempts, request_id=request_id,
-            idempotency_key=idempotency_key, lease_duration=lease_duration,
+            idempotency_key=idempotency_key, lease_duration=lease_duration, idempotent=idempotent,
         )
         return Job.from_proto(self._call(self._jobs.CreateJob, req).job)
 
@@ -297,12 +302,13 @@ class AsyncClient:
         request_id: str | uuid.UUID | None = None,
         idempotency_key: str | None = None,
         lease_duration: Span | None = None,
+        idempotent: bool = False,
     ) -> Job:
         """Async :meth:`Client.create_job`."""
         req = create_job_request(
             self.namespace, queue, payload, schedule_time=schedule_time, delay=delay,
             deadline=deadline, max_attempts=max_attempts, request_id=request_id,
-            idempotency_key=idempotency_key, lease_duration=lease_duration,
+            idempotency_key=idempotency_key, lease_duration=lease_duration, idempotent=idempotent,
         )
         return Job.from_proto((await self._call(self._jobs.CreateJob, req)).job)
 

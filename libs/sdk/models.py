@@ -37,6 +37,8 @@ class Job:
         region: home region.
         request_id: the create's ``request_id`` ("" when none).
         lease_duration: lease granted per attempt (``timedelta``) or ``None``.
+        idempotent: an attempt with an unknown outcome may be retried.
+        failure_class: class of the last failure ("" if none).
     """
 
     name: str
@@ -57,6 +59,8 @@ class Job:
     region: str
     request_id: str
     lease_duration: timedelta | None
+    idempotent: bool = False
+    failure_class: str = ""
 
     @classmethod
     def from_proto(cls, msg: job_pb2.Job) -> "Job":
@@ -81,6 +85,8 @@ class Job:
             region=msg.region,
             request_id=msg.request_id,
             lease_duration=convert.field_duration(msg, "lease_duration"),
+            idempotent=msg.idempotent,
+            failure_class=msg.failure_class,
         )
 
     @property
@@ -135,6 +141,8 @@ class Job:
             "region": self.region,
             "request_id": self.request_id,
             "lease_duration": convert.duration_text(self.lease_duration),
+            "idempotent": self.idempotent,
+            "failure_class": self.failure_class,
             "payload": convert.b64(self.payload),
         }
         if self.payload:

@@ -16,7 +16,8 @@ def job_to_proto(row: dict) -> job_pb2.Job:
         max_attempts=row["max_attempts"], attempt=row["attempt"], idempotency_key=row["idempotency_key"],
         last_error=row["last_error"] or "", region=row["region"],
         request_id=str(row["request_id"]) if row["request_id"] else "",
-        lease_duration=to_duration(timedelta(milliseconds=row["lease_ms"])))
+        lease_duration=to_duration(timedelta(milliseconds=row["lease_ms"])), idempotent=row["idempotent"],
+        failure_class=row["failure_class"] or "")
     for field, col in (("schedule_time", "scheduled_at"), ("deadline", "deadline"), ("create_time", "created_at"),
                        ("dispatch_time", "dispatched_at"), ("start_time", "started_at"),
                        ("finish_time", "finished_at")):

@@ -112,7 +112,8 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
     return NewJob(id=job_id, namespace=namespace, region=region, shard=shard_of(job_id, shards), queue=req.queue,
                   payload=bytes(req.payload), schedule_at=schedule_at, delay=delay, deadline=deadline,
                   max_attempts=max_attempts, idempotency_key=req.idempotency_key or str(job_id), lease=lease,
-                  request_id=request_id, request_hash=request_fingerprint(req) if request_id else None)
+                  request_id=request_id, request_hash=request_fingerprint(req) if request_id else None,
+                  idempotent=req.idempotent)
 
 
 MAX_BATCH = 1000

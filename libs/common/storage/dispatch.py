@@ -364,6 +364,17 @@ class Result:
     retry_after_s: float = 0.0
 
 
+def retryable(failure_class: str, idempotent: bool) -> bool:
+    """Whether a failure of this class may be retried (DESIGN.md section 2): TRANSIENT and THROTTLED
+    yes, PERMANENT never, AMBIGUOUS (the effect may or may not have happened) only for an
+    idempotent job."""
+    if failure_class == "PERMANENT":
+        return False
+    if failure_class == "AMBIGUOUS":
+        return idempotent
+    return True
+
+
 FINISH_ATTEMPTS = (update(attempts)
                    .where(attempts.c.job_id == _V3.c.job_id, attempts.c.attempt == _V3.c.attempt,
                           attempts.c.token == _V3.c.token, attempts.c.state == S.A_RUNNING)
@@ -381,8 +392,7 @@ async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_
 
     Success: attempt and job -> SUCCEEDED. Failure: attempt -> FAILED; the job goes back to
     SCHEDULED at ``now() + retry_delay_s(result, attempt)`` when attempts remain and the class allows a
-    retry (not PERMANENT; AMBIGUOUS counts as retryable here: the attempt was not lost, the worker
-    reports it), else -> DEAD. ``retry_delay_s(result, attempt)`` returns seconds.
+    retry (:func:`retryable`), else -> DEAD. ``retry_delay_s(result, attempt)`` returns seconds.
     """
     if not results:
         return {}
@@ -407,12 +417,12 @@ async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_
             await conn.execute(update(attempts).where(attempts.c.job_id == k[0], attempts.c.attempt == k[1])
                                .values(failure_class=r.failure_class, error=r.error[:4096]))
         if got:
-            jrows = (await conn.execute(select(jobs.c.id, jobs.c.attempt, jobs.c.max_attempts).where(
+            jrows = (await conn.execute(select(jobs.c.id, jobs.c.attempt, jobs.c.max_attempts, jobs.c.idempotent).where(
                 tuple_(jobs.c.id, jobs.c.attempt).in_(got), jobs.c.state == S.RUNNING))).all()
-            for jid, att, maxa in jrows:
+            for jid, att, maxa, idempotent in jrows:
                 r = by_key[(jid, att)]
-                retry = r.failure_class != "PERMANENT" and att < maxa
-                values = dict(version=jobs.c.version + 1, last_error=r.error[:4096])
+                retry = retryable(r.failure_class, idempotent) and att < maxa
+                values = dict(version=jobs.c.version + 1, last_error=r.error[:4096], failure_class=r.failure_class)
                 if retry:
                     values.update(state=S.SCHEDULED,
                                   scheduled_at=func.now() + timedelta(seconds=retry_delay_s(r, att)))

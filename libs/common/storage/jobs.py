@@ -37,6 +37,7 @@ class NewJob:
     lease: timedelta
     request_id: uuid.UUID | None
     request_hash: str | None
+    idempotent: bool = False
 
 
 def shard_of(job_id: uuid.UUID, shards: int) -> int:
@@ -72,7 +73,8 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
         id=new.id, namespace=new.namespace, region=new.region, shard=new.shard, queue=new.queue,
         payload=new.payload, state=SCHEDULED, version=1, deadline=new.deadline,
         max_attempts=new.max_attempts, attempt=0, idempotency_key=new.idempotency_key,
-        lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash)
+        lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash,
+        idempotent=new.idempotent)
     # scheduled_at is the given instant or now() + delay, by the database clock, in the INSERT itself
     values.update(p_at=new.schedule_at, p_delay=new.delay or timedelta(0))
     stmt = INSERT_JOB if new.request_id is None else INSERT_JOB_IDEMPOTENT
@@ -107,7 +109,7 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict]:
                      payload=n.payload, state=SCHEDULED, version=1, p_at=n.schedule_at,
                      p_delay_ms=int((n.delay or timedelta(0)).total_seconds() * 1000), deadline=n.deadline,
                      max_attempts=n.max_attempts, attempt=0, idempotency_key=n.idempotency_key,
-                     lease_ms=int(n.lease.total_seconds() * 1000))
+                     lease_ms=int(n.lease.total_seconds() * 1000), idempotent=n.idempotent)
                 for n in (batch[i] for i in plain)]
         stmt = insert(jobs).values(scheduled_at=func.coalesce(
             bindparam("p_at", type_=jobs.c.scheduled_at.type),

@@ -6,8 +6,8 @@ SQL stays inside what both PostgreSQL and CockroachDB accept (DESIGN.md section 
 """
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Column, DateTime, Index, Integer, LargeBinary, MetaData, String, Table, Text,
-                        UniqueConstraint, Uuid, func)
+from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Index, Integer, LargeBinary, MetaData, String, Table,
+                        Text, UniqueConstraint, Uuid, false, func)
 
 metadata = MetaData(naming_convention={
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -41,12 +41,17 @@ jobs = Table(
     Column("started_at", TS, nullable=True),
     Column("finished_at", TS, nullable=True),
     Column("last_error", Text, nullable=True),
+    Column("idempotent", Boolean, nullable=False, server_default=false(),
+           comment="an attempt whose outcome is unknown (lease lost while running) may be retried"),
+    Column("failure_class", String(16), nullable=True, comment="class of the last failure"),
+    Column("cancel_requested_at", TS, nullable=True, comment="cancellation asked while RUNNING"),
     UniqueConstraint("namespace", "request_id"),
     # The due index: a claim is per (namespace, queue) with credits, so it walks exactly that queue's
     # SCHEDULED rows of the region in scheduled_at order (a backlog on another queue is never
     # scanned); shard is in the key so the owned-shards filter is answered from the index.
     Index(None, "region", "namespace", "queue", "state", "scheduled_at", "shard"),
     Index(None, "namespace", "created_at"),
+    Index(None, "region", "state", "deadline"),
 )
 
 #: One row per attempt: the claim, the lease, the outcome.
@@ -68,6 +73,8 @@ attempts = Table(
     Column("finished_at", TS, nullable=True),
     Column("failure_class", String(16), nullable=True),
     Column("error", Text, nullable=True),
+    Column("cancel_requested", Boolean, nullable=False, server_default=false(),
+           comment="pushed to the worker in heartbeat acks"),
     Index(None, "region", "state", "lease_expires_at"),
 )
 

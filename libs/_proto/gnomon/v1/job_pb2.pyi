@@ -34,7 +34,7 @@ JOB_STATE_EXPIRED: JobState
 JOB_STATE_SKIPPED: JobState
 
 class Job(_message.Message):
-    __slots__ = ("name", "queue", "payload", "state", "version", "schedule_time", "deadline", "max_attempts", "attempt", "idempotency_key", "create_time", "dispatch_time", "start_time", "finish_time", "last_error", "region", "request_id", "lease_duration")
+    __slots__ = ("name", "queue", "payload", "state", "version", "schedule_time", "deadline", "max_attempts", "attempt", "idempotency_key", "create_time", "dispatch_time", "start_time", "finish_time", "last_error", "region", "request_id", "lease_duration", "idempotent", "failure_class")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,8 @@ class Job(_message.Message):
     REGION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_CLASS_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue: str
     payload: bytes
@@ -71,4 +73,6 @@ class Job(_message.Message):
     region: str
     request_id: str
     lease_duration: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., region: _Optional[str] = ..., request_id: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    idempotent: bool
+    failure_class: str
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., region: _Optional[str] = ..., request_id: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotent: _Optional[bool] = ..., failure_class: _Optional[str] = ...) -> None: ...

@@ -28,7 +28,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from gnomon._proto.gnomon.v1 import job_pb2 as gnomon_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgnomon/v1/job_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13gnomon/v1/job.proto\"\xd9\x02\n\x10\x43reateJobRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x31\n\rschedule_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05\x64\x65lay\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x0cmax_attempts\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x17\n\x0fidempotency_key\x18\t \x01(\t\x12\x31\n\x0elease_duration\x18\n \x01(\x0b\x32\x19.google.protobuf.DurationB\x0f\n\r_max_attempts\"0\n\x11\x43reateJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"-\n\x0eGetJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"{\n\x0fListJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.gnomon.v1.JobState\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"I\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x16\x42\x61tchCreateJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12-\n\x08requests\x18\x02 \x03(\x0b\x32\x1b.gnomon.v1.CreateJobRequest\"7\n\x17\x42\x61tchCreateJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job2\xb2\x02\n\nJobService\x12\x46\n\tCreateJob\x12\x1b.gnomon.v1.CreateJobRequest\x1a\x1c.gnomon.v1.CreateJobResponse\x12=\n\x06GetJob\x12\x18.gnomon.v1.GetJobRequest\x1a\x19.gnomon.v1.GetJobResponse\x12\x43\n\x08ListJobs\x12\x1a.gnomon.v1.ListJobsRequest\x1a\x1b.gnomon.v1.ListJobsResponse\x12X\n\x0f\x42\x61tchCreateJobs\x12!.gnomon.v1.BatchCreateJobsRequest\x1a\".gnomon.v1.BatchCreateJobsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgnomon/v1/job_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13gnomon/v1/job.proto\"\xed\x02\n\x10\x43reateJobRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x31\n\rschedule_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05\x64\x65lay\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x0cmax_attempts\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x17\n\x0fidempotency_key\x18\t \x01(\t\x12\x31\n\x0elease_duration\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nidempotent\x18\x0b \x01(\x08\x42\x0f\n\r_max_attempts\"0\n\x11\x43reateJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"-\n\x0eGetJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"{\n\x0fListJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.gnomon.v1.JobState\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"I\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x16\x42\x61tchCreateJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12-\n\x08requests\x18\x02 \x03(\x0b\x32\x1b.gnomon.v1.CreateJobRequest\"7\n\x17\x42\x61tchCreateJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job2\xb2\x02\n\nJobService\x12\x46\n\tCreateJob\x12\x1b.gnomon.v1.CreateJobRequest\x1a\x1c.gnomon.v1.CreateJobResponse\x12=\n\x06GetJob\x12\x18.gnomon.v1.GetJobRequest\x1a\x19.gnomon.v1.GetJobResponse\x12\x43\n\x08ListJobs\x12\x1a.gnomon.v1.ListJobsRequest\x1a\x1b.gnomon.v1.ListJobsResponse\x12X\n\x0f\x42\x61tchCreateJobs\x12!.gnomon.v1.BatchCreateJobsRequest\x1a\".gnomon.v1.BatchCreateJobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,21 +36,21 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.v1.job_service_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CREATEJOBREQUEST']._serialized_start=129
-  _globals['_CREATEJOBREQUEST']._serialized_end=474
-  _globals['_CREATEJOBRESPONSE']._serialized_start=476
-  _globals['_CREATEJOBRESPONSE']._serialized_end=524
-  _globals['_GETJOBREQUEST']._serialized_start=526
-  _globals['_GETJOBREQUEST']._serialized_end=555
-  _globals['_GETJOBRESPONSE']._serialized_start=557
-  _globals['_GETJOBRESPONSE']._serialized_end=602
-  _globals['_LISTJOBSREQUEST']._serialized_start=604
-  _globals['_LISTJOBSREQUEST']._serialized_end=727
-  _globals['_LISTJOBSRESPONSE']._serialized_start=729
-  _globals['_LISTJOBSRESPONSE']._serialized_end=802
-  _globals['_BATCHCREATEJOBSREQUEST']._serialized_start=804
-  _globals['_BATCHCREATEJOBSREQUEST']._serialized_end=891
-  _globals['_BATCHCREATEJOBSRESPONSE']._serialized_start=893
-  _globals['_BATCHCREATEJOBSRESPONSE']._serialized_end=948
-  _globals['_JOBSERVICE']._serialized_start=951
-  _globals['_JOBSERVICE']._serialized_end=1257
+  _globals['_CREATEJOBREQUEST']._serialized_end=494
+  _globals['_CREATEJOBRESPONSE']._serialized_start=496
+  _globals['_CREATEJOBRESPONSE']._serialized_end=544
+  _globals['_GETJOBREQUEST']._serialized_start=546
+  _globals['_GETJOBREQUEST']._serialized_end=575
+  _globals['_GETJOBRESPONSE']._serialized_start=577
+  _globals['_GETJOBRESPONSE']._serialized_end=622
+  _globals['_LISTJOBSREQUEST']._serialized_start=624
+  _globals['_LISTJOBSREQUEST']._serialized_end=747
+  _globals['_LISTJOBSRESPONSE']._serialized_start=749
+  _globals['_LISTJOBSRESPONSE']._serialized_end=822
+  _globals['_BATCHCREATEJOBSREQUEST']._serialized_start=824
+  _globals['_BATCHCREATEJOBSREQUEST']._serialized_end=911
+  _globals['_BATCHCREATEJOBSRESPONSE']._serialized_start=913
+  _globals['_BATCHCREATEJOBSRESPONSE']._serialized_end=968
+  _globals['_JOBSERVICE']._serialized_start=971
+  _globals['_JOBSERVICE']._serialized_end=1277
 # @@protoc_insertion_point(module_scope)

@@ -12,7 +12,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("parent", "queue", "payload", "schedule_time", "delay", "deadline", "max_attempts", "request_id", "idempotency_key", "lease_duration")
+    __slots__ = ("parent", "queue", "payload", "schedule_time", "delay", "deadline", "max_attempts", "request_id", "idempotency_key", "lease_duration", "idempotent")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class CreateJobRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
     parent: str
     queue: str
     payload: bytes
@@ -33,7 +34,8 @@ class CreateJobRequest(_message.Message):
     request_id: str
     idempotency_key: str
     lease_duration: _duration_pb2.Duration
-    def __init__(self, parent: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., request_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    idempotent: bool
+    def __init__(self, parent: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., request_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotent: _Optional[bool] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job",)
