@@ -20,3 +20,10 @@ def record(ctx) -> None:
 
 def noop(ctx) -> None:
     """Does nothing (benchmarks)."""
+
+
+def hang_on_first_attempt(ctx) -> None:
+    """Attempt 1 hangs (until its worker is killed); later attempts record and return."""
+    if ctx.attempt == 1:
+        time.sleep(3600)
+    record(ctx)

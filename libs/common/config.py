@@ -80,3 +80,18 @@ class DispatcherSettings(BaseSettings):
     heartbeat_interval_s: float = Field(default=5.0, gt=0, description="Heartbeat period asked of workers, seconds.")
     write_batch: int = Field(default=500, ge=1, description="Max accepts/heartbeats/results written per transaction.")
     shard_scan_s: float = Field(default=1.0, gt=0, description="Period of the shard acquisition loop, seconds.")
+
+
+class ReaperSettings(BaseSettings):
+    """Lease expiry, deadlines and pruning (``GNOMON_REAPER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_REAPER_", extra="ignore")
+
+    interval_s: float = Field(default=1.0, gt=0, le=60, description="Pause between sweeps when idle, seconds.")
+    batch: int = Field(default=500, ge=1, le=10_000, description="Max rows changed per transaction.")
+    skew_margin_s: float = Field(default=1.0, ge=0, le=60,
+                                 description="A lease counts as expired only this long after its end "
+                                             "(database clock), seconds: tolerance for clock skew and "
+                                             "in-flight heartbeats.")
+    retention_s: float = Field(default=7 * 86400, ge=60,
+                               description="Terminal jobs older than this (since finish) are deleted, seconds.")

@@ -4,38 +4,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from sqlalchemy import text
-
 from gnomon._proto.gnomon.v1 import cluster_service_pb2, cluster_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
 from gnomon.api.hints import DispatcherHints
 from gnomon.api.servicer import ClusterServicer, JobServicer
 from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
 from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.rpc.health import watch_database
 from gnomon.common.rpc.runner import configure_logging, wait_for_signal
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage.engine import make_engine
 
 log = logging.getLogger("gnomon.api")
-
-
-async def watch_database(engine, server: GrpcServer, stop: asyncio.Event, period_s: float = 1.0) -> None:
-    """Keeps health SERVING while ``SELECT 1`` succeeds and NOT_SERVING while it fails."""
-    serving = None
-    while not stop.is_set():
-        try:
-            async with engine.connect() as c:
-                await asyncio.wait_for(c.execute(text("SELECT 1")), 2.0)
-            ok = True
-        except Exception:  # noqa: BLE001 - any failure means not serving
-            ok = False
-        if ok != serving:
-            serving = ok
-            await server.set_serving(ok)
-            log.info("health %s", "SERVING" if ok else "NOT_SERVING (database unreachable)")
-        try:
-            await asyncio.wait_for(stop.wait(), period_s)
-        except asyncio.TimeoutError:
-            pass
 
 
 async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:

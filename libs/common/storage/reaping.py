@@ -1,0 +1,96 @@
+"""Named queries of the reaper: lost leases, passed deadlines, retention. All bounded, all
+``FOR UPDATE SKIP LOCKED`` (competing reapers need no leader), all on the database clock.
+
+Lease expiry (DESIGN.md sections 3 and 4): an attempt **RUNNING** whose lease ended more than
+``skew_margin_s`` ago (database clock) is marked ``LOST``. Its outcome is unknown (the worker may have
+performed the effect and lost only the ack), so the job is retried only if it is declared
+idempotent and attempts remain; otherwise it goes to the DLQ (``DEAD``, failure class AMBIGUOUS). A
+job whose cancellation was requested becomes ``CANCELLED``. Attempts still **QUEUED** (delivered,
+never accepted) are not the reaper's: the outbox relay re-delivers them and restarts their lease.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gnomon.common import states as S
+from gnomon.common.storage.schema import attempts, jobs, outbox
+
+LOST_ERROR = "lease expired while running: the worker stopped heartbeating; outcome unknown"
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """What happened to one job whose running attempt lost its lease: ``new_state`` is SCHEDULED
+    (retry), DEAD or CANCELLED."""
+
+    job_id: uuid.UUID
+    attempt: int
+    new_state: str
+
+
+async def reap_lost_leases(conn: AsyncConnection, *, region: str, skew_margin_s: float, limit: int,
+                           retry_delay_s) -> list[Reaped]:
+    """Marks up to ``limit`` expired RUNNING attempts of ``region`` LOST and moves their jobs on
+    (compare-and-set: the job must still be RUNNING at that attempt). ``retry_delay_s(attempt)``
+    gives the retry backoff in seconds."""
+    lost = (await conn.execute(
+        select(attempts.c.job_id, attempts.c.attempt)
+        .where(attempts.c.region == region, attempts.c.state == S.A_RUNNING,
+               attempts.c.lease_expires_at < func.now() - timedelta(seconds=skew_margin_s))
+        .order_by(attempts.c.lease_expires_at).limit(limit)
+        .with_for_update(skip_locked=True))).all()
+    out = []
+    for job_id, attempt in lost:
+        await conn.execute(update(attempts).where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
+                           .values(state=S.A_LOST, finished_at=func.now(), failure_class="AMBIGUOUS",
+                                   error=LOST_ERROR))
+        job = (await conn.execute(
+            select(jobs.c.max_attempts, jobs.c.idempotent, jobs.c.cancel_requested_at)
+            .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == S.RUNNING)
+            .with_for_update())).first()
+        if job is None:
+            continue                      # the job moved on already (e.g. a late result landed)
+        values = dict(version=jobs.c.version + 1, failure_class="AMBIGUOUS", last_error=LOST_ERROR)
+        if job.cancel_requested_at is not None:
+            values.update(state=S.CANCELLED, finished_at=func.now())
+        elif job.idempotent and attempt < job.max_attempts:
+            values.update(state=S.SCHEDULED, scheduled_at=func.now() + timedelta(seconds=retry_delay_s(attempt)))
+        else:
+            values.update(state=S.DEAD, finished_at=func.now())
+        await conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.attempt == attempt,
+                                              jobs.c.state == S.RUNNING).values(**values))
+        out.append(Reaped(job_id, attempt, values["state"]))
+    return out
+
+
+async def expire_deadlines(conn: AsyncConnection, *, region: str, limit: int) -> list[uuid.UUID]:
+    """SCHEDULED jobs of ``region`` whose deadline passed (database clock) -> EXPIRED, at most
+    ``limit``; they are never dispatched (the claim also refuses them). Returns their ids."""
+    due = (select(jobs.c.id)
+           .where(jobs.c.region == region, jobs.c.state == S.SCHEDULED, jobs.c.deadline <= func.now())
+           .order_by(jobs.c.deadline).limit(limit).with_for_update(skip_locked=True))
+    return list((await conn.execute(
+        update(jobs).where(jobs.c.id.in_(due.scalar_subquery()), jobs.c.state == S.SCHEDULED)
+        .values(state=S.EXPIRED, version=jobs.c.version + 1, finished_at=func.now(),
+                last_error="deadline passed before dispatch")
+        .returning(jobs.c.id))).scalars().all())
+
+
+async def prune_finished(conn: AsyncConnection, *, region: str, retention_s: float, limit: int) -> int:
+    """Deletes up to ``limit`` terminal jobs of ``region`` finished more than ``retention_s`` seconds
+    ago, with their attempt and outbox rows. Returns how many jobs were deleted."""
+    ids = list((await conn.execute(
+        select(jobs.c.id)
+        .where(jobs.c.region == region, jobs.c.state.in_(sorted(S.TERMINAL)),
+               jobs.c.finished_at < func.now() - timedelta(seconds=retention_s))
+        .limit(limit).with_for_update(skip_locked=True))).scalars().all())
+    if ids:
+        await conn.execute(delete(outbox).where(outbox.c.job_id.in_(ids)))
+        await conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
+        await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+    return len(ids)

@@ -1,0 +1,82 @@
+"""The reaper's engine: repeated bounded sweeps (lost leases, deadlines, retention).
+
+Competing reapers need no leader: every sweep takes its rows with ``FOR UPDATE SKIP LOCKED``.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon.common.config import ReaperSettings
+from gnomon.common.errors import Unavailable
+from gnomon.common.retry import backoff_s
+from gnomon.common.storage import reaping
+from gnomon.common.storage.engine import run_transaction
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Counters:
+    """Totals since start (also logged)."""
+
+    lost_leases: int = 0
+    retried: int = 0
+    dead: int = 0
+    cancelled: int = 0
+    expired: int = 0
+    pruned: int = 0
+    by_state: dict = field(default_factory=dict)
+
+
+class Sweeper:
+    """Runs the three sweeps in a loop; each sweep repeats at once while it fills a whole batch."""
+
+    def __init__(self, engine: AsyncEngine, settings: ReaperSettings, *, region: str):
+        self.engine, self.settings, self.region = engine, settings, region
+        self.counters = Counters()
+        self.swept = asyncio.Event()          # set after every full round (tests wait on it)
+
+    async def sweep_once(self) -> int:
+        """One round of all sweeps; returns how many rows changed."""
+        s = self.settings
+        reaped = await run_transaction(self.engine, lambda c: reaping.reap_lost_leases(
+            c, region=self.region, skew_margin_s=s.skew_margin_s, limit=s.batch,
+            retry_delay_s=lambda attempt: backoff_s(attempt, initial_s=1.0, maximum_s=300.0)))
+        for r in reaped:
+            log.info("attempt %d of job %s lost its lease -> %s", r.attempt, r.job_id, r.new_state)
+        self.counters.lost_leases += len(reaped)
+        self.counters.retried += sum(r.new_state == "SCHEDULED" for r in reaped)
+        self.counters.dead += sum(r.new_state == "DEAD" for r in reaped)
+        self.counters.cancelled += sum(r.new_state == "CANCELLED" for r in reaped)
+        expired = await run_transaction(self.engine, lambda c: reaping.expire_deadlines(
+            c, region=self.region, limit=s.batch))
+        if expired:
+            log.info("%d jobs passed their deadline undispatched -> EXPIRED", len(expired))
+        self.counters.expired += len(expired)
+        pruned = await run_transaction(self.engine, lambda c: reaping.prune_finished(
+            c, region=self.region, retention_s=s.retention_s, limit=s.batch))
+        self.counters.pruned += pruned
+        self.swept.set()
+        return len(reaped) + len(expired) + pruned
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sweeps until ``stop`` is set; sleeps ``interval_s`` between rounds that changed little."""
+        while not stop.is_set():
+            try:
+                changed = await self.sweep_once()
+            except Unavailable as e:
+                log.warning("reaper: %s", e)
+                changed = 0
+            except Exception:  # noqa: BLE001 - keep sweeping; the next round retries
+                log.exception("reaper sweep failed")
+                changed = 0
+            if changed >= self.settings.batch:
+                continue
+            try:
+                await asyncio.wait_for(stop.wait(), self.settings.interval_s)
+            except asyncio.TimeoutError:
+                pass

@@ -1,0 +1,195 @@
+"""The reaper against a real PostgreSQL: lost leases, deadlines, retention; and end to end, a
+worker killed -9 mid-job whose job is retried by the reaper and finished by another worker."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from sqlalchemy import select, update
+
+from gnomon.common.config import DatabaseSettings
+from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import reaping
+from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.schema import attempts, jobs
+
+TOKEN = 9
+
+
+@pytest.fixture
+async def engine(db_url):
+    e = make_engine(DatabaseSettings(url=db_url), pool_size=2)
+    await run_transaction(e, lambda c: store.record_ownership(c, "local", 0, TOKEN, "A"))
+    yield e
+    await e.dispose()
+
+
+async def new_job(engine, *, idempotent=False, max_attempts=3, deadline=None, schedule_at=None) -> uuid.UUID:
+    jid = uuid.uuid4()
+    new = jobs_store.NewJob(id=jid, namespace="default", region="local", shard=0, queue="q", payload=b"",
+                            schedule_at=schedule_at, delay=None, deadline=deadline, max_attempts=max_attempts,
+                            idempotency_key=str(jid), lease=timedelta(seconds=30), request_id=None,
+                            request_hash=None, idempotent=idempotent)
+    await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
+    return jid
+
+
+async def start_running(engine, jid) -> store.AttemptKey:
+    claimed = await run_transaction(engine, lambda c: store.claim_due(
+        c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=100, dispatcher_id="A"))
+    [c1] = [c for c in claimed if c.job_id == jid]
+    key = store.AttemptKey(jid, c1.attempt, c1.version, c1.token)
+    assert (jid, c1.attempt) in await run_transaction(engine, lambda c: store.accept(c, [key], "w1"))
+    return key
+
+
+async def age_lease(engine, jid, seconds: float):
+    """Moves the lease end into the past (as if the worker stopped heartbeating that long ago)."""
+    async with engine.begin() as c:
+        await c.execute(update(attempts).where(attempts.c.job_id == jid).values(
+            lease_expires_at=datetime.now(timezone.utc) - timedelta(seconds=seconds)))
+
+
+async def reap(engine, margin=1.0):
+    return await run_transaction(engine, lambda c: reaping.reap_lost_leases(
+        c, region="local", skew_margin_s=margin, limit=100, retry_delay_s=lambda a: 0))
+
+
+async def job_row(engine, jid):
+    async with engine.connect() as c:
+        return (await c.execute(select(jobs).where(jobs.c.id == jid))).mappings().one()
+
+
+async def attempt_states(engine, jid):
+    async with engine.connect() as c:
+        return [tuple(r) for r in (await c.execute(
+            select(attempts.c.attempt, attempts.c.state).where(attempts.c.job_id == jid)
+            .order_by(attempts.c.attempt))).all()]
+
+
+async def test_lost_lease_of_idempotent_job_is_retried_as_a_new_attempt(engine):
+    jid = await new_job(engine, idempotent=True)
+    await start_running(engine, jid)
+    await age_lease(engine, jid, 5)
+    assert [(r.job_id, r.attempt, r.new_state) for r in await reap(engine)] == [(jid, 1, "SCHEDULED")]
+    j = await job_row(engine, jid)
+    assert (j["state"], j["failure_class"], j["version"]) == ("SCHEDULED", "AMBIGUOUS", 4)
+    key2 = await start_running(engine, jid)
+    assert key2.attempt == 2
+    assert await attempt_states(engine, jid) == [(1, "LOST"), (2, "RUNNING")]
+    assert await reap(engine) == []                       # a live lease is left alone
+
+
+async def test_lost_lease_of_non_idempotent_job_goes_to_the_dlq(engine):
+    jid = await new_job(engine, idempotent=False)
+    await start_running(engine, jid)
+    await age_lease(engine, jid, 5)
+    assert [r.new_state for r in await reap(engine)] == ["DEAD"]
+    j = await job_row(engine, jid)
+    assert (j["state"], j["failure_class"]) == ("DEAD", "AMBIGUOUS") and "outcome unknown" in j["last_error"]
+
+
+async def test_exhausted_attempts_go_to_the_dlq_and_cancel_requested_becomes_cancelled(engine):
+    jid = await new_job(engine, idempotent=True, max_attempts=1)
+    await start_running(engine, jid)
+    await age_lease(engine, jid, 5)
+    assert [r.new_state for r in await reap(engine)] == ["DEAD"]
+    jid2 = await new_job(engine, idempotent=True)
+    await start_running(engine, jid2)
+    async with engine.begin() as c:
+        await c.execute(update(jobs).where(jobs.c.id == jid2).values(cancel_requested_at=datetime.now(timezone.utc)))
+    await age_lease(engine, jid2, 5)
+    assert [r.new_state for r in await reap(engine)] == ["CANCELLED"]
+
+
+async def test_skew_margin_keeps_a_just_expired_lease(engine):
+    jid = await new_job(engine, idempotent=True)
+    await start_running(engine, jid)
+    await age_lease(engine, jid, 0.5)
+    assert await reap(engine, margin=2.0) == []
+    assert [r.new_state for r in await reap(engine, margin=0.0)] == ["SCHEDULED"]
+
+
+async def test_a_result_after_the_reap_is_refused(engine):
+    jid = await new_job(engine, idempotent=True)
+    key = await start_running(engine, jid)
+    await age_lease(engine, jid, 5)
+    await reap(engine)
+    res = await run_transaction(engine, lambda c: store.complete(
+        c, [store.Result(key=key, succeeded=True)], retry_delay_s=lambda r, a: 0))
+    assert res == {(jid, 1): "STALE_ATTEMPT"}
+    assert (await job_row(engine, jid))["state"] == "SCHEDULED"
+
+
+async def test_deadline_passed_undispatched_becomes_expired_and_is_never_claimed(engine):
+    past = datetime.now(timezone.utc) - timedelta(minutes=5)
+    jid = await new_job(engine, schedule_at=past - timedelta(minutes=5), deadline=past)
+    live = await new_job(engine, deadline=datetime.now(timezone.utc) + timedelta(hours=1))
+    assert await run_transaction(engine, lambda c: reaping.expire_deadlines(c, region="local", limit=10)) == [jid]
+    j = await job_row(engine, jid)
+    assert (j["state"], j["version"]) == ("EXPIRED", 2) and j["finished_at"] is not None
+    claimed = await run_transaction(engine, lambda c: store.claim_due(
+        c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="A"))
+    assert [c.job_id for c in claimed] == [live]
+
+
+async def test_prune_deletes_only_terminal_jobs_past_retention(engine):
+    old = await new_job(engine)
+    recent = await new_job(engine)
+    pending = await new_job(engine)
+    async with engine.begin() as c:
+        await c.execute(update(jobs).where(jobs.c.id == old).values(
+            state="SUCCEEDED", finished_at=datetime.now(timezone.utc) - timedelta(days=8)))
+        await c.execute(update(jobs).where(jobs.c.id == recent).values(
+            state="SUCCEEDED", finished_at=datetime.now(timezone.utc) - timedelta(days=1)))
+    n = await run_transaction(engine, lambda c: reaping.prune_finished(c, region="local", retention_s=7 * 86400,
+                                                                       limit=10))
+    assert n == 1
+    async with engine.connect() as c:
+        left = set((await c.execute(select(jobs.c.id))).scalars().all())
+    assert left == {recent, pending}
+
+
+def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(pg_server, migrated_template,
+                                                                                  tmp_path):
+    from gnomon.cli.suite import Suite, wait_healthy  # noqa: F401
+    from gnomon.common.embedded import free_port
+    from gnomon.sdk import Client
+
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    name = f"reap_{uuid.uuid4().hex[:8]}"
+    url = pg_server.create_database(name, template=migrated_template)
+    record = str(tmp_path / "runs.txt")
+    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path / "suite"),
+              env={"GNOMON_REAPER_INTERVAL_S": "0.2", "GNOMON_REAPER_SKEW_MARGIN_S": "0.5"})
+    try:
+        s.start()
+        env = {"GNOMON_TEST_RECORD": record, "PYTHONPATH": tests_dir}
+        first = s.start_worker(["reap"], "gnomon_test_handlers:hang_on_first_attempt", env=env)
+        with Client(api=s.api_address) as c:
+            job = c.create_job("reap", b"", lease_duration=2, idempotent=True)
+            deadline = time.monotonic() + 30
+            while c.get_job(job.name).state != "RUNNING":
+                assert time.monotonic() < deadline, "job never started"
+                time.sleep(0.05)
+            first.popen.send_signal(signal.SIGKILL)
+            first.popen.wait(10)
+            s.start_worker(["reap"], "gnomon_test_handlers:hang_on_first_attempt", env=env)
+            while (j := c.get_job(job.name)).state != "SUCCEEDED":
+                assert time.monotonic() < deadline + 30, f"not retried: {j.state}"
+                time.sleep(0.1)
+        assert j.attempt == 2
+        job_id = job.name.rsplit("/", 1)[1]
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+            hist = conn.execute("SELECT attempt, state, accepted_at IS NOT NULL FROM attempts WHERE job_id = %s "
+                                "ORDER BY attempt", (job_id,)).fetchall()
+        assert hist == [(1, "LOST", True), (2, "SUCCEEDED", True)]   # exactly one accepted result
+    finally:
+        s.stop()
+        pg_server.drop_database(name)
