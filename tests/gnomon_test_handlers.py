@@ -4,6 +4,7 @@ with ``tests/`` on PYTHONPATH). Each execution appends one line to ``$GNOMON_TES
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -27,3 +28,42 @@ def hang_on_first_attempt(ctx) -> None:
     if ctx.attempt == 1:
         time.sleep(3600)
     record(ctx)
+
+
+async def wait_for_cancel(ctx) -> None:
+    """Runs until the job's cancellation reaches it (``ctx.cancelled``), then raises
+    :class:`gnomon.sdk.Cancelled` (reported as a PERMANENT failure)."""
+    from gnomon.sdk import Cancelled
+    while not ctx.cancelled:
+        await asyncio.sleep(0.05)
+    raise Cancelled(ctx.cancel_reason)
+
+
+def fail_while_file(ctx) -> None:
+    """Records the execution, then raises :class:`gnomon.sdk.TransientError` while the file named by
+    ``$GNOMON_TEST_FAIL_FILE`` exists (a dependency that is down until the test removes it)."""
+    from gnomon.sdk import TransientError
+    record(ctx)
+    if os.path.exists(os.environ["GNOMON_TEST_FAIL_FILE"]):
+        raise TransientError("dependency down")
+
+
+def permanent_failure(ctx) -> None:
+    """Records the execution and fails PERMANENT."""
+    from gnomon.sdk import PermanentError
+    record(ctx)
+    raise PermanentError("bad input")
+
+
+def value_error(ctx) -> None:
+    """Records the execution and raises ValueError (TRANSIENT by class; a retry policy may name it)."""
+    record(ctx)
+    raise ValueError("invalid literal")
+
+
+def throttle_first_attempt(ctx) -> None:
+    """Records the execution; attempt 1 fails THROTTLED with retry_after 2 s, later attempts succeed."""
+    from gnomon.sdk import ThrottledError
+    record(ctx)
+    if ctx.attempt == 1:
+        raise ThrottledError(2.0, "rate limited")

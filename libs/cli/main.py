@@ -8,11 +8,15 @@ from typing import Optional
 import typer
 
 from gnomon.cli import dev as dev_cmd
+from gnomon.cli import dlq as dlq_cmd
 from gnomon.cli import jobs as jobs_cmd
+from gnomon.cli import queues as queues_cmd
 from gnomon.cli import worker as worker_cmd
 
 app = typer.Typer(help="Gnomon: a distributed job scheduler.", no_args_is_help=True, add_completion=False)
 app.add_typer(jobs_cmd.app, name="job")
+app.add_typer(queues_cmd.app, name="queue")
+app.add_typer(dlq_cmd.app, name="dlq")
 app.command("dev")(dev_cmd.dev)
 app.command("worker")(worker_cmd.worker)
 
@@ -31,7 +35,8 @@ def _env(database_url, etcd, listen, region) -> None:
 
 
 SERVICES = {
-    "api": ("gnomon.api.service", "Run the API service (JobService, ClusterService) against an external database and etcd."),
+    "api": ("gnomon.api.service", "Run the API service (JobService, DeadLetterService, ClusterService) "
+                                  "against an external database and etcd."),
     "dispatcher": ("gnomon.dispatcher.service",
                    "Run a dispatcher (shard owner, claims, outbox relay, worker lease streams)."),
     "planner": ("gnomon.planner.service", "Run the planner (recurring schedules; health only until issue 3 lands)."),

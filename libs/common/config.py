@@ -80,6 +80,9 @@ class DispatcherSettings(BaseSettings):
     heartbeat_interval_s: float = Field(default=5.0, gt=0, description="Heartbeat period asked of workers, seconds.")
     write_batch: int = Field(default=500, ge=1, description="Max accepts/heartbeats/results written per transaction.")
     shard_scan_s: float = Field(default=1.0, gt=0, description="Period of the shard acquisition loop, seconds.")
+    cancel_push_interval_s: float = Field(default=0.5, gt=0, le=60,
+                                          description="How often running attempts of connected workers are checked "
+                                                      "for a cancellation request to push, seconds.")
 
 
 class ReaperSettings(BaseSettings):
@@ -95,3 +98,41 @@ class ReaperSettings(BaseSettings):
                                              "in-flight heartbeats.")
     retention_s: float = Field(default=7 * 86400, ge=60,
                                description="Terminal jobs older than this (since finish) are deleted, seconds.")
+
+
+class RetryBudgetSettings(BaseSettings):
+    """Per-queue retry budget, enforced by the dispatchers' claims (``GNOMON_RETRY_BUDGET_*``).
+
+    In any sliding window, a (region, namespace, queue) may start at most
+    ``max(ratio * first attempts started in the window, min_per_s * window_s)`` retries; the excess
+    waits SCHEDULED (no attempt used)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_RETRY_BUDGET_", extra="ignore")
+
+    enabled: bool = Field(default=True, description="Enforce the budget (false: retries are never held back).")
+    ratio: float = Field(default=0.2, ge=0, le=100, description="Retries allowed per first attempt in the window.")
+    window_s: float = Field(default=60.0, gt=0, le=3600, description="Length of the sliding window, seconds.")
+    min_per_s: float = Field(default=1.0, ge=0, le=100_000,
+                             description="Floor of the budget, retries per second (a quiet queue can still retry).")
+    cache_s: float = Field(default=1.0, gt=0, le=60,
+                           description="How long a dispatcher reuses a queue's window counts, seconds.")
+
+
+class BreakerSettings(BaseSettings):
+    """Per-queue circuit breaker, evaluated by every dispatcher (``GNOMON_BREAKER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_BREAKER_", extra="ignore")
+
+    enabled: bool = Field(default=True, description="Evaluate the breaker (false: queues are never opened).")
+    window_s: float = Field(default=20.0, gt=0, le=3600,
+                            description="Finished attempts counted for the failure ratio: this far back, seconds.")
+    min_results: int = Field(default=20, ge=1, le=1_000_000,
+                             description="The breaker opens only with at least this many results in the window.")
+    failure_ratio: float = Field(default=0.5, gt=0, le=1,
+                                 description="Opens when failed / finished attempts in the window reaches this.")
+    open_s: float = Field(default=30.0, gt=0, le=86_400,
+                          description="How long it stays OPEN before letting probes through (HALF_OPEN), seconds.")
+    probes: int = Field(default=3, ge=1, le=1000,
+                        description="Jobs let through while HALF_OPEN; all succeed -> CLOSED, one fails -> OPEN.")
+    eval_interval_s: float = Field(default=1.0, gt=0, le=60,
+                                   description="How often a dispatcher evaluates the breakers of its queues, seconds.")

@@ -23,10 +23,20 @@ REASONS: dict[str, tuple[grpc.StatusCode, str]] = {
     "STALE_ATTEMPT": (grpc.StatusCode.FAILED_PRECONDITION,
                       "The attempt or version is no longer current (cancelled, re-dispatched or finished)."),
     "LEASE_EXPIRED": (grpc.StatusCode.FAILED_PRECONDITION, "The attempt's lease ended before the write."),
+    "STALE_VERSION": (grpc.StatusCode.FAILED_PRECONDITION,
+                      "The job is no longer at the request's expected_version; nothing was changed."),
+    "JOB_NOT_RESCHEDULABLE": (grpc.StatusCode.FAILED_PRECONDITION,
+                              "Only a job not yet dispatched (SCHEDULED) can be rescheduled."),
+    "CONCURRENT_MODIFICATION": (grpc.StatusCode.ABORTED,
+                                "The job changed concurrently while the request was applied; read it and retry."),
     "DATABASE_UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, "The database cannot be reached; retry later."),
     "COORDINATION_UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, "etcd cannot be reached; retry later."),
     "SHUTTING_DOWN": (grpc.StatusCode.UNAVAILABLE, "The server is draining; reconnect elsewhere."),
     "PROTOCOL_VIOLATION": (grpc.StatusCode.INVALID_ARGUMENT, "A stream message came out of protocol order."),
+    "CHECKPOINT_TOO_LARGE": (grpc.StatusCode.INVALID_ARGUMENT,
+                             "A progress checkpoint exceeds 64 KiB; it was refused whole, never truncated."),
+    "NAMESPACE_NOT_ALLOWED": (grpc.StatusCode.PERMISSION_DENIED,
+                              "The namespace is not in the caller's x-gnomon-namespaces metadata."),
     "INTERNAL": (grpc.StatusCode.INTERNAL, "An unexpected server fault; details are in the server log."),
 }
 
@@ -91,6 +101,18 @@ class StaleFencingToken(FailedPrecondition):
     """A write made under shard ownership carried a token older than the recorded one."""
 
     reason = "STALE_FENCING_TOKEN"
+
+
+class Aborted(GnomonError):
+    """A compare-and-set lost to concurrent changes (ABORTED); nothing was written, the caller may retry."""
+
+    reason = "CONCURRENT_MODIFICATION"
+
+
+class PermissionDenied(GnomonError):
+    """The caller may not act on that namespace (PERMISSION_DENIED). Nothing was read or written."""
+
+    reason = "NAMESPACE_NOT_ALLOWED"
 
 
 class Unavailable(GnomonError):

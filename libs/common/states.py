@@ -30,6 +30,7 @@ A_RUNNING = "RUNNING"        # accepted by a worker, lease held
 A_SUCCEEDED = "SUCCEEDED"
 A_FAILED = "FAILED"
 A_LOST = "LOST"              # lease expired (reaper)
+A_CANCELLED = "CANCELLED"    # the job was cancelled before a worker accepted the attempt
 
 
 def is_legal(src: str, dst: str) -> bool:

@@ -20,17 +20,25 @@ raise :class:`GnomonError` (gRPC code, message, ``reason``, ``field_violations``
 """
 
 from .client import AsyncClient, Client
+from .dead_letters import AuditEntry, DeadLetter, DeadLetterAttempt, ReplayResult
 from .context import JobContext
-from .errors import AmbiguousError, Cancelled, GnomonError, PermanentError, ThrottledError
+from .errors import AmbiguousError, Cancelled, GnomonError, PermanentError, ThrottledError, TransientError
 from .failures import Failure, FailureClass, classify_exception
-from .models import DispatcherInfo, Job
+from .models import DispatcherInfo, Job, JobAttempt
+from .queues import Queue, RetryBudgetInfo
+from .retry import RetryPolicy
 from .worker import Worker
 
 __all__ = [
     "Client",
     "AsyncClient",
     "Job",
+    "JobAttempt",
     "DispatcherInfo",
+    "DeadLetter",
+    "DeadLetterAttempt",
+    "ReplayResult",
+    "AuditEntry",
     "Worker",
     "JobContext",
     "FailureClass",
@@ -41,4 +49,8 @@ __all__ = [
     "PermanentError",
     "ThrottledError",
     "AmbiguousError",
+    "TransientError",
+    "RetryPolicy",
+    "Queue",
+    "RetryBudgetInfo",
 ]

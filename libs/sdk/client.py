@@ -1,15 +1,15 @@
-"""The job client: create, read and list jobs, list dispatchers (sync :class:`Client` and
-:class:`AsyncClient` on ``grpc.aio``).
+"""The job client: create, read, list, cancel and reschedule jobs, list dispatchers (sync
+:class:`Client` and :class:`AsyncClient` on ``grpc.aio``).
 
-Both clients build the same requests (see :func:`create_job_request`, :func:`list_jobs_request`)
-and raise :class:`~gnomon.sdk.errors.GnomonError` for every failed RPC.
+Both clients build the same requests (see :func:`create_job_request`, :func:`list_jobs_request`,
+:func:`cancel_job_request`, :func:`reschedule_job_request`) and raise :class:`~gnomon.sdk.errors.GnomonError` for every failed RPC.
 """
 
 from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
-from typing import AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterator, Mapping
 
 import grpc
 
@@ -18,13 +18,20 @@ from gnomon._proto.gnomon.v1 import (
     cluster_service_pb2_grpc,
     job_service_pb2,
     job_service_pb2_grpc,
+    queue_service_pb2,
+    queue_service_pb2_grpc,
 )
 
 from . import convert
+from . import dead_letters as _dlq
+from .dead_letters import AuditEntry, DeadLetter, ReplayResult
 from .errors import GnomonError
-from .models import DispatcherInfo, Job
+from .queues import Queue, queue_name
+from .retry import RetryPolicy, retry_policy_to_proto
+from .models import DispatcherInfo, Job, JobAttempt
 
-__all__ = ["Client", "AsyncClient", "create_job_request", "list_jobs_request"]
+__all__ = ["Client", "AsyncClient", "create_job_request", "list_jobs_request", "cancel_job_request",
+           "reschedule_job_request", "CANCEL_OUTCOMES"]
 
 DEFAULT_API = "127.0.0.1:7070"
 
@@ -45,6 +52,7 @@ def create_job_request(
     idempotency_key: str | None = None,
     lease_duration: Span | None = None,
     idempotent: bool = False,
+    retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
 ) -> job_service_pb2.CreateJobRequest:
     """Builds a ``CreateJobRequest`` (argument meanings: see :meth:`Client.create_job`).
 
@@ -74,6 +82,8 @@ def create_job_request(
     if lease_duration is not None:
         req.lease_duration.CopyFrom(convert.to_duration(lease_duration))
     req.idempotent = bool(idempotent)
+    if retry_policy is not None:
+        req.retry_policy.CopyFrom(retry_policy_to_proto(retry_policy))
     return req
 
 
@@ -96,6 +106,59 @@ def list_jobs_request(
         page_size=int(page_size),
         page_token=page_token or "",
     )
+
+
+#: What :meth:`Client.cancel_job` reports: the job was cancelled (it was SCHEDULED or QUEUED), its
+#: cancellation was requested (RUNNING: the worker is told; the job ends SUCCEEDED if the handler
+#: still succeeds, else CANCELLED), or it had finished already (nothing changed).
+CANCEL_OUTCOMES = ("CANCELLED", "CANCEL_REQUESTED", "ALREADY_FINISHED")
+
+
+def cancel_job_request(name: str, namespace: str, expected_version: int | None = None
+                       ) -> job_service_pb2.CancelJobRequest:
+    """Builds a ``CancelJobRequest``; ``name`` is a full job name or a bare id in ``namespace``.
+
+    Raises:
+        ValueError: a malformed name.
+    """
+    req = job_service_pb2.CancelJobRequest(name=convert.job_name(name, namespace))
+    if expected_version is not None:
+        req.expected_version = int(expected_version)
+    return req
+
+
+def reschedule_job_request(
+    name: str,
+    namespace: str,
+    *,
+    schedule_time: datetime | None = None,
+    delay: Span | None = None,
+    expected_version: int | None = None,
+) -> job_service_pb2.RescheduleJobRequest:
+    """Builds a ``RescheduleJobRequest`` (argument meanings: see :meth:`Client.reschedule_job`).
+
+    Raises:
+        TypeError: wrong time/duration type.
+        ValueError: malformed name, naive datetime, both ``schedule_time`` and ``delay`` given.
+    """
+    if schedule_time is not None and delay is not None:
+        raise ValueError("pass at most one of schedule_time and delay")
+    req = job_service_pb2.RescheduleJobRequest(name=convert.job_name(name, namespace))
+    if schedule_time is not None:
+        req.schedule_time.CopyFrom(convert.to_timestamp(schedule_time))
+    if delay is not None:
+        req.delay.CopyFrom(convert.to_duration(delay))
+    if expected_version is not None:
+        req.expected_version = int(expected_version)
+    return req
+
+
+def _outcome(value: int) -> str:
+    """``CANCEL_OUTCOME_CANCELLED`` (enum number) -> ``"CANCELLED"``; unknown -> ``"UNKNOWN_<n>"``."""
+    try:
+        return job_service_pb2.CancelOutcome.Name(value).removeprefix("CANCEL_OUTCOME_")
+    except ValueError:
+        return f"UNKNOWN_{value}"
 
 
 class Client:
@@ -134,6 +197,7 @@ class Client:
             self._channel = grpc.secure_channel(api, credentials, options=opts)
         self._jobs = job_service_pb2_grpc.JobServiceStub(self._channel)
         self._cluster = cluster_service_pb2_grpc.ClusterServiceStub(self._channel)
+        self._queues = queue_service_pb2_grpc.QueueServiceStub(self._channel)
 
     def _call(self, method, request):
         try:
@@ -154,6 +218,7 @@ class Client:
         idempotency_key: str | None = None,
         lease_duration: Span | None = None,
         idempotent: bool = False,
+        retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
     ) -> Job:
         """Creates a one-time job and returns it (state ``SCHEDULED``).
 
@@ -169,6 +234,9 @@ class Client:
             lease_duration: per-attempt lease, ``timedelta`` or seconds (1 s - 1 h; default 30 s).
             idempotent: the effect is idempotent, so an attempt with an unknown outcome (lease lost
                 while running) may be retried; otherwise such a job goes to the DLQ.
+            retry_policy: a :class:`~gnomon.sdk.RetryPolicy` or a dict with its keys (backoff,
+                multiplier, jitter, max_age, non_retryable_errors); unset fields take the server's
+                defaults (1 s initial, 300 s cap, x2, full jitter, no max age).
 
         Raises:
             GnomonError: ``INVALID_ARGUMENT`` (see ``field_violations``), ``ALREADY_EXISTS``
@@ -180,6 +248,7 @@ class Client:
             self.namespace, queue, payload, schedule_time=schedule_time, delay=delay,
             deadline=deadline, max_attempts=max_attempts, request_id=request_id,
             idempotency_key=idempotency_key, lease_duration=lease_duration, idempotent=idempotent,
+            retry_policy=retry_policy,
         )
         return Job.from_proto(self._call(self._jobs.CreateJob, req).job)
 
@@ -235,6 +304,75 @@ class Client:
             if not token:
                 return
 
+    def cancel_job(self, name: str, expected_version: int | None = None) -> tuple[str, Job]:
+        """Cancels a job; returns ``(outcome, job)``, ``outcome`` one of :data:`CANCEL_OUTCOMES`.
+
+        A SCHEDULED or QUEUED job is ``CANCELLED`` at once (it will not run). A RUNNING job gets
+        ``CANCEL_REQUESTED``: its handler sees ``ctx.cancelled`` and the job ends CANCELLED when
+        the handler fails or raises :class:`~gnomon.sdk.Cancelled`, SUCCEEDED if it succeeds
+        anyway; it is never retried. A finished job gives ``ALREADY_FINISHED`` and is unchanged.
+
+        Args:
+            name: full job name or bare id (this client's namespace).
+            expected_version: cancel only if the job is at this version.
+
+        Raises:
+            GnomonError: ``NOT_FOUND``; ``FAILED_PRECONDITION`` (reason ``STALE_VERSION``) when
+                ``expected_version`` differs; ``ABORTED`` (``CONCURRENT_MODIFICATION``), retry.
+            ValueError: a malformed name.
+        """
+        resp = self._call(self._jobs.CancelJob, cancel_job_request(name, self.namespace, expected_version))
+        return _outcome(resp.outcome), Job.from_proto(resp.job)
+
+    def reschedule_job(
+        self,
+        name: str,
+        *,
+        schedule_time: datetime | None = None,
+        delay: Span | None = None,
+        expected_version: int | None = None,
+    ) -> Job:
+        """Moves the schedule time of a job not yet dispatched (SCHEDULED); returns the job.
+
+        Args:
+            name: full job name or bare id (this client's namespace).
+            schedule_time: aware ``datetime``: the new instant. Exclusive with ``delay``.
+            delay: new time = now (server clock) + this span (``timedelta`` or seconds).
+                Neither argument: now.
+            expected_version: reschedule only if the job is at this version.
+
+        Raises:
+            GnomonError: ``INVALID_ARGUMENT`` (``schedule_time``/``delay`` out of range, or not
+                before the job's deadline); ``NOT_FOUND``; ``FAILED_PRECONDITION`` with reason
+                ``JOB_NOT_RESCHEDULABLE`` (dispatched, running or finished) or ``STALE_VERSION``.
+            TypeError, ValueError: arguments that cannot be encoded.
+        """
+        req = reschedule_job_request(name, self.namespace, schedule_time=schedule_time, delay=delay,
+                                     expected_version=expected_version)
+        return Job.from_proto(self._call(self._jobs.RescheduleJob, req).job)
+
+    def list_job_attempts(self, name: str, page_size: int = 100) -> list[JobAttempt]:
+        """The attempt history of a job, oldest first: who ran each attempt (worker, dispatcher,
+        fencing token), how it ended (state, failure class, error) and when. Follows page tokens
+        (a job has at most 100 attempts, so it is usually one call).
+
+        Args:
+            name: full job name (``namespaces/x/jobs/<id>``) or bare id (this client's namespace).
+            page_size: attempts per call, 1-100.
+
+        Raises:
+            GnomonError: ``NOT_FOUND`` if the job does not exist in that namespace.
+            ValueError: a malformed name.
+        """
+        parent, token, out = convert.job_name(name, self.namespace), "", []
+        while True:
+            req = job_service_pb2.ListJobAttemptsRequest(parent=parent, page_size=int(page_size), page_token=token)
+            resp = self._call(self._jobs.ListJobAttempts, req)
+            out.extend(JobAttempt.from_proto(a) for a in resp.attempts)
+            token = resp.next_page_token
+            if not token:
+                return out
+
     def list_dispatchers(self, region: str = "") -> list[DispatcherInfo]:
         """Lists live dispatchers of ``region`` ("" = the API's own region).
 
@@ -244,6 +382,124 @@ class Client:
         req = cluster_service_pb2.ListDispatchersRequest(region=region)
         resp = self._call(self._cluster.ListDispatchers, req)
         return [DispatcherInfo.from_proto(d) for d in resp.dispatchers]
+
+    def get_queue(self, queue: str) -> Queue:
+        """Reads a queue's health: circuit breaker state, retry budget, due backlog. ``queue`` is a
+        queue id of this client's namespace or ``namespaces/{ns}/queues/{queue}``.
+
+        Raises:
+            GnomonError: ``INVALID_ARGUMENT`` for a malformed name, ``UNAVAILABLE``, ...
+            ValueError: an empty or malformed name.
+        """
+        req = queue_service_pb2.GetQueueRequest(name=queue_name(queue, self.namespace))
+        return Queue.from_proto(self._call(self._queues.GetQueue, req).queue)
+
+    # -- dead-letter queue (gnomon.v1.DeadLetterService; models in gnomon.sdk.dead_letters) --
+
+    def list_dead_letters_page(
+        self,
+        *,
+        queue: str | None = None,
+        failure_class: str | None = None,
+        error_contains: str | None = None,
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        include_replayed: bool = False,
+        page_size: int = 100,
+        page_token: str = "",
+    ) -> tuple[list[DeadLetter], str]:
+        """One page of dead letters (jobs in state DEAD), most recently finished first:
+        ``(dead_letters, next_page_token)``, the token "" on the last page.
+
+        Args:
+            queue: only this queue. failure_class: only this class of last failure (e.g.
+                ``"PERMANENT"``). error_contains: only those whose last error contains this text
+                (case-insensitive). start_time / end_time: aware datetimes, finish time in
+                ``[start_time, end_time)``. include_replayed: also those replayed already.
+            page_size: 1-1000. page_token: from the previous page (other arguments unchanged).
+
+        Raises:
+            GnomonError: ``INVALID_ARGUMENT`` (field violations), ``PERMISSION_DENIED``, ...
+        """
+        req = _dlq.list_dead_letters_request(
+            self.namespace, queue=queue, failure_class=failure_class, error_contains=error_contains,
+            start_time=start_time, end_time=end_time, include_replayed=include_replayed,
+            page_size=page_size, page_token=page_token)
+        resp = _dlq.call(self, "ListDeadLetters", req)
+        return [DeadLetter.from_proto(d) for d in resp.dead_letters], resp.next_page_token
+
+    def list_dead_letters(self, *, page_size: int = 100, **filters) -> Iterator[DeadLetter]:
+        """Iterates over all matching dead letters (filters as :meth:`list_dead_letters_page`),
+        fetching pages lazily."""
+        token = ""
+        while True:
+            items, token = self.list_dead_letters_page(page_size=page_size, page_token=token, **filters)
+            yield from items
+            if not token:
+                return
+
+    def replay_dead_letters(
+        self,
+        *,
+        max_rate: float,
+        max_jobs: int,
+        reason: str,
+        queue: str | None = None,
+        failure_class: str | None = None,
+        error_contains: str | None = None,
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        dry_run: bool = False,
+        request_id: str | uuid.UUID | None = None,
+        timeout: float | None = None,
+    ) -> ReplayResult:
+        """Replays matching dead letters (filters as :meth:`list_dead_letters_page`, only those not
+        replayed yet) as new jobs released at most ``max_rate`` per second (their schedule times
+        are spaced ``1/max_rate`` s apart), oldest first, at most ``max_jobs``. The dead jobs stay
+        DEAD and point at their replays (``replayed_by``). Audited (``reason``, this client's
+        ``x-gnomon-actor`` metadata and address).
+
+        Args:
+            max_rate: jobs per second, 0 < max_rate <= 1000.
+            max_jobs: 1-100000.
+            reason: why (audit log), 1-1000 characters.
+            dry_run: only count (and audit); nothing is replayed.
+            request_id: UUID making the call idempotent; default a fresh one (see
+                :attr:`ReplayResult.request_id`). Repeating it returns the same result, and finishes
+                a replay that was interrupted.
+            timeout: seconds for this call (default: the client's); a replay of many thousand jobs
+                takes a while (500 per transaction).
+
+        Raises:
+            GnomonError: ``INVALID_ARGUMENT`` (field violations: ``max_rate``, ``max_jobs``,
+                ``reason``, ...), ``ALREADY_EXISTS`` (``request_id`` used with another filter or
+                rate), ``PERMISSION_DENIED`` (``NAMESPACE_NOT_ALLOWED``), ``UNAVAILABLE``, ...
+        """
+        req = _dlq.replay_dead_letters_request(
+            self.namespace, max_rate=max_rate, max_jobs=max_jobs, reason=reason, queue=queue,
+            failure_class=failure_class, error_contains=error_contains, start_time=start_time,
+            end_time=end_time, dry_run=dry_run, request_id=request_id)
+        return _dlq.replay_result(_dlq.call(self, "ReplayDeadLetters", req, timeout), req.request_id)
+
+    def list_audit_entries_page(self, page_size: int = 100, page_token: str = "") -> tuple[list[AuditEntry], str]:
+        """One page of this namespace's audit log (DLQ replays and dry runs), newest first:
+        ``(entries, next_page_token)``.
+
+        Raises:
+            GnomonError: when the RPC fails.
+        """
+        req = _dlq.list_audit_entries_request(self.namespace, page_size, page_token)
+        resp = _dlq.call(self, "ListAuditEntries", req)
+        return [AuditEntry.from_proto(e) for e in resp.audit_entries], resp.next_page_token
+
+    def list_audit_entries(self, page_size: int = 100) -> Iterator[AuditEntry]:
+        """Iterates over the whole audit log of this namespace, newest first, fetching pages lazily."""
+        token = ""
+        while True:
+            items, token = self.list_audit_entries_page(page_size, token)
+            yield from items
+            if not token:
+                return
 
     def close(self) -> None:
         """Closes the channel. Idempotent."""
@@ -283,6 +539,7 @@ class AsyncClient:
             self._channel = grpc.aio.secure_channel(api, credentials, options=opts)
         self._jobs = job_service_pb2_grpc.JobServiceStub(self._channel)
         self._cluster = cluster_service_pb2_grpc.ClusterServiceStub(self._channel)
+        self._queues = queue_service_pb2_grpc.QueueServiceStub(self._channel)
 
     async def _call(self, method, request):
         try:
@@ -303,12 +560,14 @@ class AsyncClient:
         idempotency_key: str | None = None,
         lease_duration: Span | None = None,
         idempotent: bool = False,
+        retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
     ) -> Job:
         """Async :meth:`Client.create_job`."""
         req = create_job_request(
             self.namespace, queue, payload, schedule_time=schedule_time, delay=delay,
             deadline=deadline, max_attempts=max_attempts, request_id=request_id,
             idempotency_key=idempotency_key, lease_duration=lease_duration, idempotent=idempotent,
+            retry_policy=retry_policy,
         )
         return Job.from_proto((await self._call(self._jobs.CreateJob, req)).job)
 
@@ -344,11 +603,79 @@ class AsyncClient:
             if not token:
                 return
 
+    async def cancel_job(self, name: str, expected_version: int | None = None) -> tuple[str, Job]:
+        """Async :meth:`Client.cancel_job`."""
+        req = cancel_job_request(name, self.namespace, expected_version)
+        resp = await self._call(self._jobs.CancelJob, req)
+        return _outcome(resp.outcome), Job.from_proto(resp.job)
+
+    async def reschedule_job(
+        self,
+        name: str,
+        *,
+        schedule_time: datetime | None = None,
+        delay: Span | None = None,
+        expected_version: int | None = None,
+    ) -> Job:
+        """Async :meth:`Client.reschedule_job`."""
+        req = reschedule_job_request(name, self.namespace, schedule_time=schedule_time, delay=delay,
+                                     expected_version=expected_version)
+        return Job.from_proto((await self._call(self._jobs.RescheduleJob, req)).job)
+
+    async def list_job_attempts(self, name: str, page_size: int = 100) -> list[JobAttempt]:
+        """Async :meth:`Client.list_job_attempts`."""
+        parent, token, out = convert.job_name(name, self.namespace), "", []
+        while True:
+            req = job_service_pb2.ListJobAttemptsRequest(parent=parent, page_size=int(page_size), page_token=token)
+            resp = await self._call(self._jobs.ListJobAttempts, req)
+            out.extend(JobAttempt.from_proto(a) for a in resp.attempts)
+            token = resp.next_page_token
+            if not token:
+                return out
+
     async def list_dispatchers(self, region: str = "") -> list[DispatcherInfo]:
         """Async :meth:`Client.list_dispatchers`."""
         req = cluster_service_pb2.ListDispatchersRequest(region=region)
         resp = await self._call(self._cluster.ListDispatchers, req)
         return [DispatcherInfo.from_proto(d) for d in resp.dispatchers]
+
+    async def get_queue(self, queue: str) -> Queue:
+        """Async :meth:`Client.get_queue`."""
+        req = queue_service_pb2.GetQueueRequest(name=queue_name(queue, self.namespace))
+        return Queue.from_proto((await self._call(self._queues.GetQueue, req)).queue)
+
+    # -- dead-letter queue (see Client) --
+
+    async def list_dead_letters_page(self, *, page_size: int = 100, page_token: str = "",
+                                     **filters) -> tuple[list[DeadLetter], str]:
+        """Async :meth:`Client.list_dead_letters_page`."""
+        req = _dlq.list_dead_letters_request(self.namespace, page_size=page_size, page_token=page_token, **filters)
+        resp = await _dlq.acall(self, "ListDeadLetters", req)
+        return [DeadLetter.from_proto(d) for d in resp.dead_letters], resp.next_page_token
+
+    async def list_dead_letters(self, *, page_size: int = 100, **filters) -> AsyncIterator[DeadLetter]:
+        """Async iterator over all matching dead letters."""
+        token = ""
+        while True:
+            items, token = await self.list_dead_letters_page(page_size=page_size, page_token=token, **filters)
+            for item in items:
+                yield item
+            if not token:
+                return
+
+    async def replay_dead_letters(self, *, max_rate: float, max_jobs: int, reason: str,
+                                  timeout: float | None = None, **kwargs) -> ReplayResult:
+        """Async :meth:`Client.replay_dead_letters`."""
+        req = _dlq.replay_dead_letters_request(self.namespace, max_rate=max_rate, max_jobs=max_jobs, reason=reason,
+                                               **kwargs)
+        return _dlq.replay_result(await _dlq.acall(self, "ReplayDeadLetters", req, timeout), req.request_id)
+
+    async def list_audit_entries_page(self, page_size: int = 100,
+                                      page_token: str = "") -> tuple[list[AuditEntry], str]:
+        """Async :meth:`Client.list_audit_entries_page`."""
+        req = _dlq.list_audit_entries_request(self.namespace, page_size, page_token)
+        resp = await _dlq.acall(self, "ListAuditEntries", req)
+        return [AuditEntry.from_proto(e) for e in resp.audit_entries], resp.next_page_token
 
     async def close(self) -> None:
         """Closes the channel. Idempotent."""

@@ -12,7 +12,10 @@ from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from . import convert
 from .errors import Cancelled
 
-__all__ = ["JobContext", "CANCEL_REASONS"]
+__all__ = ["JobContext", "CANCEL_REASONS", "MAX_CHECKPOINT_BYTES"]
+
+#: Largest progress checkpoint (:meth:`JobContext.checkpoint`), in bytes: 64 KiB.
+MAX_CHECKPOINT_BYTES = 64 * 1024
 
 #: Values of :attr:`JobContext.cancel_reason`.
 CANCEL_REASONS = ("cancel_requested", "refused", "lease_lost", "shutdown")
@@ -39,6 +42,8 @@ class JobContext:
         deadline: UTC-aware deadline or ``None``.
         max_attempts: the job's attempt limit (0 if not sent).
         lease_duration: ``timedelta`` each heartbeat extends the lease by (``None`` if not sent).
+        last_checkpoint: the progress checkpoint an earlier attempt of this job saved with
+            :meth:`checkpoint` (``bytes``), or ``None`` if none did: resume from it.
         cancel_event: a ``threading.Event`` set when the attempt should stop; safe to wait on from
             a handler thread (``ctx.cancel_event.wait(5)``). Created on first access.
 
@@ -50,7 +55,7 @@ class JobContext:
         "job", "job_id", "namespace", "queue", "payload", "attempt", "version", "fencing_token",
         "idempotency_key", "schedule_time", "deadline", "max_attempts", "lease_duration",
         "_cancel_event", "_cancelled", "_lease_expire_time", "_cancel_reason", "_async_event", "_loop",
-        "_error",
+        "_error", "last_checkpoint", "_checkpoint",
     )
 
     def __init__(
@@ -68,6 +73,7 @@ class JobContext:
         lease_expire_time: datetime | None = None,
         max_attempts: int = 0,
         lease_duration: timedelta | None = None,
+        last_checkpoint: bytes | None = None,
     ) -> None:
         self.job = job
         parts = job.split("/")
@@ -90,6 +96,9 @@ class JobContext:
         self._async_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._error: str | None = None
+        self.last_checkpoint = last_checkpoint
+        # (sequence number, data) of the latest checkpoint asked for; read by the worker's loop
+        self._checkpoint: tuple[int, bytes] | None = None
 
     @classmethod
     def from_assignment(cls, a: wpb.Assignment) -> "JobContext":
@@ -108,6 +117,7 @@ class JobContext:
             lease_expire_time=convert.field_time(a, "lease_expire_time"),
             max_attempts=a.max_attempts,
             lease_duration=convert.field_duration(a, "lease_duration"),
+            last_checkpoint=bytes(a.checkpoint) or None,
         )
 
     # -- payload ------------------------------------------------------------------------------
@@ -119,6 +129,38 @@ class JobContext:
             ValueError: the payload is not UTF-8 JSON.
         """
         return convert.decode_json_payload(self.payload)
+
+    # -- progress checkpoints -----------------------------------------------------------------
+
+    def checkpoint(self, data: bytes | bytearray | memoryview) -> None:
+        """Saves a progress checkpoint: if this attempt is lost or fails, the next attempt of the
+        job gets ``data`` as :attr:`last_checkpoint` and can resume from there instead of from
+        the start (DESIGN.md section 6).
+
+        The checkpoint travels with the next heartbeat and is saved only while this attempt still
+        holds its lease. Only the latest one counts: calling this faster than heartbeats are sent
+        just replaces the pending data, so checkpoint as often as is convenient. Saving is
+        asynchronous: one made less than a heartbeat interval before the handler returns or
+        raises may not reach the scheduler, so make resuming from an older checkpoint correct (it
+        is, if the work between checkpoints is idempotent). ``b""`` clears the saved checkpoint.
+
+        Also a cooperative cancellation point: raises :class:`~gnomon.sdk.Cancelled` (and saves
+        nothing) if :attr:`cancelled` is set. Safe to call from handler threads.
+
+        Raises:
+            TypeError: ``data`` is not bytes-like.
+            ValueError: ``data`` is longer than :data:`MAX_CHECKPOINT_BYTES` (64 KiB); it is
+                refused whole, never truncated.
+            Cancelled: the attempt was cancelled (reason in :attr:`cancel_reason`).
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"checkpoint data must be bytes, not {type(data).__name__}")
+        data = bytes(data)
+        if len(data) > MAX_CHECKPOINT_BYTES:
+            raise ValueError(f"checkpoint of {len(data)} bytes exceeds the {MAX_CHECKPOINT_BYTES}-byte limit")
+        self.raise_if_cancelled()
+        prev = self._checkpoint
+        self._checkpoint = ((prev[0] if prev else 0) + 1, data)   # one atomic store: the loop reads it
 
     # -- lease --------------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ Two families live here:
   ``google.rpc.Status`` details: the ``ErrorInfo.reason`` (UPPER_SNAKE, e.g. ``NOT_FOUND``,
   ``INVALID_QUEUE``) and the ``BadRequest`` field violations.
 * Exceptions a job handler raises to choose the failure class of its attempt:
-  :class:`PermanentError`, :class:`ThrottledError`, :class:`AmbiguousError` (anything else is
-  TRANSIENT), plus :class:`Cancelled`, raised by ``JobContext.raise_if_cancelled()``.
+  :class:`PermanentError`, :class:`ThrottledError`, :class:`AmbiguousError`,
+  :class:`TransientError` (anything else is TRANSIENT too), plus :class:`Cancelled`, raised by ``JobContext.raise_if_cancelled()``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ __all__ = [
     "PermanentError",
     "ThrottledError",
     "AmbiguousError",
+    "TransientError",
     "decode_rich_status",
 ]
 
@@ -188,6 +189,12 @@ class ThrottledError(Exception):
             raise ValueError("retry_after must be a non-negative number of seconds")
         self.retry_after = float(retry_after)
         super().__init__(message or f"throttled; retry after {self.retry_after:g}s")
+
+
+class TransientError(Exception):
+    """Raise from a handler to fail the attempt with failure class TRANSIENT: retried after the
+    job's backoff (within its retry policy, the queue's retry budget and circuit breaker). Any
+    exception no mapping classifies is TRANSIENT too; this one says so explicitly."""
 
 
 class AmbiguousError(Exception):

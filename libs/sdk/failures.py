@@ -8,7 +8,7 @@ from typing import Mapping
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 
-from .errors import AmbiguousError, Cancelled, PermanentError, ThrottledError
+from .errors import AmbiguousError, Cancelled, PermanentError, ThrottledError, TransientError
 
 __all__ = ["FailureClass", "Failure", "classify_exception", "format_error", "DEFAULT_EXCEPTION_CLASSES"]
 
@@ -51,6 +51,7 @@ DEFAULT_EXCEPTION_CLASSES: dict[type[BaseException], FailureClass] = {
     PermanentError: FailureClass.PERMANENT,
     ThrottledError: FailureClass.THROTTLED,
     AmbiguousError: FailureClass.AMBIGUOUS,
+    TransientError: FailureClass.TRANSIENT,
 }
 
 
@@ -87,7 +88,8 @@ def classify_exception(
 
     Order: the user's ``exception_classes`` in insertion order (first ``isinstance`` match wins,
     so list subclasses before their bases), then :data:`DEFAULT_EXCEPTION_CLASSES`
-    (PermanentError -> PERMANENT, ThrottledError -> THROTTLED, AmbiguousError -> AMBIGUOUS), then
+    (PermanentError -> PERMANENT, ThrottledError -> THROTTLED, AmbiguousError -> AMBIGUOUS,
+    TransientError -> TRANSIENT), then
     :class:`Cancelled` (PERMANENT when the job's cancellation was requested, else TRANSIENT),
     else TRANSIENT.
 

@@ -1,4 +1,5 @@
-"""Plain-Python views of Gnomon resources returned by the client: :class:`Job`, :class:`DispatcherInfo`."""
+"""Plain-Python views of Gnomon resources returned by the client: :class:`Job`, :class:`JobAttempt`,
+:class:`DispatcherInfo`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 from gnomon._proto.gnomon.v1 import cluster_service_pb2, job_pb2
 
 from . import convert
+from .retry import RetryPolicy
 
-__all__ = ["Job", "DispatcherInfo"]
+__all__ = ["Job", "JobAttempt", "DispatcherInfo"]
 
 _TERMINAL = frozenset({"SUCCEEDED", "FAILED", "DEAD", "CANCELLED", "EXPIRED", "SKIPPED"})
 
@@ -39,6 +41,8 @@ class Job:
         lease_duration: lease granted per attempt (``timedelta``) or ``None``.
         idempotent: an attempt with an unknown outcome may be retried.
         failure_class: class of the last failure ("" if none).
+        retry_policy: the :class:`~gnomon.sdk.RetryPolicy` in effect (defaults filled in by the
+            server), or ``None`` from a server that does not send it.
     """
 
     name: str
@@ -61,6 +65,7 @@ class Job:
     lease_duration: timedelta | None
     idempotent: bool = False
     failure_class: str = ""
+    retry_policy: RetryPolicy | None = None
 
     @classmethod
     def from_proto(cls, msg: job_pb2.Job) -> "Job":
@@ -87,6 +92,7 @@ class Job:
             lease_duration=convert.field_duration(msg, "lease_duration"),
             idempotent=msg.idempotent,
             failure_class=msg.failure_class,
+            retry_policy=RetryPolicy.from_proto(msg.retry_policy) if msg.HasField("retry_policy") else None,
         )
 
     @property
@@ -143,6 +149,7 @@ class Job:
             "lease_duration": convert.duration_text(self.lease_duration),
             "idempotent": self.idempotent,
             "failure_class": self.failure_class,
+            "retry_policy": self.retry_policy.to_json_dict() if self.retry_policy else None,
             "payload": convert.b64(self.payload),
         }
         if self.payload:
@@ -151,6 +158,75 @@ class Job:
             if value is not sentinel:
                 out["payload_json"] = value
         return out
+
+
+def _attempt_state(value: int) -> str:
+    """``AttemptState`` number -> short name (``5`` -> ``"LOST"``; unknown -> ``"UNKNOWN_<n>"``)."""
+    try:
+        return job_pb2.AttemptState.Name(value).removeprefix("ATTEMPT_STATE_")
+    except ValueError:
+        return f"UNKNOWN_{value}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttempt:
+    """One attempt of a job, as listed by :meth:`Client.list_job_attempts` (mirror of
+    ``gnomon.v1.JobAttempt``).
+
+    Attributes:
+        name: ``namespaces/{namespace}/jobs/{id}/attempts/{attempt}``.
+        attempt: 1-based attempt number.
+        state: ``"QUEUED"``, ``"RUNNING"``, ``"SUCCEEDED"``, ``"FAILED"``, ``"LOST"`` (lease
+            expired while running: outcome unknown) or ``"CANCELLED"``.
+        worker_id: the worker that accepted it ("" if none did).
+        dispatcher_id: the dispatcher that claimed it.
+        fencing_token: token it was claimed (or re-published) under.
+        version: job version at claim.
+        failure_class: for FAILED/LOST attempts ``"TRANSIENT"``, ``"THROTTLED"``, ``"PERMANENT"``
+            or ``"AMBIGUOUS"``; else "".
+        error: for FAILED/LOST attempts the error text; else "".
+        claim_time, accept_time, finish_time, lease_expire_time: UTC-aware datetimes or ``None``.
+        cancel_requested: cancellation of this attempt was requested while it ran.
+    """
+
+    name: str
+    attempt: int
+    state: str
+    worker_id: str
+    dispatcher_id: str
+    fencing_token: int
+    version: int
+    failure_class: str
+    error: str
+    claim_time: datetime | None
+    accept_time: datetime | None
+    finish_time: datetime | None
+    lease_expire_time: datetime | None
+    cancel_requested: bool = False
+
+    @classmethod
+    def from_proto(cls, msg: job_pb2.JobAttempt) -> "JobAttempt":
+        """Builds a :class:`JobAttempt` from a ``gnomon.v1.JobAttempt`` message."""
+        t = convert.field_time
+        return cls(name=msg.name, attempt=msg.attempt, state=_attempt_state(msg.state), worker_id=msg.worker_id,
+                   dispatcher_id=msg.dispatcher_id, fencing_token=msg.fencing_token, version=msg.version,
+                   failure_class=msg.failure_class, error=msg.error, claim_time=t(msg, "claim_time"),
+                   accept_time=t(msg, "accept_time"), finish_time=t(msg, "finish_time"),
+                   lease_expire_time=t(msg, "lease_expire_time"), cancel_requested=msg.cancel_requested)
+
+    @property
+    def job(self) -> str:
+        """The job's name (``namespaces/{namespace}/jobs/{id}``)."""
+        return self.name.rsplit("/attempts/", 1)[0]
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict of every field (instants as RFC 3339 UTC strings or ``None``)."""
+        r = convert.rfc3339
+        return {"name": self.name, "attempt": self.attempt, "state": self.state, "worker_id": self.worker_id,
+                "dispatcher_id": self.dispatcher_id, "fencing_token": self.fencing_token, "version": self.version,
+                "failure_class": self.failure_class, "error": self.error, "claim_time": r(self.claim_time),
+                "accept_time": r(self.accept_time), "finish_time": r(self.finish_time),
+                "lease_expire_time": r(self.lease_expire_time), "cancel_requested": self.cancel_requested}
 
 
 @dataclass(frozen=True, slots=True)

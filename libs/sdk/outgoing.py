@@ -24,6 +24,9 @@ RefKey = tuple[str, int, int]
 #: get a smaller cap to stay well under gRPC's default 4 MiB message limit.
 DEFAULT_MAX_REFS = 1000
 DEFAULT_MAX_RESULTS = 100
+#: Checkpoint bytes per ``heartbeats`` message (a checkpoint is up to 64 KiB; a dispatcher accepts
+#: messages of up to 16 MiB). A single larger checkpoint still goes out, alone.
+DEFAULT_MAX_CHECKPOINT_BYTES = 1024 * 1024
 
 
 def ref_key(ref: wpb.AttemptRef) -> RefKey:
@@ -46,12 +49,13 @@ class OutgoingBuffer:
 
     Accepts, results and releases are de-duplicated by :func:`ref_key` (adding the same attempt
     twice before a take keeps one entry; a result replaces an earlier one). Credits add up.
-    Heartbeats are a single pending list, replaced by each :meth:`set_heartbeats`.
+    Heartbeats (with their checkpoints) are a single pending list, replaced by each
+    :meth:`set_heartbeats`.
     Not thread-safe: use it from the event loop only.
     """
 
-    __slots__ = ("_accepts", "_results", "_releases", "_credits", "_heartbeats", "_notify",
-                 "max_refs", "max_results")
+    __slots__ = ("_accepts", "_results", "_releases", "_credits", "_heartbeats", "_checkpoints", "_notify",
+                 "max_refs", "max_results", "max_checkpoint_bytes")
 
     def __init__(
         self,
@@ -59,6 +63,7 @@ class OutgoingBuffer:
         *,
         max_refs: int = DEFAULT_MAX_REFS,
         max_results: int = DEFAULT_MAX_RESULTS,
+        max_checkpoint_bytes: int = DEFAULT_MAX_CHECKPOINT_BYTES,
     ) -> None:
         if max_refs < 1 or max_results < 1:
             raise ValueError("max_refs and max_results must be >= 1")
@@ -67,9 +72,11 @@ class OutgoingBuffer:
         self._releases: dict[RefKey, wpb.AttemptRef] = {}
         self._credits = 0
         self._heartbeats: list[wpb.AttemptRef] | None = None
+        self._checkpoints: list[wpb.Checkpoint] = []
         self._notify = notify
         self.max_refs = max_refs
         self.max_results = max_results
+        self.max_checkpoint_bytes = max_checkpoint_bytes
 
     # -- adding -------------------------------------------------------------------------------
 
@@ -94,11 +101,12 @@ class OutgoingBuffer:
             self._credits += n
             self._wake()
 
-    def set_heartbeats(self, refs: Iterable[wpb.AttemptRef]) -> None:
-        """Sets the attempts of the next ``heartbeats`` message (replacing a pending, unsent one).
-        An empty list clears it."""
+    def set_heartbeats(self, refs: Iterable[wpb.AttemptRef], checkpoints: Iterable[wpb.Checkpoint] = ()) -> None:
+        """Sets the attempts of the next ``heartbeats`` message and the progress checkpoints it
+        carries (replacing a pending, unsent one). An empty ``refs`` clears both."""
         refs = list(refs)
         self._heartbeats = refs or None
+        self._checkpoints = list(checkpoints) if refs else []
         if refs:
             self._wake()
 
@@ -116,6 +124,7 @@ class OutgoingBuffer:
         self._releases.clear()
         self._credits = 0
         self._heartbeats = None
+        self._checkpoints = []
 
     # -- inspecting ---------------------------------------------------------------------------
 
@@ -152,10 +161,16 @@ class OutgoingBuffer:
             for chunk in _chunks(refs, self.max_refs):
                 out.append(wpb.LeaseRequest(accepts=wpb.AttemptRefs(attempts=chunk)))
         if self._heartbeats:
-            refs = self._heartbeats
-            self._heartbeats = None
-            for chunk in _chunks(refs, self.max_refs):
-                out.append(wpb.LeaseRequest(heartbeats=wpb.Heartbeats(attempts=chunk)))
+            refs, cps = self._heartbeats, self._checkpoints
+            self._heartbeats, self._checkpoints = None, []
+            msgs = [wpb.Heartbeats(attempts=chunk) for chunk in _chunks(refs, self.max_refs)]
+            # the first batch of checkpoints rides on the last heartbeats message, the rest alone
+            for i, chunk in enumerate(_byte_chunks(cps, self.max_checkpoint_bytes)):
+                if i == 0:
+                    msgs[-1].checkpoints.extend(chunk)
+                else:
+                    msgs.append(wpb.Heartbeats(checkpoints=chunk))
+            out.extend(wpb.LeaseRequest(heartbeats=m) for m in msgs)
         if self._results:
             results = list(self._results.values())
             self._results.clear()
@@ -183,3 +198,19 @@ class OutgoingBuffer:
 def _chunks(items: list, size: int):
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+def _byte_chunks(checkpoints: list[wpb.Checkpoint], budget: int):
+    """Groups checkpoints so that each group's data adds up to at most ``budget`` bytes (a single
+    larger one forms a group of its own)."""
+    chunk: list[wpb.Checkpoint] = []
+    size = 0
+    for cp in checkpoints:
+        n = len(cp.data)
+        if chunk and size + n > budget:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(cp)
+        size += n
+    if chunk:
+        yield chunk

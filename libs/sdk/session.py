@@ -85,6 +85,7 @@ _ACK_ACCEPT = wpb.ACK_KIND_ACCEPT
 _ACK_HEARTBEAT = wpb.ACK_KIND_HEARTBEAT
 _ACK_RESULT = wpb.ACK_KIND_RESULT
 _ACK_RELEASE = wpb.ACK_KIND_RELEASE
+_ACK_CHECKPOINT = wpb.ACK_KIND_CHECKPOINT
 
 QUEUED, RUNNING, DONE, RELEASED, DROPPED = "queued", "running", "done", "released", "dropped"
 
@@ -99,7 +100,7 @@ class Attempt:
     """
 
     __slots__ = ("key", "ref", "ctx", "session", "state", "lease", "dropped_reason",
-                 "accept_sent", "task", "launched")
+                 "accept_sent", "task", "launched", "cp_inflight", "cp_acked")
 
     def __init__(self, key: RefKey, ref: wpb.AttemptRef, ctx: JobContext,
                  session: "DispatcherSession", lease: LocalLease) -> None:
@@ -113,6 +114,11 @@ class Attempt:
         self.accept_sent = 0.0
         self.task: asyncio.Task | None = None
         self.launched = False      # the handler was started (only after an ok accept ack)
+        # Progress checkpoints (ctx.checkpoint): sequence number of the one sent and not yet
+        # acknowledged (at most one in flight: the dispatcher batches writes, so two could be
+        # applied out of order), and of the last one acknowledged.
+        self.cp_inflight: int | None = None
+        self.cp_acked = 0
 
     def drop(self, reason: str, cancel_reason: str) -> None:
         """Marks a running attempt as no longer ours: no result will be reported, and the
@@ -330,6 +336,7 @@ class DispatcherSession:
             self._hb_unanswered_since = None
             for att in list(self.attempts.values()):
                 att.lease.forget_inflight()
+                att.cp_inflight = None     # no ack will come on this stream: re-sent on the next
                 if att.state == QUEUED:
                     # Unstarted attempts belong to the stream that delivered them: the dispatcher
                     # returns them to its outbox when the stream ends and re-delivers them.
@@ -402,6 +409,11 @@ class DispatcherSession:
             att = self.attempts.get(key)
             if att is None or att.state != RUNNING:
                 return
+            if ack.ok and ack.cancel_requested and not ack.HasField("lease_expire_time"):
+                # An unprompted cancellation push (worker_service.proto): it answers no heartbeat
+                # and renews nothing, so it must not consume an in-flight heartbeat record.
+                self._after_renewal(att, ack)
+                return
             att.lease.heartbeat_acked(ack.ok)
             if ack.ok or is_final_refusal(ack.reason):
                 self._after_renewal(att, ack)
@@ -445,6 +457,17 @@ class DispatcherSession:
                 else:
                     att.launched = True
                     self.owner._finish(att, None)
+        elif kind == _ACK_CHECKPOINT:
+            att = self.attempts.get(key)
+            if att is None or att.cp_inflight is None:
+                return
+            seq, att.cp_inflight = att.cp_inflight, None
+            if ack.ok or ack.reason == "CHECKPOINT_TOO_LARGE" or is_final_refusal(ack.reason):
+                att.cp_acked = max(att.cp_acked, seq)
+                if not ack.ok:
+                    log.warning("dispatcher %s refused a checkpoint of %s attempt %d: %s", self.address,
+                                att.ctx.job, att.ctx.attempt, ack.reason or "?")
+            # else (e.g. DATABASE_UNAVAILABLE): the latest checkpoint goes out with the next heartbeat
         elif kind == _ACK_RELEASE:
             if key not in self.pending_releases:
                 return
@@ -548,6 +571,7 @@ class DispatcherSession:
             return
         self._last_hb = now
         refs = []
+        checkpoints = []
         min_lease = float("inf")
         for att in self.attempts.values():
             if att.state == RUNNING and att.dropped_reason is None:
@@ -555,9 +579,13 @@ class DispatcherSession:
                 att.lease.heartbeat_sent(now)
                 if att.lease.lease_seconds < min_lease:
                     min_lease = att.lease.lease_seconds
+                cp = att.ctx._checkpoint
+                if cp is not None and att.cp_inflight is None and cp[0] > att.cp_acked and att.launched:
+                    att.cp_inflight = cp[0]
+                    checkpoints.append(wpb.Checkpoint(attempt=att.ref, data=cp[1]))
         self._min_lease = min_lease
         if refs:
-            self.buffer.set_heartbeats(refs)
+            self.buffer.set_heartbeats(refs, checkpoints)
             if self._hb_unanswered_since is None:
                 self._hb_unanswered_since = now
 

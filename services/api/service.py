@@ -5,7 +5,11 @@ import asyncio
 import logging
 
 from gnomon._proto.gnomon.v1 import cluster_service_pb2, cluster_service_pb2_grpc, job_service_pb2, job_service_pb2_grpc
+from gnomon._proto.gnomon.v1 import dead_letter_service_pb2, dead_letter_service_pb2_grpc
+from gnomon.api.dead_letters import DeadLetterServicer
+from gnomon._proto.gnomon.v1 import queue_service_pb2, queue_service_pb2_grpc
 from gnomon.api.hints import DispatcherHints
+from gnomon.api.queues import QueueServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
 from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
 from gnomon.common.coordination.etcd import EtcdClient
@@ -28,6 +32,11 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
         (job_service_pb2_grpc.add_JobServiceServicer_to_server,
          JobServicer(engine, region=cluster.region, shards=cluster.shards, hints=hints, prefetch_s=disp.prefetch_s),
          job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name),
+        (dead_letter_service_pb2_grpc.add_DeadLetterServiceServicer_to_server,
+         DeadLetterServicer(engine, shards=cluster.shards, hints=hints),
+         dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name),
+        (queue_service_pb2_grpc.add_QueueServiceServicer_to_server, QueueServicer(engine, region=cluster.region),
+         queue_service_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name),
         (cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server,
          ClusterServicer(etcd, etcd_s.prefix, cluster.region),
          cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name),

@@ -11,17 +11,21 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import (cluster_service_pb2, cluster_service_pb2_grpc, job_pb2, job_service_pb2,
                                      job_service_pb2_grpc)
-from gnomon.api.convert import job_to_proto
+from gnomon.api.convert import attempt_to_proto, job_to_proto
 from gnomon.api.hints import DispatcherHints
 from gnomon.api.names import parse_job_name, parse_parent
-from gnomon.api.validation import validate_batch, validate_create
+from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError
 from gnomon.common.coordination.registry import list_dispatchers
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.storage import cancel as cancel_store
+from gnomon.common.storage import attempts as attempts_store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
 
 MAX_PAGE = 1000
+#: ListJobAttempts page cap: a job has at most 100 attempts (max_attempts <= 100).
+MAX_ATTEMPTS_PAGE = 100
 DEFAULT_PAGE = 100
 
 
@@ -75,6 +79,52 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             rows = rows[:size]
             token = _encode_token(rows[-1]["created_at"], rows[-1]["id"], filt)
         return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in rows], next_page_token=token)
+
+    async def CancelJob(self, request, context):
+        ns, job_id = parse_job_name(request.name)
+        expected = request.expected_version if request.HasField("expected_version") else None
+        res = await run_transaction(self.engine, lambda c: cancel_store.cancel_job(
+            c, ns, job_id, expected_version=expected))
+        return job_service_pb2.CancelJobResponse(
+            job=job_to_proto(res.job), outcome=job_service_pb2.CancelOutcome.Value("CANCEL_OUTCOME_" + res.outcome))
+
+    async def RescheduleJob(self, request, context):
+        r = validate_reschedule(request)
+        res = await run_transaction(self.engine, lambda c: cancel_store.reschedule_job(
+            c, r.namespace, r.job_id, schedule_at=r.schedule_at, delay=r.delay, expected_version=r.expected_version))
+        if self.hints is not None and res.job["scheduled_at"] <= res.db_now + timedelta(seconds=self.prefetch_s):
+            self.hints.wake(res.job["scheduled_at"])
+        return job_service_pb2.RescheduleJobResponse(job=job_to_proto(res.job))
+
+    async def ListJobAttempts(self, request, context):
+        ns, job_id = parse_job_name(request.parent, field="parent")
+        if request.page_size < 0:
+            raise InvalidArgument([FieldViolation("page_size", "must not be negative")])
+        size = min(request.page_size or MAX_ATTEMPTS_PAGE, MAX_ATTEMPTS_PAGE)
+        after = _decode_attempts_token(request.page_token, job_id) if request.page_token else 0
+        rows = await run_transaction(self.engine, lambda c: attempts_store.list_attempts(
+            c, ns, job_id, after=after, limit=size + 1))
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = _encode_attempts_token(job_id, rows[-1]["attempt"])
+        return job_service_pb2.ListJobAttemptsResponse(attempts=[attempt_to_proto(r) for r in rows],
+                                                       next_page_token=token)
+
+
+def _encode_attempts_token(job_id: uuid.UUID, attempt: int) -> str:
+    raw = json.dumps({"j": str(job_id), "a": attempt}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_attempts_token(token: str, job_id: uuid.UUID) -> int:
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if d["j"] == str(job_id) and isinstance(d["a"], int) and d["a"] >= 0:
+            return d["a"]
+    except Exception:  # noqa: BLE001 - any garbage token is the caller's error
+        pass
+    raise InvalidArgument([FieldViolation("page_token", "is not a token returned by ListJobAttempts for this job")])
 
 
 def _encode_token(ts: datetime, job_id: uuid.UUID, filt: str) -> str:

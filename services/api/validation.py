@@ -1,21 +1,24 @@
-"""Validation of create requests: every rule is a field violation, all reported at once.
+"""Validation of create and reschedule requests: every rule is a field violation, all reported at once.
 
 Limits (also in docs/api.md): queue 1-64 chars of ``[a-z0-9._-]`` starting with a letter or digit;
 payload at most :data:`MAX_PAYLOAD_BYTES` (256 KiB), empty allowed; ``schedule_time`` between
 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z; ``delay`` in [0, 100 years]; at most one of the two;
 ``deadline`` in range and after the schedule time; ``max_attempts`` 1-100 (default 3); ``request_id``
-a UUID (AIP-155); ``idempotency_key`` 1-255 printable ASCII; ``lease_duration`` 1 s - 1 h (default 30 s).
+a UUID (AIP-155); ``idempotency_key`` 1-255 printable ASCII; ``lease_duration`` 1 s - 1 h (default 30 s);
+``retry_policy`` see :func:`validate_retry_policy`.
 """
 from __future__ import annotations
 
 import hashlib
 import re
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from gnomon._proto.gnomon.v1 import job_service_pb2
-from gnomon.api.names import parse_parent
+from gnomon.api.names import parse_job_name, parse_parent
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
+from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
 from gnomon.common.storage.jobs import NewJob, shard_of
 
 QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -53,6 +56,21 @@ def _duration(v: Validator, msg, field: str, lo: timedelta, hi: timedelta) -> ti
     return d
 
 
+def _schedule(v: Validator, req) -> tuple[datetime | None, timedelta | None]:
+    """``schedule_time`` / ``delay`` of a create or reschedule request: at most one (else a
+    violation on ``delay``), each in range. Returns ``(schedule_at, delay)``; ``None`` when unset
+    or invalid."""
+    has_time, has_delay = req.HasField("schedule_time"), req.HasField("delay")
+    schedule_at = delay = None
+    if has_time and has_delay:
+        v.add("delay", "give at most one of schedule_time and delay")
+    if has_time:
+        schedule_at = _timestamp(v, req.schedule_time, "schedule_time")
+    if has_delay:
+        delay = _duration(v, req.delay, "delay", timedelta(0), MAX_DELAY)
+    return schedule_at, delay
+
+
 def request_fingerprint(req: job_service_pb2.CreateJobRequest) -> str:
     """sha256 (hex) of the deterministic serialization of the request: same request, same hash."""
     return hashlib.sha256(req.SerializeToString(deterministic=True)).hexdigest()
@@ -76,14 +94,8 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
                 "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit")
     v.check(len(req.payload) <= MAX_PAYLOAD_BYTES, "payload",
             f"is {len(req.payload)} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB)")
-    has_time, has_delay = req.HasField("schedule_time"), req.HasField("delay")
-    schedule_at = delay = deadline = None
-    if has_time and has_delay:
-        v.add("delay", "give at most one of schedule_time and delay")
-    if has_time:
-        schedule_at = _timestamp(v, req.schedule_time, "schedule_time")
-    if has_delay:
-        delay = _duration(v, req.delay, "delay", timedelta(0), MAX_DELAY)
+    schedule_at, delay = _schedule(v, req)
+    deadline = None
     if req.HasField("deadline"):
         deadline = _timestamp(v, req.deadline, "deadline")
         if deadline and schedule_at and deadline <= schedule_at:
@@ -107,13 +119,91 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
     lease = DEFAULT_LEASE
     if req.HasField("lease_duration"):
         lease = _duration(v, req.lease_duration, "lease_duration", timedelta(seconds=1), timedelta(hours=1)) or lease
+    retry = validate_retry_policy(v, req.retry_policy) if req.HasField("retry_policy") else DEFAULT_POLICY
     v.raise_if_any()
     job_id = uuid.uuid4()
     return NewJob(id=job_id, namespace=namespace, region=region, shard=shard_of(job_id, shards), queue=req.queue,
                   payload=bytes(req.payload), schedule_at=schedule_at, delay=delay, deadline=deadline,
                   max_attempts=max_attempts, idempotency_key=req.idempotency_key or str(job_id), lease=lease,
                   request_id=request_id, request_hash=request_fingerprint(req) if request_id else None,
-                  idempotent=req.idempotent)
+                  idempotent=req.idempotent, retry=retry)
+
+
+MAX_BACKOFF = timedelta(days=1)
+MAX_AGE = timedelta(days=365)
+MAX_NON_RETRYABLE = 32
+ERROR_TYPE_RE = re.compile(r"^[\x21-\x39\x3b-\x7e]{1,128}$")   # printable ASCII, no space, no ':'
+
+
+def validate_retry_policy(v: Validator, msg, field: str = "retry_policy") -> RetryPolicy:
+    """Checks a ``gnomon.v1.RetryPolicy`` (violations named ``retry_policy.<field>``) and returns it
+    with the defaults filled in (:data:`gnomon.common.retry.DEFAULT_POLICY`): ``initial_backoff``
+    0 .. ``max_backoff``; ``max_backoff`` > 0 and <= 1 day; ``multiplier`` 1-10 (0 = unset);
+    ``jitter`` 0-1; ``max_age`` 1 ms - 365 days; at most 32 ``non_retryable_errors`` of 1-128
+    printable ASCII characters without spaces or ':'. A returned value is meaningless when
+    violations were added."""
+    d = DEFAULT_POLICY
+    initial, maximum = d.initial_s, d.max_s
+    if msg.HasField("max_backoff"):
+        mb = _duration(v, msg.max_backoff, f"{field}.max_backoff", timedelta(milliseconds=1), MAX_BACKOFF)
+        maximum = mb.total_seconds() if mb is not None else maximum
+    if msg.HasField("initial_backoff"):
+        ib = _duration(v, msg.initial_backoff, f"{field}.initial_backoff", timedelta(0), MAX_BACKOFF)
+        if ib is not None:
+            initial = ib.total_seconds()
+            v.check(initial <= maximum, f"{field}.initial_backoff",
+                    f"must not exceed max_backoff ({maximum:g} s{'' if msg.HasField('max_backoff') else ' when unset'})")
+    multiplier = d.multiplier
+    if msg.multiplier != 0:
+        if v.check(1.0 <= msg.multiplier <= 10.0, f"{field}.multiplier", "must be between 1 and 10 (0 = default 2)"):
+            multiplier = msg.multiplier
+    jitter = d.jitter
+    if msg.HasField("jitter"):
+        if v.check(0.0 <= msg.jitter <= 1.0, f"{field}.jitter", "must be between 0 and 1"):
+            jitter = msg.jitter
+    max_age = None
+    if msg.HasField("max_age"):
+        ma = _duration(v, msg.max_age, f"{field}.max_age", timedelta(milliseconds=1), MAX_AGE)
+        max_age = ma.total_seconds() if ma is not None else None
+    names = list(msg.non_retryable_errors)
+    if len(names) > MAX_NON_RETRYABLE:
+        v.add(f"{field}.non_retryable_errors", f"at most {MAX_NON_RETRYABLE} names; got {len(names)}")
+    for i, n in enumerate(names[:MAX_NON_RETRYABLE]):
+        v.check(bool(ERROR_TYPE_RE.fullmatch(n)), f"{field}.non_retryable_errors[{i}]",
+                "must be 1-128 printable ASCII characters without spaces or ':' (an error type name)")
+    return RetryPolicy(initial_s=initial, max_s=maximum, multiplier=multiplier, jitter=jitter, max_age_s=max_age,
+                       non_retryable_errors=tuple(dict.fromkeys(names)))
+
+
+@dataclass(frozen=True)
+class Reschedule:
+    """A validated RescheduleJob request: ``schedule_at`` (UTC instant) or ``delay``, at most one;
+    neither means now (database clock)."""
+
+    namespace: str
+    job_id: uuid.UUID
+    schedule_at: datetime | None
+    delay: timedelta | None
+    expected_version: int | None
+
+
+def validate_reschedule(req: job_service_pb2.RescheduleJobRequest) -> Reschedule:
+    """Checks ``name``, ``schedule_time`` and ``delay`` with CreateJob's rules and messages
+    (at most one of the two, reported on ``delay``; instants 1970-01-01 .. 9999-12-31; delay
+    0 .. 100 years). The deadline check needs the job, so it is made by the storage layer.
+
+    Raises :class:`InvalidArgument` listing all violations (nothing is written).
+    """
+    v = Validator()
+    namespace, job_id = "", None
+    try:
+        namespace, job_id = parse_job_name(req.name)
+    except InvalidArgument as e:
+        v.violations += e.violations
+    schedule_at, delay = _schedule(v, req)
+    v.raise_if_any()
+    return Reschedule(namespace=namespace, job_id=job_id, schedule_at=schedule_at, delay=delay,
+                      expected_version=req.expected_version if req.HasField("expected_version") else None)
 
 
 MAX_BATCH = 1000

@@ -5,6 +5,11 @@ Timing: after each claim the loop asks the database how long until the next due 
 later, not at the next poll. Hints (``WakeDispatcher``), new credits and newly acquired shards wake
 it early. Never early: the claim's ``scheduled_at <= now()`` uses the database clock, so a timer
 that fires early only finds nothing due yet.
+
+Per queue, two brakes against retry storms: the circuit breaker (:mod:`gnomon.dispatcher.breaker`;
+an OPEN queue is skipped, a HALF_OPEN one gets only its probes) and the retry budget
+(:mod:`gnomon.dispatcher.budget`; a claim takes at most the retries the budget has left, the
+excess is pushed back). Neither uses up an attempt: held-back jobs stay SCHEDULED.
 """
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ from gnomon.common.config import DispatcherSettings
 from gnomon.common.errors import StaleFencingToken, Unavailable
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
+from gnomon.dispatcher.breaker import Breakers
+from gnomon.dispatcher.budget import RetryBudget
 from gnomon.dispatcher.relay import Relay
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.shards import ShardOwnership
@@ -30,9 +38,11 @@ class ClaimLoop:
     than the connected workers' credits) and hands the result to the relay."""
 
     def __init__(self, engine: AsyncEngine, shards: ShardOwnership, registry: SessionRegistry, relay: Relay,
-                 settings: DispatcherSettings, *, region: str, dispatcher_id: str):
+                 settings: DispatcherSettings, *, region: str, dispatcher_id: str,
+                 budget: RetryBudget | None = None, breakers: Breakers | None = None):
         self.engine, self.shards, self.registry, self.relay = engine, shards, registry, relay
         self.settings, self.region, self.dispatcher_id = settings, region, dispatcher_id
+        self.budget, self.breakers = budget, breakers
         self.wake = asyncio.Event()
         self.claimed_total = 0
         self._task: asyncio.Task | None = None
@@ -57,16 +67,34 @@ class ClaimLoop:
         if not tokens or not cap:
             return 0, None
         limits = {t: min(self.settings.claim_batch, n) for t, n in cap.items()}
+        # circuit breakers: an OPEN queue is not claimed at all, a HALF_OPEN one only for probes
+        modes = {t: self.breakers.state(t) for t in limits} if self.breakers else {}
+        limits = {t: n for t, n in limits.items() if modes.get(t, CLOSED) != OPEN}
+        if not limits:
+            return 0, None
+        caps: dict = {}
 
         async def tx(conn):
-            out, full = [], False
+            out, full, idle = [], False, set()
+            caps.clear()
+            if self.budget:
+                caps.update(await self.budget.caps(conn, list(limits)))
             for target, n in limits.items():
+                mode = modes.get(target, CLOSED)
+                if mode == HALF_OPEN:
+                    n = min(n, await self.breakers.probe_allowance(conn, target))
+                    if n <= 0:
+                        idle.add(target)          # probes all out: nothing to claim until they finish
+                        continue
+                c = caps.get(target)
                 got = await store.claim_due(conn, region=self.region, tokens=tokens, targets=[target], limit=n,
-                                            dispatcher_id=self.dispatcher_id)
-                full = full or len(got) >= n
+                                            dispatcher_id=self.dispatcher_id,
+                                            retry_cap=c.retries if c else None, defer_step_s=c.spacing_s if c else 1.0,
+                                            breaker_state=mode if self.breakers and self.breakers.enabled else None)
+                full = full or (len(got) >= n and mode != HALF_OPEN)
                 out += got
             delay = None if full else await store.next_due_in(
-                conn, region=self.region, shards=list(tokens), targets=list(limits),
+                conn, region=self.region, shards=list(tokens), targets=[t for t in limits if t not in idle],
                 horizon_s=self.settings.prefetch_s)
             return out, (0.0 if full else delay)
 
@@ -78,6 +106,10 @@ class ClaimLoop:
             raise
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claimed %d (limits %s), next due in %s s", len(claimed), limits, delay)
+        if self.budget:
+            for target in limits:
+                self.budget.spent(target, sum(1 for c in claimed if (c.namespace, c.queue) == target and c.attempt > 1),
+                                  caps.get(target))
         if claimed:
             faults.point("crash_after_claim")
             self.claimed_total += len(claimed)

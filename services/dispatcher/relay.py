@@ -40,6 +40,8 @@ def assignment(c: store.Claimed) -> wpb.Assignment:
         max_attempts=c.max_attempts, lease_duration=to_duration(timedelta(milliseconds=c.lease_ms)))
     if c.deadline is not None:
         a.deadline.CopyFrom(to_timestamp(c.deadline))
+    if c.checkpoint:
+        a.checkpoint = c.checkpoint
     return a
 
 

@@ -10,10 +10,14 @@ import uuid
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2, worker_service_pb2_grpc
 from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
+from gnomon.common.config import BreakerSettings, RetryBudgetSettings
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.rpc.runner import configure_logging, wait_for_signal
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage.engine import make_engine
+from gnomon.dispatcher.cancels import CancelPusher
+from gnomon.dispatcher.breaker import Breakers
+from gnomon.dispatcher.budget import RetryBudget
 from gnomon.dispatcher.claims import ClaimLoop
 from gnomon.dispatcher.relay import Relay
 from gnomon.dispatcher.servicer import HintServicer, WorkerServicer
@@ -55,6 +59,14 @@ class Dispatcher:
         self.claims = ClaimLoop(self.engine, self.shards, self.registry, self.relay, self.settings,
                                 region=self.cluster.region, dispatcher_id=self.id)
         self.claims.wake = self.wake
+        # per-queue brakes against retry storms (budget.py, breaker.py)
+        self.budget = RetryBudget(RetryBudgetSettings(), region=self.cluster.region)
+        self.breakers = Breakers(self.engine, BreakerSettings(), region=self.cluster.region,
+                                 targets=lambda: {(s.namespace, q) for s in self.registry.sessions.values()
+                                                  for q in s.queues},
+                                 on_change=lambda: self.wake.set())
+        self.claims.budget, self.claims.breakers = self.budget, self.breakers
+        self.cancels = CancelPusher(self.engine, self.registry, interval_s=self.settings.cancel_push_interval_s)
 
     async def start(self) -> None:
         """Serves the lease stream, takes shards, starts claiming."""
@@ -63,6 +75,8 @@ class Dispatcher:
         await self.shards.start()
         self.relay.start()
         self.claims.start()
+        self.breakers.start()
+        self.cancels.start()
         self.shards.changed = self.wake
         await self.server.set_serving(True)
         print(f"gnomon dispatcher {self.id} listening on {self.server.address} "
@@ -71,7 +85,9 @@ class Dispatcher:
     async def stop(self) -> None:
         """Drain: stop claiming, end streams, flush writes, release shards and the lease."""
         await self.claims.stop()
+        await self.breakers.stop()
         await self.relay.stop()
+        await self.cancels.stop()
         self.worker_servicer.close_all()
         await self.server.stop(self.srv.drain_timeout_s)
         await self.writes.stop()

@@ -9,6 +9,7 @@ from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.storage.dispatch import AttemptKey, Result
 from gnomon.common.timeconv import to_duration, to_timestamp
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
@@ -90,6 +91,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     self._accepts(s, msg.accepts.attempts)
                 elif kind == "heartbeats":
                     self._heartbeats(s, msg.heartbeats.attempts)
+                    if msg.heartbeats.checkpoints:
+                        self._checkpoints(s, msg.heartbeats.checkpoints)
                 elif kind == "results":
                     self._results(s, msg.results.results)
                 elif kind == "releases":
@@ -139,13 +142,37 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     def _heartbeats(self, s: WorkerSession, refs) -> None:
         futs = [(ref, self.writes.submit("heartbeat", k)) for ref in refs if (k := _key(ref)) is not None]
 
-        def build(ref, lease_end):
-            a = wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_HEARTBEAT, ok=lease_end is not None,
-                        reason="" if lease_end is not None else "STALE_ATTEMPT")
-            if lease_end is not None:
-                a.lease_expire_time.CopyFrom(to_timestamp(lease_end))
+        def build(ref, renewed):
+            # renewed: (lease end, cancel_requested) or None (not live: refused)
+            a = wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_HEARTBEAT, ok=renewed is not None,
+                        reason="" if renewed is not None else "STALE_ATTEMPT")
+            if renewed is not None:
+                a.lease_expire_time.CopyFrom(to_timestamp(renewed[0]))
+                a.cancel_requested = renewed[1]
             return a
         self._ack_later(s, futs, wpb.ACK_KIND_HEARTBEAT, build)
+
+    def _checkpoints(self, s: WorkerSession, checkpoints) -> None:
+        """Progress checkpoints (``Heartbeats.checkpoints``): one over 64 KiB is refused whole at
+        once (``CHECKPOINT_TOO_LARGE``; never truncated, nothing written); the others are saved by
+        the write batcher if their attempt is still the job's RUNNING attempt under that token
+        (else ``STALE_ATTEMPT``). Each is answered by an ack of kind CHECKPOINT."""
+        futs, refused = [], []
+        for cp in checkpoints:
+            k = _key(cp.attempt)
+            if k is None:
+                continue
+            if len(cp.data) > MAX_CHECKPOINT_BYTES:
+                refused.append(wpb.Ack(attempt=cp.attempt, kind=wpb.ACK_KIND_CHECKPOINT, ok=False,
+                                       reason="CHECKPOINT_TOO_LARGE"))
+                continue
+            item = CheckpointWrite(k.job_id, k.attempt, k.token, bytes(cp.data))
+            futs.append((cp.attempt, self.writes.submit("checkpoint", item)))
+        if refused:
+            s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=refused)))
+        if futs:
+            self._ack_later(s, futs, wpb.ACK_KIND_CHECKPOINT, lambda ref, saved: wpb.Ack(
+                attempt=ref, kind=wpb.ACK_KIND_CHECKPOINT, ok=bool(saved), reason="" if saved else "STALE_ATTEMPT"))
 
     def _results(self, s: WorkerSession, results) -> None:
         futs = []

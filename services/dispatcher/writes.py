@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gnomon.common.retry import backoff_s
+from gnomon.common.storage import checkpoints as checkpoint_store
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage.engine import run_transaction
 
@@ -23,20 +23,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Op:
-    """One pending write: ``kind`` in accept|heartbeat|result."""
+    """One pending write: ``kind`` in accept|heartbeat|checkpoint|result."""
 
     kind: str
     item: object
     worker_id: str = ""
     future: asyncio.Future | None = None
-
-
-def retry_delay_s(result: store.Result, attempt: int) -> float:
-    """Seconds before the retry after a failed ``attempt``: THROTTLED honours ``retry_after``,
-    others capped exponential backoff with jitter (1 s initial, 5 min cap)."""
-    if result.failure_class == "THROTTLED" and result.retry_after_s > 0:
-        return result.retry_after_s
-    return backoff_s(attempt, initial_s=1.0, maximum_s=300.0)
 
 
 class WriteBatcher:
@@ -105,8 +97,11 @@ class WriteBatcher:
                 accepted.update(await store.accept(conn, keys, worker))
             out["accept"] = accepted
             out["heartbeat"] = await store.heartbeat(conn, [op.item for op in by_kind.get("heartbeat", [])])
-            out["result"] = await store.complete(conn, [op.item for op in by_kind.get("result", [])],
-                                                 retry_delay_s=retry_delay_s)
+            # after the heartbeats, before the results: a checkpoint sent before a result is saved first
+            out["checkpoint"] = await checkpoint_store.save_checkpoints(
+                conn, [op.item for op in by_kind.get("checkpoint", [])])
+            # retry or DEAD, and the retry delay, follow each job's retry policy (see store.complete)
+            out["result"] = await store.complete(conn, [op.item for op in by_kind.get("result", [])])
             return out
 
         t0 = time.perf_counter()
@@ -129,3 +124,5 @@ class WriteBatcher:
                 op.future.set_result(out["heartbeat"].get((op.item.job_id, op.item.attempt)))
             elif op.kind == "result":
                 op.future.set_result(out["result"].get((op.item.key.job_id, op.item.key.attempt), "STALE_ATTEMPT"))
+            elif op.kind == "checkpoint":
+                op.future.set_result((op.item.job_id, op.item.attempt, op.item.token) in out["checkpoint"])

@@ -12,7 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common.config import ReaperSettings
 from gnomon.common.errors import Unavailable
-from gnomon.common.retry import backoff_s
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import run_transaction
 
@@ -44,8 +43,7 @@ class Sweeper:
         """One round of all sweeps; returns how many rows changed."""
         s = self.settings
         reaped = await run_transaction(self.engine, lambda c: reaping.reap_lost_leases(
-            c, region=self.region, skew_margin_s=s.skew_margin_s, limit=s.batch,
-            retry_delay_s=lambda attempt: backoff_s(attempt, initial_s=1.0, maximum_s=300.0)))
+            c, region=self.region, skew_margin_s=s.skew_margin_s, limit=s.batch))
         for r in reaped:
             log.info("attempt %d of job %s lost its lease -> %s", r.attempt, r.job_id, r.new_state)
         self.counters.lost_leases += len(reaped)

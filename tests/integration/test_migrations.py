@@ -20,6 +20,7 @@ def test_migrate_from_empty_equals_models(pg_server):
             tables = set(inspect(conn).get_table_names())
         engine.dispose()
         assert diff == []
-        assert tables == {"jobs", "attempts", "outbox", "shard_owners", "alembic_version"}
+        assert tables == {"jobs", "attempts", "outbox", "shard_owners", "audit_log", "dlq_replays", "queue_state",
+                          "alembic_version"}
     finally:
         pg_server.drop_database("migrate_from_empty")

@@ -349,6 +349,39 @@ async def test_heartbeats_list_running_attempts_and_cancel_request_reaches_handl
     assert r.error.startswith("Cancelled:")
 
 
+async def test_pushed_cancel_ack_reaches_handler_at_once_and_renews_nothing(fake):
+    """A dispatcher pushes an unprompted HEARTBEAT ack with cancel_requested and no lease end
+    (worker_service.proto): the handler sees it without waiting for a heartbeat, and the local
+    lease is not renewed by it."""
+    fake.heartbeat_interval = 60.0        # no heartbeat during the test: only the push can tell
+    fake.add(assignment(1))
+    started, saw = asyncio.Event(), {}
+
+    async def handler(ctx):
+        saw["lease_before"] = ctx.lease_expire_time
+        started.set()
+        saw["cancelled"] = await ctx.wait_cancelled(5)
+        saw["reason"] = ctx.cancel_reason
+        saw["lease_after"] = ctx.lease_expire_time
+        ctx.raise_if_cancelled()
+
+    w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=1)
+    task = await start(w)
+    await asyncio.wait_for(started.wait(), 5)
+    t0 = time.monotonic()
+    ref = assignment(1).attempt
+    fake._out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=[
+        wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_HEARTBEAT, ok=True, cancel_requested=True)])))
+    await until(lambda: "namespaces/default/jobs/job-1" in fake.results())
+    assert time.monotonic() - t0 < 2
+    await stop(w, task)
+    assert fake.of_kind("heartbeats") == []
+    assert saw["cancelled"] is True and saw["reason"] == "cancel_requested"
+    assert saw["lease_after"] == saw["lease_before"]
+    r = fake.results()["namespaces/default/jobs/job-1"]
+    assert (r.outcome, r.failure_class) == (wpb.OUTCOME_FAILED, wpb.FAILURE_CLASS_PERMANENT)
+
+
 async def test_lease_lost_locally_cancels_and_drops(fake):
     fake.heartbeat_interval = 0.05
     fake.heartbeat_ack = lambda ref: {"ok": False, "reason": "DATABASE_UNAVAILABLE"}  # transient: not renewed

@@ -16,20 +16,22 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import (BigInteger, Integer, Interval, String, Uuid, any_, bindparam, column, func, insert, literal,
-                        select, tuple_, update)
+from sqlalchemy import (BigInteger, Integer, Interval, String, Uuid, any_, bindparam, case, column, func, insert,
+                        literal, select, tuple_, update)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert   # only for ON CONFLICT: it is not cacheable
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
 from gnomon.common.errors import StaleFencingToken
-from gnomon.common.storage.schema import attempts, jobs, outbox, shard_owners
+from gnomon.common.retry import retry_decision
+from gnomon.common.storage.jobs import POLICY_COLS, policy_of
+from gnomon.common.storage.schema import attempts, jobs, outbox, queue_state, shard_owners
 
 #: Columns an assignment needs.
 _ASSIGN_COLS = (jobs.c.id, jobs.c.namespace, jobs.c.shard, jobs.c.queue, jobs.c.payload, jobs.c.version,
                 jobs.c.attempt, jobs.c.idempotency_key, jobs.c.scheduled_at, jobs.c.deadline,
-                jobs.c.max_attempts, jobs.c.lease_ms, jobs.c.dispatched_at)
+                jobs.c.max_attempts, jobs.c.lease_ms, jobs.c.dispatched_at, jobs.c.checkpoint)
 
 
 def _rows(name: str, **cols):
@@ -87,6 +89,8 @@ class Claimed:
     lease_ms: int
     lease_expires_at: datetime
     dispatched_at: datetime
+    #: Latest progress checkpoint saved by an earlier attempt (see :mod:`.checkpoints`), or None.
+    checkpoint: bytes | None = None
 
 
 async def record_ownership(conn: AsyncConnection, region: str, shard: int, token: int, owner: str) -> None:
@@ -121,33 +125,60 @@ async def check_fence(conn: AsyncConnection, region: str, tokens: dict[int, int]
                                 metadata={"shards": ",".join(map(str, stale))})
 
 
+#: No retry cap (``p_retry_cap``): nothing is held back by the retry budget.
+NO_RETRY_CAP = 2**31 - 1
+
+
 def _build_claim():
     t = _rows("t", shard=Integer, token=BigInteger)
-    due = (select(jobs.c.id)
+    # The queue's circuit breaker must be in the state the caller claims for (``p_breaker_state``:
+    # CLOSED normally, HALF_OPEN for probes, ANY when breakers are disabled; no row = CLOSED), read in
+    # the statement itself, so a claim that starts after another dispatcher opened the breaker takes
+    # nothing.
+    breaker = func.coalesce(
+        select(queue_state.c.state)
+        .where(queue_state.c.region == bindparam("p_region"), queue_state.c.namespace == bindparam("p_namespace"),
+               queue_state.c.queue == bindparam("p_queue")).scalar_subquery(), literal("CLOSED"))
+    due = (select(jobs.c.id, jobs.c.attempt, jobs.c.scheduled_at)
            .where(jobs.c.region == bindparam("p_region"), jobs.c.state == S.SCHEDULED,
                   jobs.c.scheduled_at <= func.now(),
                   jobs.c.shard == any_(bindparam("p_shards", type_=ARRAY(Integer))),
                   jobs.c.namespace == bindparam("p_namespace"), jobs.c.queue == bindparam("p_queue"),
-                  (jobs.c.deadline.is_(None)) | (jobs.c.deadline > func.now()))
+                  (jobs.c.deadline.is_(None)) | (jobs.c.deadline > func.now()),
+                  (breaker == bindparam("p_breaker_state", type_=String))
+                  | (bindparam("p_breaker_state", type_=String) == literal("ANY")))
            .order_by(jobs.c.scheduled_at).limit(bindparam("p_limit", type_=Integer))
-           .with_for_update(skip_locked=True))
-    c = (update(jobs).where(jobs.c.id.in_(due.scalar_subquery()))
+           .with_for_update(skip_locked=True)).cte("due")
+    # The retry budget: of the due rows, all first attempts (attempt = 0) and at most ``p_retry_cap``
+    # retries (oldest first) are claimed; the other retries are pushed back ``p_defer_ms`` apart
+    # (k-th excess retry: now() + k * p_defer_ms), so they wait without using an attempt and never
+    # block the first attempts behind them in the due index.
+    ranked = select(due.c.id, due.c.attempt, func.row_number().over(
+        partition_by=due.c.attempt > 0, order_by=(due.c.scheduled_at, due.c.id)).label("rn")).cte("ranked")
+    cap = bindparam("p_retry_cap", type_=Integer)
+    pick = select(ranked.c.id).where((ranked.c.attempt == 0) | (ranked.c.rn <= cap))
+    defer = (update(jobs).where(jobs.c.id == ranked.c.id, ranked.c.attempt > 0, ranked.c.rn > cap)
+             .values(scheduled_at=func.now() + (ranked.c.rn - cap) * bindparam("p_defer_ms", type_=Integer) * _LEASE)
+             .cte("df"))
+    c = (update(jobs).where(jobs.c.id.in_(pick.scalar_subquery()))
          .values(state=S.QUEUED, version=jobs.c.version + 1, attempt=jobs.c.attempt + 1,
-                 dispatched_at=func.now(), started_at=None)
+                 dispatched_at=func.now(), started_at=None,
+                 first_dispatched_at=func.coalesce(jobs.c.first_dispatched_at, func.now()))
          .returning(*_ASSIGN_COLS).cte("c"))
     ct = select(c, t.c.token).select_from(c.join(t, c.c.shard == t.c.shard)).cte("ct")
     lease_end = ct.c.dispatched_at + ct.c.lease_ms * _LEASE
     region = bindparam("p_region", type_=String)
     ins_attempts = insert(attempts).from_select(
         ["job_id", "attempt", "region", "shard", "token", "version", "state", "dispatcher_id", "claimed_at",
-         "lease_ms", "lease_expires_at"],
+         "lease_ms", "lease_expires_at", "namespace", "queue"],
         select(ct.c.id, ct.c.attempt, region, ct.c.shard, ct.c.token, ct.c.version, literal(S.A_QUEUED),
-               bindparam("p_dispatcher_id", type_=String), ct.c.dispatched_at, ct.c.lease_ms, lease_end))
+               bindparam("p_dispatcher_id", type_=String), ct.c.dispatched_at, ct.c.lease_ms, lease_end,
+               ct.c.namespace, ct.c.queue))
     ins_outbox = insert(outbox).from_select(
         ["job_id", "attempt", "region", "shard", "token", "queue", "created_at", "publish_count"],
         select(ct.c.id, ct.c.attempt, region, ct.c.shard, ct.c.token, ct.c.queue, ct.c.dispatched_at, literal(0)))
     return (select(ct, lease_end.label("lease_expires_at"))
-            .add_cte(ins_attempts.cte("ia"), ins_outbox.cte("io")))
+            .add_cte(ins_attempts.cte("ia"), ins_outbox.cte("io"), defer))
 
 
 #: One claim (see :func:`claim_due`): due jobs of one (namespace, queue) in the owned shards.
@@ -155,7 +186,9 @@ CLAIM = _build_claim()
 
 
 async def claim_due(conn: AsyncConnection, *, region: str, tokens: dict[int, int],
-                    targets: list[tuple[str, str]], limit: int, dispatcher_id: str) -> list[Claimed]:
+                    targets: list[tuple[str, str]], limit: int, dispatcher_id: str,
+                    retry_cap: int | None = None, defer_step_s: float = 1.0,
+                    breaker_state: str | None = "CLOSED") -> list[Claimed]:
     """Claims up to ``limit`` due jobs of the owned shards, oldest ``scheduled_at`` first.
 
     Due means ``state = SCHEDULED AND scheduled_at <= now()`` by the database clock, so nothing is
@@ -166,6 +199,11 @@ async def claim_due(conn: AsyncConnection, *, region: str, tokens: dict[int, int
     attempt rows (lease end = dispatched_at + lease) and outbox rows stamped with the shard's token;
     a second statement checks the fence of the involved shards. Both run in the caller's transaction,
     so a stale token (:class:`StaleFencingToken`) rolls all of it back.
+
+    Per target, only while the queue's circuit breaker is in ``breaker_state`` (no ``queue_state``
+    row counts as CLOSED; ``None``: whatever its state). ``retry_cap`` (None: no cap) bounds the retries (jobs with attempt >= 1)
+    taken per target; the due retries beyond it are pushed back by multiples of ``defer_step_s``
+    (see :mod:`gnomon.dispatcher.budget`). The first claim of a job sets ``first_dispatched_at``.
     """
     if not tokens or not targets or limit <= 0:
         return []
@@ -173,6 +211,8 @@ async def claim_due(conn: AsyncConnection, *, region: str, tokens: dict[int, int
     for namespace, queue in targets:
         params = {"p_region": region, "p_shards": list(tokens), "p_namespace": namespace, "p_queue": queue,
                   "p_limit": limit - len(rows), "p_dispatcher_id": dispatcher_id,
+                  "p_retry_cap": NO_RETRY_CAP if retry_cap is None else max(0, min(retry_cap, NO_RETRY_CAP)),
+                  "p_defer_ms": max(1, min(int(defer_step_s * 1000), 86_400_000)), "p_breaker_state": breaker_state or "ANY",
                   **_row_params("t", shard=list(tokens), token=list(tokens.values()))}
         rows += (await conn.execute(CLAIM, params)).mappings().all()
         if len(rows) >= limit:
@@ -184,7 +224,8 @@ async def claim_due(conn: AsyncConnection, *, region: str, tokens: dict[int, int
                     payload=r["payload"], version=r["version"], attempt=r["attempt"], token=r["token"],
                     idempotency_key=r["idempotency_key"], scheduled_at=r["scheduled_at"], deadline=r["deadline"],
                     max_attempts=r["max_attempts"], lease_ms=r["lease_ms"], lease_expires_at=r["lease_expires_at"],
-                    dispatched_at=r["dispatched_at"]) for r in sorted(rows, key=lambda r: r["scheduled_at"])]
+                    dispatched_at=r["dispatched_at"], checkpoint=r["checkpoint"])
+            for r in sorted(rows, key=lambda r: r["scheduled_at"])]
 
 
 NEXT_DUE = (select(func.extract("epoch", jobs.c.scheduled_at - func.now()))
@@ -263,7 +304,8 @@ async def pending_outbox(conn: AsyncConnection, *, region: str, tokens: dict[int
                            payload=j["payload"], version=j["version"], attempt=j["attempt"], token=a["token"],
                            idempotency_key=j["idempotency_key"], scheduled_at=j["scheduled_at"],
                            deadline=j["deadline"], max_attempts=j["max_attempts"], lease_ms=j["lease_ms"],
-                           lease_expires_at=a["lease_expires_at"], dispatched_at=j["dispatched_at"]))
+                           lease_expires_at=a["lease_expires_at"], dispatched_at=j["dispatched_at"],
+                           checkpoint=j["checkpoint"]))
     return out
 
 
@@ -340,16 +382,20 @@ HEARTBEAT = (update(attempts)
              .where(attempts.c.job_id == _V3.c.job_id, attempts.c.attempt == _V3.c.attempt,
                     attempts.c.token == _V3.c.token, attempts.c.state.in_([S.A_QUEUED, S.A_RUNNING]))
              .values(lease_expires_at=func.now() + attempts.c.lease_ms * _LEASE)
-             .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at))
+             .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at,
+                        attempts.c.cancel_requested))
 
 
-async def heartbeat(conn: AsyncConnection, keys: list[AttemptKey]) -> dict[tuple[uuid.UUID, int], datetime]:
+async def heartbeat(conn: AsyncConnection, keys: list[AttemptKey]
+                    ) -> dict[tuple[uuid.UUID, int], tuple[datetime, bool]]:
     """Extends the lease of every live attempt (QUEUED or RUNNING, matching token) by its lease
-    duration from now; returns ``(job_id, attempt) -> new lease end`` for those renewed."""
+    duration from now; returns ``(job_id, attempt) -> (new lease end, cancel_requested)`` for those
+    renewed (``cancel_requested``: a caller asked to cancel the job, see
+    :func:`gnomon.common.storage.cancel.cancel_job`; the worker is told in the heartbeat ack)."""
     if not keys:
         return {}
     rows = (await conn.execute(HEARTBEAT, _key_params("v", keys))).all()
-    return {(r[0], r[1]): r[2] for r in rows}
+    return {(r[0], r[1]): (r[2], bool(r[3])) for r in rows}
 
 
 @dataclass(frozen=True)
@@ -380,19 +426,33 @@ FINISH_ATTEMPTS = (update(attempts)
                           attempts.c.token == _V3.c.token, attempts.c.state == S.A_RUNNING)
                    .values(state=bindparam("p_state", type_=String), finished_at=func.now())
                    .returning(attempts.c.job_id, attempts.c.attempt))
+#: The jobs of failed attempts still RUNNING at that attempt, with their retry policy and the seconds
+#: since their first dispatch (``age_s``, database clock).
+FAILED_JOBS = (select(jobs.c.id, jobs.c.attempt, jobs.c.max_attempts, jobs.c.idempotent, *POLICY_COLS,
+                      func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"))
+               .where(jobs.c.id == _P.c.job_id, jobs.c.attempt == _P.c.attempt, jobs.c.state == S.RUNNING))
 SUCCEED_JOBS = (update(jobs)
                 .where(jobs.c.id == _P.c.job_id, jobs.c.attempt == _P.c.attempt, jobs.c.state == S.RUNNING)
                 .values(state=S.SUCCEEDED, version=jobs.c.version + 1, finished_at=func.now(), last_error=None))
 
 
-async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_s) -> dict[tuple[uuid.UUID, int], str]:
+async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_s=None
+                   ) -> dict[tuple[uuid.UUID, int], str]:
     """Applies results; returns ``(job_id, attempt) -> ""`` when applied (or already applied with the
     same token: completion is idempotent per (job, attempt, token)) or the refusal reason
     (STALE_FENCING_TOKEN, STALE_ATTEMPT).
 
-    Success: attempt and job -> SUCCEEDED. Failure: attempt -> FAILED; the job goes back to
-    SCHEDULED at ``now() + retry_delay_s(result, attempt)`` when attempts remain and the class allows a
-    retry (:func:`retryable`), else -> DEAD. ``retry_delay_s(result, attempt)`` returns seconds.
+    Success: attempt and job -> SUCCEEDED. Failure: attempt -> FAILED; the job's retry policy decides
+    (:func:`gnomon.common.retry.retry_decision`: failure class, non-retryable error types, attempts
+    left, ``max_age`` since ``first_dispatched_at``): the job goes back to SCHEDULED at
+    ``now() + delay`` (jittered backoff, or a THROTTLED ``retry_after``), else -> DEAD.
+    ``retry_delay_s(result, attempt)`` (seconds), when given, replaces the policy's delay (tests).
+
+    After a cancellation request (``jobs.cancel_requested_at`` set, see
+    :func:`gnomon.common.storage.cancel.cancel_job`) there is no retry: a success is still
+    SUCCEEDED (the real outcome), a failure of any class makes the job CANCELLED. The choice is
+    made in the UPDATE itself (``CASE`` on the row as the update finds it), so a cancel request
+    committed between this function's read and its write is not lost.
     """
     if not results:
         return {}
@@ -417,17 +477,25 @@ async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_
             await conn.execute(update(attempts).where(attempts.c.job_id == k[0], attempts.c.attempt == k[1])
                                .values(failure_class=r.failure_class, error=r.error[:4096]))
         if got:
-            jrows = (await conn.execute(select(jobs.c.id, jobs.c.attempt, jobs.c.max_attempts, jobs.c.idempotent).where(
-                tuple_(jobs.c.id, jobs.c.attempt).in_(got), jobs.c.state == S.RUNNING))).all()
-            for jid, att, maxa, idempotent in jrows:
+            jrows = (await conn.execute(FAILED_JOBS, _row_params(
+                "p", job_id=[x[0] for x in got], attempt=[x[1] for x in got]))).mappings().all()
+            cancelled = jobs.c.cancel_requested_at.is_not(None)
+            for j in jrows:
+                jid, att = j["id"], j["attempt"]
                 r = by_key[(jid, att)]
-                retry = retryable(r.failure_class, idempotent) and att < maxa
+                retry, delay, _why = retry_decision(
+                    r.failure_class, r.error, att, policy_of(j), None if j["age_s"] is None else float(j["age_s"]),
+                    j["idempotent"], retry_after_s=r.retry_after_s, max_attempts=j["max_attempts"])
+                if retry and retry_delay_s is not None:
+                    delay = retry_delay_s(r, att)
                 values = dict(version=jobs.c.version + 1, last_error=r.error[:4096], failure_class=r.failure_class)
                 if retry:
-                    values.update(state=S.SCHEDULED,
-                                  scheduled_at=func.now() + timedelta(seconds=retry_delay_s(r, att)))
+                    values.update(state=case((cancelled, S.CANCELLED), else_=S.SCHEDULED),
+                                  scheduled_at=case((cancelled, jobs.c.scheduled_at), else_=func.now() + timedelta(
+                                      seconds=delay)),
+                                  finished_at=case((cancelled, func.now()), else_=jobs.c.finished_at))
                 else:
-                    values.update(state=S.DEAD, finished_at=func.now())
+                    values.update(state=case((cancelled, S.CANCELLED), else_=S.DEAD), finished_at=func.now())
                 await conn.execute(update(jobs).where(jobs.c.id == jid, jobs.c.attempt == att,
                                                       jobs.c.state == S.RUNNING).values(**values))
         applied.update(got)

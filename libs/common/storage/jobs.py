@@ -5,6 +5,7 @@ Every function takes an open :class:`AsyncConnection` inside a transaction (see
 """
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,6 +15,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
+from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
 from gnomon.common.states import SCHEDULED
 from gnomon.common.storage.schema import jobs
 
@@ -38,6 +40,29 @@ class NewJob:
     request_id: uuid.UUID | None
     request_hash: str | None
     idempotent: bool = False
+    retry: RetryPolicy = DEFAULT_POLICY
+
+
+def policy_columns(p: RetryPolicy) -> dict:
+    """The ``jobs`` columns storing a retry policy."""
+    return dict(retry_initial_ms=round(p.initial_s * 1000), retry_max_ms=round(p.max_s * 1000),
+                retry_multiplier=float(p.multiplier), retry_jitter=float(p.jitter),
+                max_age_ms=None if p.max_age_s is None else round(p.max_age_s * 1000),
+                non_retryable_errors=json.dumps(list(p.non_retryable_errors)) if p.non_retryable_errors else None)
+
+
+#: The ``jobs`` columns of the retry policy (read with :func:`policy_of`).
+POLICY_COLS = (jobs.c.retry_initial_ms, jobs.c.retry_max_ms, jobs.c.retry_multiplier, jobs.c.retry_jitter,
+               jobs.c.max_age_ms, jobs.c.non_retryable_errors)
+
+
+def policy_of(row) -> RetryPolicy:
+    """The retry policy stored on a ``jobs`` row (a mapping with the policy columns)."""
+    names = row["non_retryable_errors"]
+    return RetryPolicy(initial_s=row["retry_initial_ms"] / 1000, max_s=row["retry_max_ms"] / 1000,
+                       multiplier=row["retry_multiplier"], jitter=row["retry_jitter"],
+                       max_age_s=None if row["max_age_ms"] is None else row["max_age_ms"] / 1000,
+                       non_retryable_errors=tuple(json.loads(names)) if names else ())
 
 
 def shard_of(job_id: uuid.UUID, shards: int) -> int:
@@ -74,7 +99,7 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
         payload=new.payload, state=SCHEDULED, version=1, deadline=new.deadline,
         max_attempts=new.max_attempts, attempt=0, idempotency_key=new.idempotency_key,
         lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash,
-        idempotent=new.idempotent)
+        idempotent=new.idempotent, **policy_columns(new.retry))
     # scheduled_at is the given instant or now() + delay, by the database clock, in the INSERT itself
     values.update(p_at=new.schedule_at, p_delay=new.delay or timedelta(0))
     stmt = INSERT_JOB if new.request_id is None else INSERT_JOB_IDEMPOTENT
@@ -109,7 +134,8 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict]:
                      payload=n.payload, state=SCHEDULED, version=1, p_at=n.schedule_at,
                      p_delay_ms=int((n.delay or timedelta(0)).total_seconds() * 1000), deadline=n.deadline,
                      max_attempts=n.max_attempts, attempt=0, idempotency_key=n.idempotency_key,
-                     lease_ms=int(n.lease.total_seconds() * 1000), idempotent=n.idempotent)
+                     lease_ms=int(n.lease.total_seconds() * 1000), idempotent=n.idempotent,
+                     **policy_columns(n.retry))
                 for n in (batch[i] for i in plain)]
         stmt = insert(jobs).values(scheduled_at=func.coalesce(
             bindparam("p_at", type_=jobs.c.scheduled_at.type),
@@ -133,8 +159,9 @@ async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> d
 async def list_jobs(conn: AsyncConnection, namespace: str, *, state: str | None, queue: str | None, limit: int,
                     after: tuple[datetime, uuid.UUID] | None) -> list[dict]:
     """Up to ``limit`` jobs, newest ``created_at`` first (ties by id descending), strictly after the
-    keyset cursor ``after`` = (created_at, id) of the previous page's last row."""
-    q = select(jobs).where(jobs.c.namespace == namespace)
+    keyset cursor ``after`` = (created_at, id) of the previous page's last row. The progress
+    ``checkpoint`` (up to 64 KiB a job, never part of the Job resource) is not read."""
+    q = select(*[c for c in jobs.c if c.key != "checkpoint"]).where(jobs.c.namespace == namespace)
     if state:
         q = q.where(jobs.c.state == state)
     if queue:

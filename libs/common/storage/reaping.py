@@ -18,6 +18,8 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
+from gnomon.common.retry import retry_decision
+from gnomon.common.storage.jobs import POLICY_COLS, policy_of
 from gnomon.common.storage.schema import attempts, jobs, outbox
 
 LOST_ERROR = "lease expired while running: the worker stopped heartbeating; outcome unknown"
@@ -34,10 +36,12 @@ class Reaped:
 
 
 async def reap_lost_leases(conn: AsyncConnection, *, region: str, skew_margin_s: float, limit: int,
-                           retry_delay_s) -> list[Reaped]:
+                           retry_delay_s=None) -> list[Reaped]:
     """Marks up to ``limit`` expired RUNNING attempts of ``region`` LOST and moves their jobs on
-    (compare-and-set: the job must still be RUNNING at that attempt). ``retry_delay_s(attempt)``
-    gives the retry backoff in seconds."""
+    (compare-and-set: the job must still be RUNNING at that attempt). Whether and when the job is
+    retried is the job's retry policy's decision for an AMBIGUOUS failure
+    (:func:`gnomon.common.retry.retry_decision`: idempotent jobs only, attempts left, ``max_age``);
+    ``retry_delay_s(attempt)`` (seconds), when given, replaces the policy's delay (tests)."""
     lost = (await conn.execute(
         select(attempts.c.job_id, attempts.c.attempt)
         .where(attempts.c.region == region, attempts.c.state == S.A_RUNNING,
@@ -50,16 +54,23 @@ async def reap_lost_leases(conn: AsyncConnection, *, region: str, skew_margin_s:
                            .values(state=S.A_LOST, finished_at=func.now(), failure_class="AMBIGUOUS",
                                    error=LOST_ERROR))
         job = (await conn.execute(
-            select(jobs.c.max_attempts, jobs.c.idempotent, jobs.c.cancel_requested_at)
+            select(jobs.c.max_attempts, jobs.c.idempotent, jobs.c.cancel_requested_at, *POLICY_COLS,
+                   func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"))
             .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == S.RUNNING)
             .with_for_update())).first()
         if job is None:
             continue                      # the job moved on already (e.g. a late result landed)
         values = dict(version=jobs.c.version + 1, failure_class="AMBIGUOUS", last_error=LOST_ERROR)
+        j = job._mapping
+        retry, delay, _why = retry_decision("AMBIGUOUS", LOST_ERROR, attempt, policy_of(j),
+                                            None if j["age_s"] is None else float(j["age_s"]), job.idempotent,
+                                            max_attempts=job.max_attempts)
+        if retry and retry_delay_s is not None:
+            delay = retry_delay_s(attempt)
         if job.cancel_requested_at is not None:
             values.update(state=S.CANCELLED, finished_at=func.now())
-        elif job.idempotent and attempt < job.max_attempts:
-            values.update(state=S.SCHEDULED, scheduled_at=func.now() + timedelta(seconds=retry_delay_s(attempt)))
+        elif retry:
+            values.update(state=S.SCHEDULED, scheduled_at=func.now() + timedelta(seconds=delay))
         else:
             values.update(state=S.DEAD, finished_at=func.now())
         await conn.execute(update(jobs).where(jobs.c.id == job_id, jobs.c.attempt == attempt,

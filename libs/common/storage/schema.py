@@ -6,8 +6,8 @@ SQL stays inside what both PostgreSQL and CockroachDB accept (DESIGN.md section 
 """
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Boolean, Column, DateTime, Index, Integer, LargeBinary, MetaData, String, Table,
-                        Text, UniqueConstraint, Uuid, false, func)
+from sqlalchemy import (BigInteger, Boolean, CheckConstraint, Column, DateTime, Double, Index, Integer, LargeBinary,
+                        MetaData, String, Table, Text, UniqueConstraint, Uuid, false, func, text)
 
 metadata = MetaData(naming_convention={
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -45,6 +45,21 @@ jobs = Table(
            comment="an attempt whose outcome is unknown (lease lost while running) may be retried"),
     Column("failure_class", String(16), nullable=True, comment="class of the last failure"),
     Column("cancel_requested_at", TS, nullable=True, comment="cancellation asked while RUNNING"),
+    Column("replay_of", Uuid, nullable=True, comment="DLQ provenance: the dead job this job replays"),
+    Column("replayed_by", Uuid, nullable=True, comment="DLQ provenance: the job replaying this dead job"),
+    Column("checkpoint", LargeBinary, nullable=True,
+           comment="latest progress checkpoint saved by a running attempt (<= 64 KiB); handed to the next attempt"),
+    CheckConstraint("checkpoint IS NULL OR octet_length(checkpoint) <= 65536", name="ck_jobs_checkpoint_size"),
+    # The retry policy (migration 0005; gnomon.common.retry.RetryPolicy, defaults as in the API).
+    Column("retry_initial_ms", BigInteger, nullable=False, server_default=text("1000"),
+           comment="backoff before the first retry, ms"),
+    Column("retry_max_ms", BigInteger, nullable=False, server_default=text("300000"), comment="backoff cap, ms"),
+    Column("retry_multiplier", Double, nullable=False, server_default=text("2.0"), comment="backoff growth per retry"),
+    Column("retry_jitter", Double, nullable=False, server_default=text("1.0"),
+           comment="randomized fraction of each delay, 0..1"),
+    Column("max_age_ms", BigInteger, nullable=True, comment="no retry starts later than this after first_dispatched_at"),
+    Column("non_retryable_errors", Text, nullable=True, comment="JSON list of error type names never retried"),
+    Column("first_dispatched_at", TS, nullable=True, comment="set by the first claim; max_age counts from it"),
     UniqueConstraint("namespace", "request_id"),
     # The due index: a claim is per (namespace, queue) with credits, so it walks exactly that queue's
     # SCHEDULED rows of the region in scheduled_at order (a backlog on another queue is never
@@ -52,6 +67,8 @@ jobs = Table(
     Index(None, "region", "namespace", "queue", "state", "scheduled_at", "shard"),
     Index(None, "namespace", "created_at"),
     Index(None, "region", "state", "deadline"),
+    # The DLQ listing and replay walk one namespace's DEAD rows in finished_at order.
+    Index(None, "namespace", "state", "finished_at"),
 )
 
 #: One row per attempt: the claim, the lease, the outcome.
@@ -76,6 +93,12 @@ attempts = Table(
     Column("cancel_requested", Boolean, nullable=False, server_default=false(),
            comment="pushed to the worker in heartbeat acks"),
     Index(None, "region", "state", "lease_expires_at"),
+    # Migration 0005: the job's queue, so the retry budget (attempts claimed in a window) and the
+    # circuit breaker (attempts finished in a window) read one queue's index range.
+    Column("namespace", String(63), nullable=False),
+    Column("queue", String(64), nullable=False),
+    Index(None, "region", "namespace", "queue", "claimed_at"),
+    Index(None, "region", "namespace", "queue", "finished_at"),
 )
 
 #: The transactional outbox: written with the claim, delivered by the relay.
@@ -101,4 +124,53 @@ shard_owners = Table(
     Column("token", BigInteger, nullable=False, comment="etcd create revision of the ownership key"),
     Column("owner", String(128), nullable=False),
     Column("acquired_at", TS, nullable=False),
+)
+
+#: Audit log of operator actions (DLQ replays and dry runs): who, when, why, what.
+audit_log = Table(
+    "audit_log", metadata,
+    Column("id", Uuid, primary_key=True),
+    Column("namespace", String(63), nullable=False),
+    Column("created_at", TS, nullable=False, server_default=func.now()),
+    Column("actor", String(512), nullable=False, comment="x-gnomon-actor metadata (if sent) and the gRPC peer"),
+    Column("action", String(64), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("request_id", Uuid, nullable=True),
+    Column("details", Text, nullable=False, comment="JSON object: filter, limits, counts"),
+    Index(None, "namespace", "created_at"),
+)
+
+#: One row per DLQ replay request (not dry runs): makes ReplayDeadLetters idempotent by request_id
+#: and lets an interrupted replay resume where it stopped.
+dlq_replays = Table(
+    "dlq_replays", metadata,
+    Column("namespace", String(63), primary_key=True),
+    Column("request_id", Uuid, primary_key=True),
+    Column("request_hash", String(64), nullable=False, comment="sha256 of the request without its reason"),
+    Column("created_at", TS, nullable=False, server_default=func.now(),
+           comment="start of the replay; only dead letters finished by then are matched"),
+    Column("matched", Integer, nullable=False, comment="dead letters matching at the start (counted up to 100000)"),
+    Column("target", Integer, nullable=False, comment="how many the replay takes: min(matched, max_jobs)"),
+    Column("replayed", Integer, nullable=False, comment="new jobs created so far"),
+    Column("next_at", TS, nullable=False, comment="earliest schedule time of the next replayed job (pacing)"),
+    Column("completed_at", TS, nullable=True),
+    Column("job_names", Text, nullable=False, comment="JSON list: names of the first 1000 new jobs"),
+)
+
+#: Per-queue circuit breaker (migration 0005): one row per (region, namespace, queue) that a
+#: dispatcher evaluated. State changes are compare-and-set on ``version``.
+queue_state = Table(
+    "queue_state", metadata,
+    Column("region", String(32), primary_key=True),
+    Column("namespace", String(63), primary_key=True),
+    Column("queue", String(64), primary_key=True),
+    Column("state", String(16), nullable=False, comment="CLOSED OPEN HALF_OPEN"),
+    Column("version", BigInteger, nullable=False, comment="bumped by every state change (compare-and-set)"),
+    Column("opened_at", TS, nullable=True, comment="when the breaker last opened"),
+    Column("updated_at", TS, nullable=False, comment="when the state last changed (the row's creation at first)"),
+    Column("failure_ratio", Double, nullable=False, server_default=text("0"),
+           comment="failure ratio that made the last transition"),
+    Column("window_results", Integer, nullable=False, server_default=text("0"),
+           comment="results counted for that ratio"),
+    Column("opened_count", BigInteger, nullable=False, server_default=text("0"), comment="times it opened"),
 )

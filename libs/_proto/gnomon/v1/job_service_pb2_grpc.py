@@ -27,7 +27,7 @@ if _version_not_supported:
 
 
 class JobServiceStub:
-    """One-time jobs: create, read, list (AIP-131/132/133).
+    """One-time jobs: create, read, list (AIP-131/132/133), cancel and reschedule (custom verbs, AIP-136).
 
     Errors carry a `google.rpc.Status` with an `ErrorInfo` (domain `gnomon.dev`, an UPPER_SNAKE
     `reason`) and, for validation, a `google.rpc.BadRequest` listing field violations.
@@ -59,10 +59,25 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsResponse.FromString,
                 _registered_method=True)
+        self.CancelJob = channel.unary_unary(
+                '/gnomon.v1.JobService/CancelJob',
+                request_serializer=gnomon_dot_v1_dot_job__service__pb2.CancelJobRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_job__service__pb2.CancelJobResponse.FromString,
+                _registered_method=True)
+        self.RescheduleJob = channel.unary_unary(
+                '/gnomon.v1.JobService/RescheduleJob',
+                request_serializer=gnomon_dot_v1_dot_job__service__pb2.RescheduleJobRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_job__service__pb2.RescheduleJobResponse.FromString,
+                _registered_method=True)
+        self.ListJobAttempts = channel.unary_unary(
+                '/gnomon.v1.JobService/ListJobAttempts',
+                request_serializer=gnomon_dot_v1_dot_job__service__pb2.ListJobAttemptsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_job__service__pb2.ListJobAttemptsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
-    """One-time jobs: create, read, list (AIP-131/132/133).
+    """One-time jobs: create, read, list (AIP-131/132/133), cancel and reschedule (custom verbs, AIP-136).
 
     Errors carry a `google.rpc.Status` with an `ErrorInfo` (domain `gnomon.dev`, an UPPER_SNAKE
     `reason`) and, for validation, a `google.rpc.BadRequest` listing field violations.
@@ -100,6 +115,41 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CancelJob(self, request, context):
+        """Cancels a job. SCHEDULED or QUEUED: CANCELLED at once (a dispatched message is refused when a
+        worker tries to accept it). RUNNING: cancellation is requested and pushed to the worker; the
+        job stays RUNNING until the worker reports (success -> SUCCEEDED, any failure -> CANCELLED,
+        never retried) or its lease is lost (-> CANCELLED). Terminal: nothing changes.
+        Errors: NOT_FOUND; FAILED_PRECONDITION (reason STALE_VERSION) when `expected_version` is set
+        and differs, in which case nothing is written; ABORTED (reason CONCURRENT_MODIFICATION) when
+        the job changed concurrently twice in a row (read it and retry).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RescheduleJob(self, request, context):
+        """Moves the schedule time of a job not yet dispatched (SCHEDULED, including one waiting for a
+        retry's backoff). Errors: INVALID_ARGUMENT (same rules as CreateJob's `schedule_time` and
+        `delay`; the job's deadline must stay after the new time); NOT_FOUND; FAILED_PRECONDITION with
+        reason JOB_NOT_RESCHEDULABLE (any other state) or STALE_VERSION; ABORTED (reason
+        CONCURRENT_MODIFICATION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobAttempts(self, request, context):
+        """Lists the attempts of one job (its attempt history), oldest first: who ran each attempt
+        (worker, dispatcher, fencing token), how it ended and when. A job has at most `max_attempts`
+        (<= 100) attempts, so one default page holds them all. Errors: INVALID_ARGUMENT (a malformed
+        `parent`, a negative `page_size`, a foreign `page_token`); NOT_FOUND (reason JOB_NOT_FOUND)
+        if the job does not exist in that namespace (or was pruned by retention).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -123,6 +173,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     request_deserializer=gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsResponse.SerializeToString,
             ),
+            'CancelJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJob,
+                    request_deserializer=gnomon_dot_v1_dot_job__service__pb2.CancelJobRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_job__service__pb2.CancelJobResponse.SerializeToString,
+            ),
+            'RescheduleJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RescheduleJob,
+                    request_deserializer=gnomon_dot_v1_dot_job__service__pb2.RescheduleJobRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_job__service__pb2.RescheduleJobResponse.SerializeToString,
+            ),
+            'ListJobAttempts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobAttempts,
+                    request_deserializer=gnomon_dot_v1_dot_job__service__pb2.ListJobAttemptsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_job__service__pb2.ListJobAttemptsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'gnomon.v1.JobService', rpc_method_handlers)
@@ -132,7 +197,7 @@ def add_JobServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobService:
-    """One-time jobs: create, read, list (AIP-131/132/133).
+    """One-time jobs: create, read, list (AIP-131/132/133), cancel and reschedule (custom verbs, AIP-136).
 
     Errors carry a `google.rpc.Status` with an `ErrorInfo` (domain `gnomon.dev`, an UPPER_SNAKE
     `reason`) and, for validation, a `google.rpc.BadRequest` listing field violations.
@@ -236,6 +301,87 @@ class JobService:
             '/gnomon.v1.JobService/BatchCreateJobs',
             gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsRequest.SerializeToString,
             gnomon_dot_v1_dot_job__service__pb2.BatchCreateJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/CancelJob',
+            gnomon_dot_v1_dot_job__service__pb2.CancelJobRequest.SerializeToString,
+            gnomon_dot_v1_dot_job__service__pb2.CancelJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RescheduleJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/RescheduleJob',
+            gnomon_dot_v1_dot_job__service__pb2.RescheduleJobRequest.SerializeToString,
+            gnomon_dot_v1_dot_job__service__pb2.RescheduleJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobAttempts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/ListJobAttempts',
+            gnomon_dot_v1_dot_job__service__pb2.ListJobAttemptsRequest.SerializeToString,
+            gnomon_dot_v1_dot_job__service__pb2.ListJobAttemptsResponse.FromString,
             options,
             channel_credentials,
             insecure,

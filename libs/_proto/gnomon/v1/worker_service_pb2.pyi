@@ -32,6 +32,7 @@ class AckKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ACK_KIND_HEARTBEAT: _ClassVar[AckKind]
     ACK_KIND_RESULT: _ClassVar[AckKind]
     ACK_KIND_RELEASE: _ClassVar[AckKind]
+    ACK_KIND_CHECKPOINT: _ClassVar[AckKind]
 OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_SUCCEEDED: Outcome
 OUTCOME_FAILED: Outcome
@@ -45,6 +46,7 @@ ACK_KIND_ACCEPT: AckKind
 ACK_KIND_HEARTBEAT: AckKind
 ACK_KIND_RESULT: AckKind
 ACK_KIND_RELEASE: AckKind
+ACK_KIND_CHECKPOINT: AckKind
 
 class LeaseRequest(_message.Message):
     __slots__ = ("hello", "credits", "accepts", "heartbeats", "results", "releases")
@@ -109,10 +111,20 @@ class AttemptRefs(_message.Message):
     def __init__(self, attempts: _Optional[_Iterable[_Union[AttemptRef, _Mapping]]] = ...) -> None: ...
 
 class Heartbeats(_message.Message):
-    __slots__ = ("attempts",)
+    __slots__ = ("attempts", "checkpoints")
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     attempts: _containers.RepeatedCompositeFieldContainer[AttemptRef]
-    def __init__(self, attempts: _Optional[_Iterable[_Union[AttemptRef, _Mapping]]] = ...) -> None: ...
+    checkpoints: _containers.RepeatedCompositeFieldContainer[Checkpoint]
+    def __init__(self, attempts: _Optional[_Iterable[_Union[AttemptRef, _Mapping]]] = ..., checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("attempt", "data")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    attempt: AttemptRef
+    data: bytes
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class AttemptResult(_message.Message):
     __slots__ = ("attempt", "outcome", "failure_class", "error", "retry_after")
@@ -145,7 +157,7 @@ class DispatcherWelcome(_message.Message):
     def __init__(self, dispatcher_id: _Optional[str] = ..., region: _Optional[str] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("attempt", "queue", "payload", "idempotency_key", "lease_expire_time", "schedule_time", "deadline", "max_attempts", "lease_duration")
+    __slots__ = ("attempt", "queue", "payload", "idempotency_key", "lease_expire_time", "schedule_time", "deadline", "max_attempts", "lease_duration", "checkpoint")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +167,7 @@ class Assignment(_message.Message):
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     queue: str
     payload: bytes
@@ -164,7 +177,8 @@ class Assignment(_message.Message):
     deadline: _timestamp_pb2.Timestamp
     max_attempts: int
     lease_duration: _duration_pb2.Duration
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    checkpoint: bytes
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., checkpoint: _Optional[bytes] = ...) -> None: ...
 
 class Assignments(_message.Message):
     __slots__ = ("assignments",)
