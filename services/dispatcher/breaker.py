@@ -160,7 +160,9 @@ class Breakers:
     async def _move(self, conn, row, to, ratio, results, min_open_s=0.0):
         new = await qstore.transition(conn, row, to, ratio=ratio, results=results, min_open_s=min_open_s)
         if new is None:
-            return None, None          # not yet (OPEN period running) or another dispatcher moved it first
+            # not yet (OPEN period running), or another dispatcher moved it first: keep what it is now
+            return await qstore.get_state(conn, region=self.region, namespace=row["namespace"],
+                                          queue=row["queue"]), None
         return new, Transition(row["namespace"], row["queue"], row["state"], to, ratio, results)
 
     # ---- lifecycle -------------------------------------------------------------------------

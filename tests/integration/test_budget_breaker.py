@@ -24,9 +24,12 @@ TOKEN = 3
 Q = ("default", "q")
 
 
-@pytest.fixture
-async def engine(db_url):
-    e = make_engine(DatabaseSettings(url=db_url), pool_size=4)
+@pytest.fixture(params=["postgresql", "cockroachdb"])
+async def engine(request, db_url):
+    """Every statement runs through both dialects (the cockroachdb+psycopg dialect runs against
+    PostgreSQL as well)."""
+    url = db_url if request.param == "postgresql" else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    e = make_engine(DatabaseSettings(url=url), pool_size=4)
     await run_transaction(e, lambda c: store.record_ownership(c, "local", 0, TOKEN, "A"))
     yield e
     await e.dispose()

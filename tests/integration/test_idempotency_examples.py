@@ -7,6 +7,7 @@ job SUCCEEDS on attempt 2 with exactly one accepted SUCCEEDED result.
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -186,6 +187,20 @@ def test_ack_lost_local_db_effect_is_applied_exactly_once(suite):
     effects = local_db_effect.effects(ledger)
     assert effects == [("order-42-credit", job.name, 1)]            # applied once, by attempt 1
     assert local_db_effect.balance("alice", ledger) == 500          # the retry found the marker
+    # what an operator sees: gnomon job history
+    from typer.testing import CliRunner
+
+    from gnomon.cli.main import app
+    out = CliRunner().invoke(app, ["job", "history", job.name, "--api", suite.api_address])
+    assert out.exit_code == 0, out.output
+    header, first, second = out.stdout.splitlines()
+    assert header.split() == ["#", "STATE", "WORKER", "TOKEN", "CLASS", "ERROR"]
+    assert first.split()[:2] == ["1", "LOST"] and "AMBIGUOUS" in first and "lease expired" in first
+    assert second.split()[:2] == ["2", "SUCCEEDED"] and second.split()[4:] == ["-", "-"]
+    out = CliRunner().invoke(app, ["job", "history", job.id, "--json", "--api", suite.api_address])
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["attempt"], r["state"]) for r in rows] == [(1, "LOST"), (2, "SUCCEEDED")]
+    assert all(r["fencing_token"] > 0 and r["worker_id"] and r["claim_time"] for r in rows)
 
 
 def test_ack_lost_external_api_effect_charges_exactly_once(suite):
