@@ -29,7 +29,7 @@ def dev(api: str = typer.Option("127.0.0.1:7070", "--api", help="host:port the p
         suite.start()
         suite.write_status(os.path.join(suite.base_dir, "status.json"))
         for p in suite.procs:
-            typer.echo(f"  {p.role:<10} pid {p.popen.pid:<7} {p.address}")
+            typer.echo(f"  {p.role:<10} pid {p.popen.pid:<7} {p.address:<22} metrics http://{p.metrics_address}/metrics")
         typer.echo(f"Gnomon API listening on {suite.api_address}  (logs: {suite.log_dir})")
         typer.echo(f"try:  gnomon job create --api {suite.api_address} --queue demo --in 2s --payload '{{\"x\": 1}}'")
         if demo:

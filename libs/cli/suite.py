@@ -28,11 +28,12 @@ class Proc:
     popen: subprocess.Popen
     log_path: str
     region: str = "local"
+    metrics_address: str = ""
 
     def as_dict(self) -> dict:
         """JSON-friendly description."""
         return {"role": self.role, "region": self.region, "pid": self.popen.pid, "address": self.address,
-                "log": self.log_path, "alive": self.popen.poll() is None}
+                "metrics": self.metrics_address, "log": self.log_path, "alive": self.popen.poll() is None}
 
 
 def wait_healthy(address: str, timeout_s: float = 30.0, service: str = "") -> None:
@@ -115,10 +116,11 @@ class Suite:
         n = sum(1 for p in self.procs if p.role == role)
         log_path = os.path.join(self.log_dir, f"{role}-{n}.log")
         e = self.service_env(listen)
+        e["GNOMON_METRICS_LISTEN"] = f"127.0.0.1:{free_port()}"
         e.update(env or {})
         popen = subprocess.Popen([sys.executable, "-m", "gnomon.cli.main", role], env=e,
                                  stdout=open(log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-        p = Proc(role, listen, popen, log_path, e.get("GNOMON_REGION", "local"))
+        p = Proc(role, listen, popen, log_path, e.get("GNOMON_REGION", "local"), e["GNOMON_METRICS_LISTEN"])
         self.procs.append(p)
         return p
 

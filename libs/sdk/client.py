@@ -53,6 +53,7 @@ def create_job_request(
     lease_duration: Span | None = None,
     idempotent: bool = False,
     retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
+    start_to_close: Span | None = None,
 ) -> job_service_pb2.CreateJobRequest:
     """Builds a ``CreateJobRequest`` (argument meanings: see :meth:`Client.create_job`).
 
@@ -84,6 +85,8 @@ def create_job_request(
     req.idempotent = bool(idempotent)
     if retry_policy is not None:
         req.retry_policy.CopyFrom(retry_policy_to_proto(retry_policy))
+    if start_to_close is not None:
+        req.start_to_close.CopyFrom(convert.to_duration(start_to_close))
     return req
 
 
@@ -219,6 +222,7 @@ class Client:
         lease_duration: Span | None = None,
         idempotent: bool = False,
         retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
+        start_to_close: Span | None = None,
     ) -> Job:
         """Creates a one-time job and returns it (state ``SCHEDULED``).
 
@@ -234,6 +238,8 @@ class Client:
             lease_duration: per-attempt lease, ``timedelta`` or seconds (1 s - 1 h; default 30 s).
             idempotent: the effect is idempotent, so an attempt with an unknown outcome (lease lost
                 while running) may be retried; otherwise such a job goes to the DLQ.
+            start_to_close: the longest one attempt may run once started (``timedelta`` or
+                seconds, 1 s - 7 days); past it the handler is cancelled and the attempt timed out.
             retry_policy: a :class:`~gnomon.sdk.RetryPolicy` or a dict with its keys (backoff,
                 multiplier, jitter, max_age, non_retryable_errors); unset fields take the server's
                 defaults (1 s initial, 300 s cap, x2, full jitter, no max age).
@@ -248,7 +254,7 @@ class Client:
             self.namespace, queue, payload, schedule_time=schedule_time, delay=delay,
             deadline=deadline, max_attempts=max_attempts, request_id=request_id,
             idempotency_key=idempotency_key, lease_duration=lease_duration, idempotent=idempotent,
-            retry_policy=retry_policy,
+            retry_policy=retry_policy, start_to_close=start_to_close,
         )
         return Job.from_proto(self._call(self._jobs.CreateJob, req).job)
 
@@ -561,13 +567,14 @@ class AsyncClient:
         lease_duration: Span | None = None,
         idempotent: bool = False,
         retry_policy: RetryPolicy | Mapping[str, Any] | None = None,
+        start_to_close: Span | None = None,
     ) -> Job:
         """Async :meth:`Client.create_job`."""
         req = create_job_request(
             self.namespace, queue, payload, schedule_time=schedule_time, delay=delay,
             deadline=deadline, max_attempts=max_attempts, request_id=request_id,
             idempotency_key=idempotency_key, lease_duration=lease_duration, idempotent=idempotent,
-            retry_policy=retry_policy,
+            retry_policy=retry_policy, start_to_close=start_to_close,
         )
         return Job.from_proto((await self._call(self._jobs.CreateJob, req)).job)
 

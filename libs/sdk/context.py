@@ -18,7 +18,7 @@ __all__ = ["JobContext", "CANCEL_REASONS", "MAX_CHECKPOINT_BYTES"]
 MAX_CHECKPOINT_BYTES = 64 * 1024
 
 #: Values of :attr:`JobContext.cancel_reason`.
-CANCEL_REASONS = ("cancel_requested", "refused", "lease_lost", "shutdown")
+CANCEL_REASONS = ("cancel_requested", "refused", "lease_lost", "shutdown", "start_to_close")
 
 # Guards the lazy creation of ``cancel_event`` against a concurrent ``_cancel`` (a
 # ``threading.Event`` costs ~20 us to build, too much to pay for every attempt up front).
@@ -55,7 +55,7 @@ class JobContext:
         "job", "job_id", "namespace", "queue", "payload", "attempt", "version", "fencing_token",
         "idempotency_key", "schedule_time", "deadline", "max_attempts", "lease_duration",
         "_cancel_event", "_cancelled", "_lease_expire_time", "_cancel_reason", "_async_event", "_loop",
-        "_error", "last_checkpoint", "_checkpoint",
+        "_error", "last_checkpoint", "_checkpoint", "start_to_close",
     )
 
     def __init__(
@@ -96,6 +96,7 @@ class JobContext:
         self._async_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._error: str | None = None
+        self.start_to_close = None
         self.last_checkpoint = last_checkpoint
         # (sequence number, data) of the latest checkpoint asked for; read by the worker's loop
         self._checkpoint: tuple[int, bytes] | None = None
@@ -118,7 +119,13 @@ class JobContext:
             max_attempts=a.max_attempts,
             lease_duration=convert.field_duration(a, "lease_duration"),
             last_checkpoint=bytes(a.checkpoint) or None,
-        )
+        )._with_start_to_close(convert.field_duration(a, "start_to_close"))
+
+    def _with_start_to_close(self, bound) -> "JobContext":
+        """Sets :attr:`start_to_close` (``timedelta`` or ``None``): the longest this attempt may run
+        once started; past it the worker cancels it with reason ``"start_to_close"``."""
+        self.start_to_close = bound
+        return self
 
     # -- payload ------------------------------------------------------------------------------
 

@@ -591,6 +591,13 @@ class DispatcherSession:
 
     def _check_leases(self, now: float) -> None:
         for att in list(self.attempts.values()):
+            bound = att.ctx.start_to_close
+            if (bound is not None and att.launched and att.state == RUNNING and not att.ctx.cancelled
+                    and now - att.accept_sent > bound.total_seconds()):
+                # the server times the attempt out anyway; tell the handler to stop now
+                att.ctx._cancel("start_to_close")
+                log.warning("%s attempt %d passed its start_to_close (%s); cancelling it",
+                            att.ctx.job, att.ctx.attempt, bound)
             if att.lease.lost(now):
                 if att.state == RUNNING and att.dropped_reason is None:
                     att.drop("lease lost", "lease_lost")

@@ -22,6 +22,8 @@ def job_to_proto(row: dict) -> job_pb2.Job:
         failure_class=row["failure_class"] or "")
     if "retry_initial_ms" in row:
         j.retry_policy.CopyFrom(retry_policy_to_proto(policy_of(row)))
+    if row.get("start_to_close_ms") is not None:
+        j.start_to_close.CopyFrom(to_duration(timedelta(milliseconds=row["start_to_close_ms"])))
     for field, col in (("schedule_time", "scheduled_at"), ("deadline", "deadline"), ("create_time", "created_at"),
                        ("dispatch_time", "dispatched_at"), ("start_time", "started_at"),
                        ("finish_time", "finished_at")):

@@ -13,6 +13,7 @@ from gnomon.api.queues import QueueServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
 from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
 from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import watch_database
 from gnomon.common.rpc.runner import configure_logging, wait_for_signal
 from gnomon.common.rpc.server import GrpcServer
@@ -42,6 +43,7 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
          cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name),
     ])
     await server.start()
+    serve_metrics(srv.metrics_listen)
     print(f"gnomon api listening on {server.address} (region {cluster.region})", flush=True)
     stop = stop or asyncio.Event()
     health = asyncio.create_task(watch_database(engine, server, stop))

@@ -120,13 +120,16 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
     if req.HasField("lease_duration"):
         lease = _duration(v, req.lease_duration, "lease_duration", timedelta(seconds=1), timedelta(hours=1)) or lease
     retry = validate_retry_policy(v, req.retry_policy) if req.HasField("retry_policy") else DEFAULT_POLICY
+    start_to_close = None
+    if req.HasField("start_to_close"):
+        start_to_close = _duration(v, req.start_to_close, "start_to_close", timedelta(seconds=1), timedelta(days=7))
     v.raise_if_any()
     job_id = uuid.uuid4()
     return NewJob(id=job_id, namespace=namespace, region=region, shard=shard_of(job_id, shards), queue=req.queue,
                   payload=bytes(req.payload), schedule_at=schedule_at, delay=delay, deadline=deadline,
                   max_attempts=max_attempts, idempotency_key=req.idempotency_key or str(job_id), lease=lease,
                   request_id=request_id, request_hash=request_fingerprint(req) if request_id else None,
-                  idempotent=req.idempotent, retry=retry)
+                  idempotent=req.idempotent, retry=retry, start_to_close=start_to_close)
 
 
 MAX_BACKOFF = timedelta(days=1)

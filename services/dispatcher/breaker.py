@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gnomon.common import metrics
 from gnomon.common.config import BreakerSettings
 from gnomon.common.errors import Unavailable
 from gnomon.common.storage import queues as qstore
@@ -130,6 +131,9 @@ class Breakers:
             (log.warning if tr.to_state == OPEN else log.info)(
                 "circuit breaker of queue %s/%s: %s -> %s (%s)", tr.namespace, tr.queue, tr.from_state,
                 tr.to_state, why)
+            metrics.BREAKER_TRANSITIONS.labels(tr.namespace, tr.queue, tr.from_state, tr.to_state).inc()
+            for st in (OPEN, HALF_OPEN):
+                metrics.BREAKER_STATE.labels(tr.namespace, tr.queue, st).set(1 if tr.to_state == st else 0)
         self.transitions += made
         if self.on_change and any(tr.to_state != OPEN for tr in made):
             self.on_change()

@@ -18,7 +18,7 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gnomon.common import faults
+from gnomon.common import faults, metrics
 from gnomon.common.config import DispatcherSettings
 from gnomon.common.errors import StaleFencingToken, Unavailable
 from gnomon.common.storage import dispatch as store
@@ -113,6 +113,9 @@ class ClaimLoop:
         if claimed:
             faults.point("crash_after_claim")
             self.claimed_total += len(claimed)
+            for c in claimed:
+                metrics.CLAIMED.labels(c.queue).inc()
+                metrics.DISPATCH_LAG.labels(c.queue).observe(max(0.0, (c.dispatched_at - c.scheduled_at).total_seconds()))
             self.relay.deliver(claimed)
         return len(claimed), delay
 

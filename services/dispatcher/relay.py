@@ -42,6 +42,8 @@ def assignment(c: store.Claimed) -> wpb.Assignment:
         a.deadline.CopyFrom(to_timestamp(c.deadline))
     if c.checkpoint:
         a.checkpoint = c.checkpoint
+    if c.start_to_close_ms is not None:
+        a.start_to_close.CopyFrom(to_duration(timedelta(milliseconds=c.start_to_close_ms)))
     return a
 
 

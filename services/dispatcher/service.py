@@ -9,6 +9,7 @@ import uuid
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2, worker_service_pb2_grpc
+from gnomon.common.metrics import serve_metrics
 from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
 from gnomon.common.config import BreakerSettings, RetryBudgetSettings
 from gnomon.common.coordination.etcd import EtcdClient
@@ -71,6 +72,7 @@ class Dispatcher:
     async def start(self) -> None:
         """Serves the lease stream, takes shards, starts claiming."""
         await self.server.start()
+        serve_metrics(self.srv.metrics_listen)
         self.writes.start()
         await self.shards.start()
         self.relay.start()

@@ -8,6 +8,7 @@ import uuid
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc
+from gnomon.common import metrics
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.storage.dispatch import AttemptKey, Result
@@ -59,6 +60,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         if self.draining:
             raise GnomonError("dispatcher is draining", reason="SHUTTING_DOWN")
         session = self.registry.add(h.worker_id or "anonymous", ns, list(h.queues), h.credits)
+        metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
         log.info("worker %s connected: ns=%s queues=%s credits=%d", session.worker_id, ns, list(h.queues), h.credits)
         self.on_credits()
         reader = asyncio.create_task(self._read(session, request_iterator))
@@ -74,6 +76,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         finally:
             reader.cancel()
             self.registry.remove(session)
+            metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
             unaccepted = [k for k in session.held if k not in session.accepted]
             # their outbox rows are still unpublished: the relay's recovery scan re-delivers them
             log.info("worker %s disconnected (%d unaccepted attempts go back to the outbox)",

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError, LeaseKeeper
 from gnomon.common.coordination.registry import (DispatcherInfo, encode_registration, list_dispatchers, shard_key,
                                                  shards_prefix)
+from gnomon.common import metrics
 from gnomon.common.errors import GnomonError
 from gnomon.common.storage.dispatch import record_ownership
 from gnomon.common.storage.engine import run_transaction
@@ -60,6 +61,7 @@ class ShardOwnership:
         for s in shards:
             self.owned.pop(s, None)
         self.fenced_writes += 1
+        metrics.FENCED_WRITES.inc()
 
     async def start(self) -> None:
         """Opens the session and starts the acquisition loop (first scan done before returning)."""
@@ -129,6 +131,7 @@ class ShardOwnership:
                 continue
             self.owned[s] = kv.create_revision
             gained = True
+        metrics.OWNED_SHARDS.set(len(self.owned))
         if gained:
             log.info("owning %d shards", len(self.owned))
             self.changed.set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from gnomon.common.config import ClusterSettings, DatabaseSettings, ReaperSettings, ServerSettings
+from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import watch_database
 from gnomon.common.rpc.runner import configure_logging, wait_for_signal
 from gnomon.common.rpc.server import GrpcServer
@@ -22,6 +23,7 @@ async def serve() -> None:
     engine = make_engine(db, pool_size=2)
     server = GrpcServer(srv.listen, [])
     await server.start()
+    serve_metrics(srv.metrics_listen)
     stop = asyncio.Event()
     health = asyncio.create_task(watch_database(engine, server, stop))
     sweeper = asyncio.create_task(Sweeper(engine, settings, region=cluster.region).run(stop))

@@ -10,6 +10,7 @@ import collections
 import os
 import signal
 import time
+import urllib.request
 import uuid
 from datetime import timedelta
 
@@ -106,6 +107,11 @@ def test_thousand_jobs_due_now_finish_exactly_once(suite, n_workers):
                  30, "all jobs SUCCEEDED")
         assert sql(suite.database_url, "SELECT count(*), max(a.attempt) FROM attempts a JOIN jobs j ON j.id = a.job_id "
                                        "WHERE j.queue = %s", queue)[0] == (1000, 1)
+        # the dispatcher's Prometheus endpoint counted every claim and its dispatch lag
+        disp = next(p for p in suite.procs if p.role == "dispatcher")
+        scraped = urllib.request.urlopen(f"http://{disp.metrics_address}/metrics", timeout=5).read().decode()
+        assert f'gnomon_claimed_attempts_total{{queue="{queue}"}} 1000.0' in scraped
+        assert f'gnomon_dispatch_lag_seconds_count{{queue="{queue}"}} 1000.0' in scraped
         # every worker process took part (the dispatcher spreads assignments over streams with credits)
         assert {int(r[5]) for r in records(record)} == {w.popen.pid for w in workers}
     finally:

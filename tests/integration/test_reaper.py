@@ -193,3 +193,45 @@ def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(
     finally:
         s.stop()
         pg_server.drop_database(name)
+
+
+async def test_an_attempt_past_its_start_to_close_is_timed_out_like_a_lost_lease(engine):
+    jid = await new_job(engine, idempotent=True)
+    async with engine.begin() as c:
+        await c.execute(update(jobs).where(jobs.c.id == jid).values(start_to_close_ms=1000))
+    await start_running(engine, jid)
+    assert await reap(engine, margin=0.0) == []                     # lease fine, bound not reached
+    async with engine.begin() as c:                                  # started 3 s ago, lease still live
+        await c.execute(update(attempts).where(attempts.c.job_id == jid).values(
+            accepted_at=datetime.now(timezone.utc) - timedelta(seconds=3)))
+    assert [r.new_state for r in await reap(engine, margin=0.5)] == ["SCHEDULED"]
+    j = await job_row(engine, jid)
+    assert j["failure_class"] == "AMBIGUOUS" and j["last_error"].startswith("start_to_close exceeded")
+    assert await attempt_states(engine, jid) == [(1, "LOST")]
+
+
+def test_handler_is_cancelled_at_start_to_close(pg_server, migrated_template, tmp_path):
+    from gnomon.cli.suite import Suite
+    from gnomon.common.embedded import free_port
+    from gnomon.sdk import Client
+
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    name = f"stc_{uuid.uuid4().hex[:8]}"
+    url = pg_server.create_database(name, template=migrated_template)
+    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path / "suite"))
+    try:
+        s.start()
+        s.start_worker(["stc"], "gnomon_test_handlers:wait_for_cancel", env={"PYTHONPATH": tests_dir})
+        with Client(api=s.api_address) as c:
+            job = c.create_job("stc", b"", start_to_close=1, lease_duration=30, max_attempts=1)
+            deadline = time.monotonic() + 30
+            while not (j := c.get_job(job.name)).terminal:
+                assert time.monotonic() < deadline, f"not stopped: {j.state}"
+                time.sleep(0.1)
+        # the SDK cancelled the handler after ~1 s (not after the 30 s lease) and reported the failure
+        assert (j.state, j.attempt) == ("DEAD", 1)
+        ran = (j.finish_time - j.start_time).total_seconds()
+        assert 1.0 <= ran < 10, ran
+    finally:
+        s.stop()
+        pg_server.drop_database(name)

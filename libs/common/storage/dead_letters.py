@@ -59,7 +59,7 @@ ACTION_REPLAY_DRY_RUN = "dead_letters.replay.dry_run"
 #: and shard, state SCHEDULED, version 1, attempt 0, no deadline, no request_id, no checkpoint, no
 #: first-dispatch time, no error. A new per-job *setting* column belongs in this list.
 REPLAY_COPY_COLUMNS = tuple(c for c in (
-    "namespace", "region", "queue", "payload", "max_attempts", "idempotency_key", "lease_ms", "idempotent",
+    "namespace", "region", "queue", "payload", "max_attempts", "idempotency_key", "lease_ms", "idempotent", "start_to_close_ms",
     "retry_initial_ms", "retry_max_ms", "retry_multiplier", "retry_jitter", "max_age_ms", "non_retryable_errors",
 ) if c in jobs.c)
 

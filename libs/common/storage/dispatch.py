@@ -31,7 +31,8 @@ from gnomon.common.storage.schema import attempts, jobs, outbox, queue_state, sh
 #: Columns an assignment needs.
 _ASSIGN_COLS = (jobs.c.id, jobs.c.namespace, jobs.c.shard, jobs.c.queue, jobs.c.payload, jobs.c.version,
                 jobs.c.attempt, jobs.c.idempotency_key, jobs.c.scheduled_at, jobs.c.deadline,
-                jobs.c.max_attempts, jobs.c.lease_ms, jobs.c.dispatched_at, jobs.c.checkpoint)
+                jobs.c.max_attempts, jobs.c.lease_ms, jobs.c.dispatched_at, jobs.c.checkpoint,
+                jobs.c.start_to_close_ms)
 
 
 def _rows(name: str, **cols):
@@ -91,6 +92,8 @@ class Claimed:
     dispatched_at: datetime
     #: Latest progress checkpoint saved by an earlier attempt (see :mod:`.checkpoints`), or None.
     checkpoint: bytes | None = None
+    #: The job's start-to-close bound in ms, or None.
+    start_to_close_ms: int | None = None
 
 
 async def record_ownership(conn: AsyncConnection, region: str, shard: int, token: int, owner: str) -> None:
@@ -224,7 +227,8 @@ async def claim_due(conn: AsyncConnection, *, region: str, tokens: dict[int, int
                     payload=r["payload"], version=r["version"], attempt=r["attempt"], token=r["token"],
                     idempotency_key=r["idempotency_key"], scheduled_at=r["scheduled_at"], deadline=r["deadline"],
                     max_attempts=r["max_attempts"], lease_ms=r["lease_ms"], lease_expires_at=r["lease_expires_at"],
-                    dispatched_at=r["dispatched_at"], checkpoint=r["checkpoint"])
+                    dispatched_at=r["dispatched_at"], checkpoint=r["checkpoint"],
+                    start_to_close_ms=r["start_to_close_ms"])
             for r in sorted(rows, key=lambda r: r["scheduled_at"])]
 
 
@@ -305,7 +309,7 @@ async def pending_outbox(conn: AsyncConnection, *, region: str, tokens: dict[int
                            idempotency_key=j["idempotency_key"], scheduled_at=j["scheduled_at"],
                            deadline=j["deadline"], max_attempts=j["max_attempts"], lease_ms=j["lease_ms"],
                            lease_expires_at=a["lease_expires_at"], dispatched_at=j["dispatched_at"],
-                           checkpoint=j["checkpoint"]))
+                           checkpoint=j["checkpoint"], start_to_close_ms=j["start_to_close_ms"]))
     return out
 
 

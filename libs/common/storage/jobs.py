@@ -41,6 +41,12 @@ class NewJob:
     request_hash: str | None
     idempotent: bool = False
     retry: RetryPolicy = DEFAULT_POLICY
+    start_to_close: timedelta | None = None
+
+
+def _ms(d: timedelta | None) -> int | None:
+    """A span in whole milliseconds (None stays None)."""
+    return None if d is None else int(d.total_seconds() * 1000)
 
 
 def policy_columns(p: RetryPolicy) -> dict:
@@ -99,7 +105,7 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
         payload=new.payload, state=SCHEDULED, version=1, deadline=new.deadline,
         max_attempts=new.max_attempts, attempt=0, idempotency_key=new.idempotency_key,
         lease_ms=int(new.lease.total_seconds() * 1000), request_id=new.request_id, request_hash=new.request_hash,
-        idempotent=new.idempotent, **policy_columns(new.retry))
+        idempotent=new.idempotent, start_to_close_ms=_ms(new.start_to_close), **policy_columns(new.retry))
     # scheduled_at is the given instant or now() + delay, by the database clock, in the INSERT itself
     values.update(p_at=new.schedule_at, p_delay=new.delay or timedelta(0))
     stmt = INSERT_JOB if new.request_id is None else INSERT_JOB_IDEMPOTENT
@@ -134,7 +140,7 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict]:
                      payload=n.payload, state=SCHEDULED, version=1, p_at=n.schedule_at,
                      p_delay_ms=int((n.delay or timedelta(0)).total_seconds() * 1000), deadline=n.deadline,
                      max_attempts=n.max_attempts, attempt=0, idempotency_key=n.idempotency_key,
-                     lease_ms=int(n.lease.total_seconds() * 1000), idempotent=n.idempotent,
+                     lease_ms=int(n.lease.total_seconds() * 1000), idempotent=n.idempotent, start_to_close_ms=_ms(n.start_to_close),
                      **policy_columns(n.retry))
                 for n in (batch[i] for i in plain)]
         stmt = insert(jobs).values(scheduled_at=func.coalesce(

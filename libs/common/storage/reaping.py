@@ -1,7 +1,8 @@
 """Named queries of the reaper: lost leases, passed deadlines, retention. All bounded, all
 ``FOR UPDATE SKIP LOCKED`` (competing reapers need no leader), all on the database clock.
 
-Lease expiry (DESIGN.md sections 3 and 4): an attempt **RUNNING** whose lease ended more than
+Lease expiry (DESIGN.md sections 3 and 4): an attempt **RUNNING** whose lease ended, or that has
+run longer than its job's ``start_to_close`` since it was accepted, more than
 ``skew_margin_s`` ago (database clock) is marked ``LOST``. Its outcome is unknown (the worker may have
 performed the effect and lost only the ack), so the job is retried only if it is declared
 idempotent and attempts remain; otherwise it goes to the DLQ (``DEAD``, failure class AMBIGUOUS). A
@@ -23,6 +24,7 @@ from gnomon.common.storage.jobs import POLICY_COLS, policy_of
 from gnomon.common.storage.schema import attempts, jobs, outbox
 
 LOST_ERROR = "lease expired while running: the worker stopped heartbeating; outcome unknown"
+TIMEOUT_ERROR = "start_to_close exceeded: the attempt ran longer than its job allows; outcome unknown"
 
 
 @dataclass(frozen=True)
@@ -42,17 +44,28 @@ async def reap_lost_leases(conn: AsyncConnection, *, region: str, skew_margin_s:
     retried is the job's retry policy's decision for an AMBIGUOUS failure
     (:func:`gnomon.common.retry.retry_decision`: idempotent jobs only, attempts left, ``max_age``);
     ``retry_delay_s(attempt)`` (seconds), when given, replaces the policy's delay (tests)."""
-    lost = (await conn.execute(
+    margin = timedelta(seconds=skew_margin_s)
+    lost = [(j, a, LOST_ERROR) for j, a in (await conn.execute(
         select(attempts.c.job_id, attempts.c.attempt)
         .where(attempts.c.region == region, attempts.c.state == S.A_RUNNING,
-               attempts.c.lease_expires_at < func.now() - timedelta(seconds=skew_margin_s))
+               attempts.c.lease_expires_at < func.now() - margin)
         .order_by(attempts.c.lease_expires_at).limit(limit)
-        .with_for_update(skip_locked=True))).all()
+        .with_for_update(skip_locked=True))).all()]
+    # start_to_close: an attempt running longer than its job allows is timed out the same way (its
+    # worker may still be running it, so the outcome is just as unknown)
+    seen = {(j, a) for j, a, _ in lost}
+    lost += [(j, a, TIMEOUT_ERROR) for j, a in (await conn.execute(
+        select(attempts.c.job_id, attempts.c.attempt)
+        .join(jobs, (jobs.c.id == attempts.c.job_id) & (jobs.c.attempt == attempts.c.attempt))
+        .where(attempts.c.region == region, attempts.c.state == S.A_RUNNING, jobs.c.start_to_close_ms.is_not(None),
+               attempts.c.accepted_at + jobs.c.start_to_close_ms * timedelta(milliseconds=1) < func.now() - margin)
+        .limit(max(0, limit - len(lost))).with_for_update(of=attempts, skip_locked=True))).all()
+        if (j, a) not in seen]
     out = []
-    for job_id, attempt in lost:
+    for job_id, attempt, error in lost:
         await conn.execute(update(attempts).where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
                            .values(state=S.A_LOST, finished_at=func.now(), failure_class="AMBIGUOUS",
-                                   error=LOST_ERROR))
+                                   error=error))
         job = (await conn.execute(
             select(jobs.c.max_attempts, jobs.c.idempotent, jobs.c.cancel_requested_at, *POLICY_COLS,
                    func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"))
@@ -60,9 +73,9 @@ async def reap_lost_leases(conn: AsyncConnection, *, region: str, skew_margin_s:
             .with_for_update())).first()
         if job is None:
             continue                      # the job moved on already (e.g. a late result landed)
-        values = dict(version=jobs.c.version + 1, failure_class="AMBIGUOUS", last_error=LOST_ERROR)
+        values = dict(version=jobs.c.version + 1, failure_class="AMBIGUOUS", last_error=error)
         j = job._mapping
-        retry, delay, _why = retry_decision("AMBIGUOUS", LOST_ERROR, attempt, policy_of(j),
+        retry, delay, _why = retry_decision("AMBIGUOUS", error, attempt, policy_of(j),
                                             None if j["age_s"] is None else float(j["age_s"]), job.idempotent,
                                             max_attempts=job.max_attempts)
         if retry and retry_delay_s is not None:

@@ -47,6 +47,8 @@ jobs = Table(
     Column("cancel_requested_at", TS, nullable=True, comment="cancellation asked while RUNNING"),
     Column("replay_of", Uuid, nullable=True, comment="DLQ provenance: the dead job this job replays"),
     Column("replayed_by", Uuid, nullable=True, comment="DLQ provenance: the job replaying this dead job"),
+    Column("start_to_close_ms", BigInteger, nullable=True,
+           comment="bound on one attempt's run time once accepted, ms; NULL = none"),
     Column("checkpoint", LargeBinary, nullable=True,
            comment="latest progress checkpoint saved by a running attempt (<= 64 KiB); handed to the next attempt"),
     CheckConstraint("checkpoint IS NULL OR octet_length(checkpoint) <= 65536", name="ck_jobs_checkpoint_size"),

@@ -29,43 +29,43 @@ from gnomon._proto.gnomon.v1 import job_pb2 as gnomon_dot_v1_dot_job__pb2
 from gnomon._proto.gnomon.v1 import retry_pb2 as gnomon_dot_v1_dot_retry__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgnomon/v1/job_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13gnomon/v1/job.proto\x1a\x15gnomon/v1/retry.proto\"\x9b\x03\n\x10\x43reateJobRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x31\n\rschedule_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05\x64\x65lay\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x0cmax_attempts\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x17\n\x0fidempotency_key\x18\t \x01(\t\x12\x31\n\x0elease_duration\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nidempotent\x18\x0b \x01(\x08\x12,\n\x0cretry_policy\x18\x0c \x01(\x0b\x32\x16.gnomon.v1.RetryPolicyB\x0f\n\r_max_attempts\"0\n\x11\x43reateJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"-\n\x0eGetJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"{\n\x0fListJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.gnomon.v1.JobState\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"I\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x16\x42\x61tchCreateJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12-\n\x08requests\x18\x02 \x03(\x0b\x32\x1b.gnomon.v1.CreateJobRequest\"7\n\x17\x42\x61tchCreateJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job\"T\n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1d\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x13\n\x11_expected_version\"[\n\x11\x43\x61ncelJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\x12)\n\x07outcome\x18\x02 \x01(\x0e\x32\x18.gnomon.v1.CancelOutcome\"\xb5\x01\n\x14RescheduleJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\rschedule_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05\x64\x65lay\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1d\n\x10\x65xpected_version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x13\n\x11_expected_version\"4\n\x15RescheduleJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"O\n\x16ListJobAttemptsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"[\n\x17ListJobAttemptsResponse\x12\'\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.JobAttempt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x97\x01\n\rCancelOutcome\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43\x41NCEL_OUTCOME_CANCELLED\x10\x01\x12#\n\x1f\x43\x41NCEL_OUTCOME_CANCEL_REQUESTED\x10\x02\x12#\n\x1f\x43\x41NCEL_OUTCOME_ALREADY_FINISHED\x10\x03\x32\xa8\x04\n\nJobService\x12\x46\n\tCreateJob\x12\x1b.gnomon.v1.CreateJobRequest\x1a\x1c.gnomon.v1.CreateJobResponse\x12=\n\x06GetJob\x12\x18.gnomon.v1.GetJobRequest\x1a\x19.gnomon.v1.GetJobResponse\x12\x43\n\x08ListJobs\x12\x1a.gnomon.v1.ListJobsRequest\x1a\x1b.gnomon.v1.ListJobsResponse\x12X\n\x0f\x42\x61tchCreateJobs\x12!.gnomon.v1.BatchCreateJobsRequest\x1a\".gnomon.v1.BatchCreateJobsResponse\x12\x46\n\tCancelJob\x12\x1b.gnomon.v1.CancelJobRequest\x1a\x1c.gnomon.v1.CancelJobResponse\x12R\n\rRescheduleJob\x12\x1f.gnomon.v1.RescheduleJobRequest\x1a .gnomon.v1.RescheduleJobResponse\x12X\n\x0fListJobAttempts\x12!.gnomon.v1.ListJobAttemptsRequest\x1a\".gnomon.v1.ListJobAttemptsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgnomon/v1/job_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13gnomon/v1/job.proto\x1a\x15gnomon/v1/retry.proto\"\xce\x03\n\x10\x43reateJobRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x31\n\rschedule_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05\x64\x65lay\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12,\n\x08\x64\x65\x61\x64line\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x0cmax_attempts\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x08 \x01(\t\x12\x17\n\x0fidempotency_key\x18\t \x01(\t\x12\x31\n\x0elease_duration\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nidempotent\x18\x0b \x01(\x08\x12,\n\x0cretry_policy\x18\x0c \x01(\x0b\x32\x16.gnomon.v1.RetryPolicy\x12\x31\n\x0estart_to_close\x18\r \x01(\x0b\x32\x19.google.protobuf.DurationB\x0f\n\r_max_attempts\"0\n\x11\x43reateJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"\x1d\n\rGetJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"-\n\x0eGetJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"{\n\x0fListJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\"\n\x05state\x18\x02 \x01(\x0e\x32\x13.gnomon.v1.JobState\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"I\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"W\n\x16\x42\x61tchCreateJobsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12-\n\x08requests\x18\x02 \x03(\x0b\x32\x1b.gnomon.v1.CreateJobRequest\"7\n\x17\x42\x61tchCreateJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job\"T\n\x10\x43\x61ncelJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1d\n\x10\x65xpected_version\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x13\n\x11_expected_version\"[\n\x11\x43\x61ncelJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\x12)\n\x07outcome\x18\x02 \x01(\x0e\x32\x18.gnomon.v1.CancelOutcome\"\xb5\x01\n\x14RescheduleJobRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\rschedule_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05\x64\x65lay\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x1d\n\x10\x65xpected_version\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x13\n\x11_expected_version\"4\n\x15RescheduleJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"O\n\x16ListJobAttemptsRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"[\n\x17ListJobAttemptsResponse\x12\'\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.JobAttempt\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x97\x01\n\rCancelOutcome\x12\x1e\n\x1a\x43\x41NCEL_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43\x41NCEL_OUTCOME_CANCELLED\x10\x01\x12#\n\x1f\x43\x41NCEL_OUTCOME_CANCEL_REQUESTED\x10\x02\x12#\n\x1f\x43\x41NCEL_OUTCOME_ALREADY_FINISHED\x10\x03\x32\xa8\x04\n\nJobService\x12\x46\n\tCreateJob\x12\x1b.gnomon.v1.CreateJobRequest\x1a\x1c.gnomon.v1.CreateJobResponse\x12=\n\x06GetJob\x12\x18.gnomon.v1.GetJobRequest\x1a\x19.gnomon.v1.GetJobResponse\x12\x43\n\x08ListJobs\x12\x1a.gnomon.v1.ListJobsRequest\x1a\x1b.gnomon.v1.ListJobsResponse\x12X\n\x0f\x42\x61tchCreateJobs\x12!.gnomon.v1.BatchCreateJobsRequest\x1a\".gnomon.v1.BatchCreateJobsResponse\x12\x46\n\tCancelJob\x12\x1b.gnomon.v1.CancelJobRequest\x1a\x1c.gnomon.v1.CancelJobResponse\x12R\n\rRescheduleJob\x12\x1f.gnomon.v1.RescheduleJobRequest\x1a .gnomon.v1.RescheduleJobResponse\x12X\n\x0fListJobAttempts\x12!.gnomon.v1.ListJobAttemptsRequest\x1a\".gnomon.v1.ListJobAttemptsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.v1.job_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CANCELOUTCOME']._serialized_start=1631
-  _globals['_CANCELOUTCOME']._serialized_end=1782
+  _globals['_CANCELOUTCOME']._serialized_start=1682
+  _globals['_CANCELOUTCOME']._serialized_end=1833
   _globals['_CREATEJOBREQUEST']._serialized_start=152
-  _globals['_CREATEJOBREQUEST']._serialized_end=563
-  _globals['_CREATEJOBRESPONSE']._serialized_start=565
-  _globals['_CREATEJOBRESPONSE']._serialized_end=613
-  _globals['_GETJOBREQUEST']._serialized_start=615
-  _globals['_GETJOBREQUEST']._serialized_end=644
-  _globals['_GETJOBRESPONSE']._serialized_start=646
-  _globals['_GETJOBRESPONSE']._serialized_end=691
-  _globals['_LISTJOBSREQUEST']._serialized_start=693
-  _globals['_LISTJOBSREQUEST']._serialized_end=816
-  _globals['_LISTJOBSRESPONSE']._serialized_start=818
-  _globals['_LISTJOBSRESPONSE']._serialized_end=891
-  _globals['_BATCHCREATEJOBSREQUEST']._serialized_start=893
-  _globals['_BATCHCREATEJOBSREQUEST']._serialized_end=980
-  _globals['_BATCHCREATEJOBSRESPONSE']._serialized_start=982
-  _globals['_BATCHCREATEJOBSRESPONSE']._serialized_end=1037
-  _globals['_CANCELJOBREQUEST']._serialized_start=1039
-  _globals['_CANCELJOBREQUEST']._serialized_end=1123
-  _globals['_CANCELJOBRESPONSE']._serialized_start=1125
-  _globals['_CANCELJOBRESPONSE']._serialized_end=1216
-  _globals['_RESCHEDULEJOBREQUEST']._serialized_start=1219
-  _globals['_RESCHEDULEJOBREQUEST']._serialized_end=1400
-  _globals['_RESCHEDULEJOBRESPONSE']._serialized_start=1402
-  _globals['_RESCHEDULEJOBRESPONSE']._serialized_end=1454
-  _globals['_LISTJOBATTEMPTSREQUEST']._serialized_start=1456
-  _globals['_LISTJOBATTEMPTSREQUEST']._serialized_end=1535
-  _globals['_LISTJOBATTEMPTSRESPONSE']._serialized_start=1537
-  _globals['_LISTJOBATTEMPTSRESPONSE']._serialized_end=1628
-  _globals['_JOBSERVICE']._serialized_start=1785
-  _globals['_JOBSERVICE']._serialized_end=2337
+  _globals['_CREATEJOBREQUEST']._serialized_end=614
+  _globals['_CREATEJOBRESPONSE']._serialized_start=616
+  _globals['_CREATEJOBRESPONSE']._serialized_end=664
+  _globals['_GETJOBREQUEST']._serialized_start=666
+  _globals['_GETJOBREQUEST']._serialized_end=695
+  _globals['_GETJOBRESPONSE']._serialized_start=697
+  _globals['_GETJOBRESPONSE']._serialized_end=742
+  _globals['_LISTJOBSREQUEST']._serialized_start=744
+  _globals['_LISTJOBSREQUEST']._serialized_end=867
+  _globals['_LISTJOBSRESPONSE']._serialized_start=869
+  _globals['_LISTJOBSRESPONSE']._serialized_end=942
+  _globals['_BATCHCREATEJOBSREQUEST']._serialized_start=944
+  _globals['_BATCHCREATEJOBSREQUEST']._serialized_end=1031
+  _globals['_BATCHCREATEJOBSRESPONSE']._serialized_start=1033
+  _globals['_BATCHCREATEJOBSRESPONSE']._serialized_end=1088
+  _globals['_CANCELJOBREQUEST']._serialized_start=1090
+  _globals['_CANCELJOBREQUEST']._serialized_end=1174
+  _globals['_CANCELJOBRESPONSE']._serialized_start=1176
+  _globals['_CANCELJOBRESPONSE']._serialized_end=1267
+  _globals['_RESCHEDULEJOBREQUEST']._serialized_start=1270
+  _globals['_RESCHEDULEJOBREQUEST']._serialized_end=1451
+  _globals['_RESCHEDULEJOBRESPONSE']._serialized_start=1453
+  _globals['_RESCHEDULEJOBRESPONSE']._serialized_end=1505
+  _globals['_LISTJOBATTEMPTSREQUEST']._serialized_start=1507
+  _globals['_LISTJOBATTEMPTSREQUEST']._serialized_end=1586
+  _globals['_LISTJOBATTEMPTSRESPONSE']._serialized_start=1588
+  _globals['_LISTJOBATTEMPTSRESPONSE']._serialized_end=1679
+  _globals['_JOBSERVICE']._serialized_start=1836
+  _globals['_JOBSERVICE']._serialized_end=2388
 # @@protoc_insertion_point(module_scope)

@@ -25,7 +25,7 @@ CANCEL_OUTCOME_CANCEL_REQUESTED: CancelOutcome
 CANCEL_OUTCOME_ALREADY_FINISHED: CancelOutcome
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("parent", "queue", "payload", "schedule_time", "delay", "deadline", "max_attempts", "request_id", "idempotency_key", "lease_duration", "idempotent", "retry_policy")
+    __slots__ = ("parent", "queue", "payload", "schedule_time", "delay", "deadline", "max_attempts", "request_id", "idempotency_key", "lease_duration", "idempotent", "retry_policy", "start_to_close")
     PARENT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class CreateJobRequest(_message.Message):
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENT_FIELD_NUMBER: _ClassVar[int]
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    START_TO_CLOSE_FIELD_NUMBER: _ClassVar[int]
     parent: str
     queue: str
     payload: bytes
@@ -50,7 +51,8 @@ class CreateJobRequest(_message.Message):
     lease_duration: _duration_pb2.Duration
     idempotent: bool
     retry_policy: _retry_pb2.RetryPolicy
-    def __init__(self, parent: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., request_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotent: _Optional[bool] = ..., retry_policy: _Optional[_Union[_retry_pb2.RetryPolicy, _Mapping]] = ...) -> None: ...
+    start_to_close: _duration_pb2.Duration
+    def __init__(self, parent: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., request_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotent: _Optional[bool] = ..., retry_policy: _Optional[_Union[_retry_pb2.RetryPolicy, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job",)
