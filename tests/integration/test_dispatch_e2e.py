@@ -14,35 +14,13 @@ import urllib.request
 import uuid
 from datetime import timedelta
 
-import psycopg
 import pytest
 
 from gnomon.cli.suite import Suite
 from gnomon.sdk import Client
+from gnomon_test_support import records, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.1):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-def records(path: str) -> list[list[str]]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [line.split() for line in f if line.strip()]
-
-
-def sql(url: str, query: str, *args):
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as c:
-        return c.execute(query, args).fetchall()
 
 
 @pytest.fixture(scope="module")

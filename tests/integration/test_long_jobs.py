@@ -17,12 +17,12 @@ import signal
 import time
 import uuid
 
-import psycopg
 import pytest
 
 from gnomon.cli.suite import Suite
 from gnomon.common.embedded import free_port
 from gnomon.sdk import Client
+from gnomon_test_support import records, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS_DIR)
@@ -49,28 +49,6 @@ def suite(pg_server, migrated_template, tmp_path_factory):
 
 def worker_env(record: str) -> dict:
     return {"GNOMON_TEST_RECORD": record, "PYTHONPATH": os.pathsep.join([ROOT, TESTS_DIR])}
-
-
-def records(path: str) -> list[list[str]]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [line.split() for line in f if line.strip()]
-
-
-def sql(url: str, query: str, *args):
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as c:
-        return c.execute(query, args).fetchall()
-
-
-def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def job_id(name: str) -> str:

@@ -158,7 +158,7 @@ async def test_prune_deletes_only_terminal_jobs_past_retention(engine):
 
 def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(pg_server, migrated_template,
                                                                                   tmp_path):
-    from gnomon.cli.suite import Suite, wait_healthy  # noqa: F401
+    from gnomon.cli.suite import Suite
     from gnomon.common.embedded import free_port
     from gnomon.sdk import Client
 
