@@ -35,7 +35,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
 from gnomon.common.errors import Aborted, FailedPrecondition, FieldViolation, InvalidArgument
-from gnomon.common.storage.dispatch import _row_params, _rows, mark_published
+from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.dispatch import mark_published
 from gnomon.common.storage.jobs import get_job
 from gnomon.common.storage.schema import attempts, jobs
 
@@ -193,7 +194,7 @@ async def reschedule_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUI
             return Rescheduled(dict(new), db_now)
 
 
-_K = _rows("k", job_id=Uuid, attempt=Integer)
+_K = unnest_rows("k", job_id=Uuid, attempt=Integer)
 #: Which of the given attempts are RUNNING with a cancellation request (primary-key lookups).
 CANCEL_REQUESTED_ATTEMPTS = (select(attempts.c.job_id, attempts.c.attempt)
                              .where(attempts.c.job_id == _K.c.job_id, attempts.c.attempt == _K.c.attempt,
@@ -206,6 +207,6 @@ async def cancel_requested_attempts(conn: AsyncConnection, keys: list[tuple[uuid
     requested. One statement; cost grows with ``len(keys)`` (primary-key lookups), not the table."""
     if not keys:
         return set()
-    rows = (await conn.execute(CANCEL_REQUESTED_ATTEMPTS, _row_params(
+    rows = (await conn.execute(CANCEL_REQUESTED_ATTEMPTS, row_params(
         "k", job_id=[k[0] for k in keys], attempt=[k[1] for k in keys]))).all()
     return {(r[0], r[1]) for r in rows}

@@ -22,7 +22,7 @@ from sqlalchemy import BigInteger, Integer, LargeBinary, Uuid, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
-from gnomon.common.storage.dispatch import _row_params, _rows
+from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.schema import attempts, jobs
 
 #: Largest checkpoint accepted, in bytes (64 KiB). Also enforced by ``ck_jobs_checkpoint_size``.
@@ -39,7 +39,7 @@ class CheckpointWrite:
     data: bytes
 
 
-_C = _rows("c", job_id=Uuid, attempt=Integer, token=BigInteger, data=LargeBinary)
+_C = unnest_rows("c", job_id=Uuid, attempt=Integer, token=BigInteger, data=LargeBinary)
 
 #: Prebuilt: saves each row's data on its job when the attempt is current and RUNNING under the token.
 SAVE_CHECKPOINTS = (update(jobs)
@@ -68,7 +68,7 @@ async def save_checkpoints(conn: AsyncConnection, items: list[CheckpointWrite]) 
     if not latest:
         return set()
     keys = list(latest)
-    rows = (await conn.execute(SAVE_CHECKPOINTS, _row_params(
+    rows = (await conn.execute(SAVE_CHECKPOINTS, row_params(
         "c", job_id=[k[0] for k in keys], attempt=[k[1] for k in keys], token=[k[2] for k in keys],
         data=[latest[k] or None for k in keys]))).all()
     return {(r[0], r[1], r[2]) for r in rows}

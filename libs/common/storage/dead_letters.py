@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gnomon.common import states as S
 from gnomon.common.errors import AlreadyExists
-from gnomon.common.storage.dispatch import _row_params, _rows
+from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.jobs import shard_of
 from gnomon.common.storage.schema import attempts, audit_log, dlq_replays, jobs
@@ -255,7 +255,7 @@ async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutco
     return _outcome(row)
 
 
-_R = _rows("r", new_id=Uuid, old_id=Uuid, shard=Integer, at=DateTime(timezone=True))
+_R = unnest_rows("r", new_id=Uuid, old_id=Uuid, shard=Integer, at=DateTime(timezone=True))
 _COPY = [jobs.c[c] for c in REPLAY_COPY_COLUMNS]
 #: One INSERT ... SELECT per batch: the payload is copied inside the database.
 INSERT_REPLAYS = insert(jobs).from_select(
@@ -263,7 +263,7 @@ INSERT_REPLAYS = insert(jobs).from_select(
     select(_R.c.new_id, _R.c.shard, _R.c.at, literal(S.SCHEDULED), literal(1, BigInteger), literal(0, Integer),
            jobs.c.id, *_COPY)
     .select_from(_R.join(jobs, jobs.c.id == _R.c.old_id)))
-_M = _rows("m", new_id=Uuid, old_id=Uuid)
+_M = unnest_rows("m", new_id=Uuid, old_id=Uuid)
 MARK_REPLAYED = (update(jobs)
                  .where(jobs.c.id == _M.c.old_id, jobs.c.state == S.DEAD, jobs.c.replayed_by.is_(None))
                  .values(replayed_by=_M.c.new_id)
@@ -299,9 +299,9 @@ async def replay_batch(conn: AsyncConnection, req: ReplayRequest, *, shards: int
         step_us = 1_000_000 / req.max_rate
         new_ids = [uuid.uuid4() for _ in picked]
         at = [base + timedelta(microseconds=round(k * step_us)) for k in range(len(picked))]
-        await conn.execute(INSERT_REPLAYS, _row_params("r", new_id=new_ids, old_id=list(picked),
+        await conn.execute(INSERT_REPLAYS, row_params("r", new_id=new_ids, old_id=list(picked),
                                                        shard=[shard_of(i, shards) for i in new_ids], at=at))
-        marked = (await conn.execute(MARK_REPLAYED, _row_params("m", new_id=new_ids, old_id=list(picked)))).all()
+        marked = (await conn.execute(MARK_REPLAYED, row_params("m", new_id=new_ids, old_id=list(picked)))).all()
         if len(marked) != len(picked):    # cannot happen under the row locks; never leave half a batch
             raise RuntimeError(f"replay batch marked {len(marked)} of {len(picked)} dead letters")
         names += [job_name(ns, i) for i in new_ids[:max(0, MAX_JOB_NAMES - len(names))]]

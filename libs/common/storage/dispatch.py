@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import (BigInteger, Integer, Interval, String, Uuid, any_, bindparam, case, column, func, insert,
+from sqlalchemy import (BigInteger, Integer, Interval, String, Uuid, any_, bindparam, case, func, insert,
                         literal, select, tuple_, update)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert   # only for ON CONFLICT: it is not cacheable
@@ -26,6 +26,7 @@ from gnomon.common import states as S
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.retry import retry_decision
 from gnomon.common.storage.jobs import POLICY_COLS, policy_of
+from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.schema import attempts, jobs, outbox, queue_state, shard_owners
 
 #: Columns an assignment needs.
@@ -35,26 +36,11 @@ _ASSIGN_COLS = (jobs.c.id, jobs.c.namespace, jobs.c.shard, jobs.c.queue, jobs.c.
                 jobs.c.start_to_close_ms)
 
 
-def _rows(name: str, **cols):
-    """``unnest(:name_a, :name_b, ...) AS name(a, b, ...)``: a batch of rows passed as one array
-    parameter per column (``cols``: column name -> SQL type; parameters are named ``{name}_{col}``,
-    see :func:`_row_params`). One bound array per column keeps each statement's compiled form cached
-    and lets the planner join on the primary key; a row-value ``IN`` list of 256 pairs planned 5x
-    slower on PostgreSQL 15. PostgreSQL and CockroachDB both accept multi-argument ``unnest``."""
-    args = [bindparam(f"{name}_{c}", type_=ARRAY(t)) for c, t in cols.items()]
-    return func.unnest(*args).table_valued(*[column(c, t) for c, t in cols.items()]).render_derived(name=name)
-
-
-def _row_params(name: str, **cols: list) -> dict:
-    """Parameters for :func:`_rows`: column -> list of values."""
-    return {f"{name}_{c}": v for c, v in cols.items()}
-
-
 def _key_params(name: str, keys, *, with_version: bool = False) -> dict:
     cols = dict(job_id=[k.job_id for k in keys], attempt=[k.attempt for k in keys], token=[k.token for k in keys])
     if with_version:
         cols["version"] = [k.version for k in keys]
-    return _row_params(name, **cols)
+    return row_params(name, **cols)
 
 
 _LEASE = timedelta(milliseconds=1)
@@ -64,7 +50,7 @@ _KEY_COLS = dict(job_id=Uuid, attempt=Integer, token=BigInteger)
 # executing a prebuilt statement skips both construction and cache-key generation (measured:
 # a one-job claim went from ~13 ms to ~4 ms of wall time).
 
-_F = _rows("f", shard=Integer, token=BigInteger)
+_F = unnest_rows("f", shard=Integer, token=BigInteger)
 FENCE = (update(shard_owners)
          .where(shard_owners.c.region == bindparam("p_region"), shard_owners.c.shard == _F.c.shard,
                 shard_owners.c.token == _F.c.token)
@@ -120,7 +106,7 @@ async def check_fence(conn: AsyncConnection, region: str, tokens: dict[int, int]
     """
     if not tokens:
         return
-    rows = (await conn.execute(FENCE, {"p_region": region, **_row_params(
+    rows = (await conn.execute(FENCE, {"p_region": region, **row_params(
         "f", shard=list(tokens), token=list(tokens.values()))})).scalars().all()
     stale = sorted(set(tokens) - set(rows))
     if stale:
@@ -133,7 +119,7 @@ NO_RETRY_CAP = 2**31 - 1
 
 
 def _build_claim():
-    t = _rows("t", shard=Integer, token=BigInteger)
+    t = unnest_rows("t", shard=Integer, token=BigInteger)
     # The queue's circuit breaker must be in the state the caller claims for (``p_breaker_state``:
     # CLOSED normally, HALF_OPEN for probes, ANY when breakers are disabled; no row = CLOSED), read in
     # the statement itself, so a claim that starts after another dispatcher opened the breaker takes
@@ -216,7 +202,7 @@ async def claim_due(conn: AsyncConnection, *, region: str, tokens: dict[int, int
                   "p_limit": limit - len(rows), "p_dispatcher_id": dispatcher_id,
                   "p_retry_cap": NO_RETRY_CAP if retry_cap is None else max(0, min(retry_cap, NO_RETRY_CAP)),
                   "p_defer_ms": max(1, min(int(defer_step_s * 1000), 86_400_000)), "p_breaker_state": breaker_state or "ANY",
-                  **_row_params("t", shard=list(tokens), token=list(tokens.values()))}
+                  **row_params("t", shard=list(tokens), token=list(tokens.values()))}
         rows += (await conn.execute(CLAIM, params)).mappings().all()
         if len(rows) >= limit:
             break
@@ -313,7 +299,7 @@ async def pending_outbox(conn: AsyncConnection, *, region: str, tokens: dict[int
     return out
 
 
-_P = _rows("p", job_id=Uuid, attempt=Integer)
+_P = unnest_rows("p", job_id=Uuid, attempt=Integer)
 MARK_PUBLISHED = (update(outbox)
                   .where(outbox.c.job_id == _P.c.job_id, outbox.c.attempt == _P.c.attempt,
                          outbox.c.published_at.is_(None))
@@ -324,7 +310,7 @@ async def mark_published(conn: AsyncConnection, keys: list[tuple[uuid.UUID, int]
     """Marks outbox rows ``(job_id, attempt)`` published (their attempt was accepted by a worker, or
     is no longer waiting for one)."""
     if keys:
-        await conn.execute(MARK_PUBLISHED, _row_params("p", job_id=[k[0] for k in keys], attempt=[k[1] for k in keys]))
+        await conn.execute(MARK_PUBLISHED, row_params("p", job_id=[k[0] for k in keys], attempt=[k[1] for k in keys]))
 
 
 @dataclass(frozen=True)
@@ -337,8 +323,8 @@ class AttemptKey:
     token: int
 
 
-_V4 = _rows("v", job_id=Uuid, attempt=Integer, token=BigInteger, version=BigInteger)
-_V3 = _rows("v", **_KEY_COLS)
+_V4 = unnest_rows("v", job_id=Uuid, attempt=Integer, token=BigInteger, version=BigInteger)
+_V3 = unnest_rows("v", **_KEY_COLS)
 ACCEPT_JOBS = (update(jobs)
                .where(jobs.c.id == _V4.c.job_id, jobs.c.attempt == _V4.c.attempt, jobs.c.version == _V4.c.version,
                       attempts.c.job_id == _V4.c.job_id, attempts.c.attempt == _V4.c.attempt,
@@ -371,7 +357,7 @@ async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str
     pairs = [(r[0], r[1]) for r in ok]
     out: dict[tuple[uuid.UUID, int], datetime] = {}
     if pairs:
-        p = _row_params("p", job_id=[x[0] for x in pairs], attempt=[x[1] for x in pairs])
+        p = row_params("p", job_id=[x[0] for x in pairs], attempt=[x[1] for x in pairs])
         rows = (await conn.execute(ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, **p})).all()
         out = {(r[0], r[1]): r[2] for r in rows}
         await conn.execute(MARK_PUBLISHED, p)
@@ -470,7 +456,7 @@ async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_
             "v", [by_key[k].key for k in ok_keys])})).all()
         got = [(r[0], r[1]) for r in rows]
         if got:
-            await conn.execute(SUCCEED_JOBS, _row_params("p", job_id=[x[0] for x in got], attempt=[x[1] for x in got]))
+            await conn.execute(SUCCEED_JOBS, row_params("p", job_id=[x[0] for x in got], attempt=[x[1] for x in got]))
         applied.update(got)
     if fail_keys:
         rows = (await conn.execute(FINISH_ATTEMPTS, {"p_state": S.A_FAILED, **_key_params(
@@ -481,7 +467,7 @@ async def complete(conn: AsyncConnection, results: list[Result], *, retry_delay_
             await conn.execute(update(attempts).where(attempts.c.job_id == k[0], attempts.c.attempt == k[1])
                                .values(failure_class=r.failure_class, error=r.error[:4096]))
         if got:
-            jrows = (await conn.execute(FAILED_JOBS, _row_params(
+            jrows = (await conn.execute(FAILED_JOBS, row_params(
                 "p", job_id=[x[0] for x in got], attempt=[x[1] for x in got]))).mappings().all()
             cancelled = jobs.c.cancel_requested_at.is_not(None)
             for j in jrows:
