@@ -136,3 +136,30 @@ class BreakerSettings(BaseSettings):
                         description="Jobs let through while HALF_OPEN; all succeed -> CLOSED, one fails -> OPEN.")
     eval_interval_s: float = Field(default=1.0, gt=0, le=60,
                                    description="How often a dispatcher evaluates the breakers of its queues, seconds.")
+
+
+class PlannerSettings(BaseSettings):
+    """Recurring-schedule planning (``GNOMON_PLANNER_*``); see docs/schedules.md."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_PLANNER_", extra="ignore")
+
+    batch: int = Field(default=200, ge=1, le=5000, description="Max schedules planned per transaction.")
+    max_step_occurrences: int = Field(default=1000, ge=10, le=100_000,
+                                      description="Max nominal times one schedule examines per planning step "
+                                                  "(a larger backlog is worked off over successive steps).")
+    lookahead_s: float = Field(default=30.0, ge=0, le=3600,
+                               description="OVERLAP ALLOW schedules get their occurrence jobs created this far "
+                                           "ahead of the nominal time, seconds (others are planned when due).")
+    max_idle_poll_s: float = Field(default=1.0, gt=0, le=60,
+                                   description="Longest sleep between checks for due schedules, seconds.")
+    buffer_poll_s: float = Field(default=0.5, gt=0, le=60,
+                                 description="How often BUFFERED occurrences are checked for release, seconds.")
+    catchup_rate: float = Field(default=20.0, gt=0, le=100_000,
+                                description="Global catch-up budget of the region: catch-up and backfill runs "
+                                            "released per second, across all schedules and planners.")
+    catchup_burst: int = Field(default=20, ge=1, le=100_000,
+                               description="Catch-up runs that may be released at once before the rate applies.")
+    idle_in_transaction_timeout_ms: int = Field(
+        default=30_000, ge=1000, le=3_600_000,
+        description="A planner connection idle inside a transaction this long (e.g. a SIGSTOPped planner) is "
+                    "ended by the database, releasing its schedule locks; its commit then fails, milliseconds.")

@@ -37,6 +37,19 @@ REASONS: dict[str, tuple[grpc.StatusCode, str]] = {
                              "A progress checkpoint exceeds 64 KiB; it was refused whole, never truncated."),
     "NAMESPACE_NOT_ALLOWED": (grpc.StatusCode.PERMISSION_DENIED,
                               "The namespace is not in the caller's x-gnomon-namespaces metadata."),
+    "SCHEDULE_NOT_FOUND": (grpc.StatusCode.NOT_FOUND, "No schedule with that name in that namespace."),
+    "SCHEDULE_EXISTS": (grpc.StatusCode.ALREADY_EXISTS, "A schedule with that schedule_id exists in the namespace."),
+    "INVALID_CRON": (grpc.StatusCode.INVALID_ARGUMENT,
+                     "The cron expression does not parse; the message names the field and its position."),
+    "INVALID_RRULE": (grpc.StatusCode.INVALID_ARGUMENT,
+                      "The RFC 5545 text does not parse; the message names the faulty part."),
+    "INVALID_INTERVAL": (grpc.StatusCode.INVALID_ARGUMENT, "The interval is outside 1 s .. 366 days."),
+    "INVALID_TIME_ZONE": (grpc.StatusCode.INVALID_ARGUMENT, "The time zone is not an IANA zone name known to tzdata."),
+    "RULE_NEVER_FIRES": (grpc.StatusCode.INVALID_ARGUMENT,
+                         "The rule has no fire time (e.g. Feb 30) within the bounded search."),
+    "RRULE_UNBOUNDED": (grpc.StatusCode.INVALID_ARGUMENT,
+                        "The RRULE would expand without bound or too expensively to evaluate."),
+    "INVALID_TIME_RANGE": (grpc.StatusCode.INVALID_ARGUMENT, "end_time is not after start_time."),
     "INTERNAL": (grpc.StatusCode.INTERNAL, "An unexpected server fault; details are in the server log."),
 }
 
@@ -74,9 +87,9 @@ class InvalidArgument(GnomonError):
 
     reason = "INVALID_FIELD"
 
-    def __init__(self, violations: list[FieldViolation], message: str | None = None):
+    def __init__(self, violations: list[FieldViolation], message: str | None = None, *, reason: str | None = None):
         self.violations = violations
-        super().__init__(message or "; ".join(f"{v.field}: {v.description}" for v in violations))
+        super().__init__(message or "; ".join(f"{v.field}: {v.description}" for v in violations), reason=reason)
 
 
 class NotFound(GnomonError):
@@ -137,7 +150,8 @@ class Validator:
             self.add(field, description)
         return ok
 
-    def raise_if_any(self) -> None:
-        """Raises :class:`InvalidArgument` listing every recorded violation, if any."""
+    def raise_if_any(self, reason: str | None = None) -> None:
+        """Raises :class:`InvalidArgument` listing every recorded violation, if any; ``reason``
+        (an INVALID_ARGUMENT reason of :data:`REASONS`) overrides INVALID_FIELD."""
         if self.violations:
-            raise InvalidArgument(self.violations)
+            raise InvalidArgument(self.violations, reason=reason)

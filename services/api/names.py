@@ -35,3 +35,16 @@ def parse_job_name(name: str, field: str = "name") -> tuple[str, uuid.UUID]:
 def job_name(namespace: str, job_id: uuid.UUID) -> str:
     """The resource name of a job."""
     return f"namespaces/{namespace}/jobs/{job_id}"
+
+
+SCHEDULE_ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def parse_schedule_name(name: str, field: str = "name") -> tuple[str, str]:
+    """``namespaces/{ns}/schedules/{id}`` -> ``(ns, id)``; INVALID_ARGUMENT otherwise. (Server-assigned
+    ids are UUIDs, which this pattern accepts too.)"""
+    parts = name.split("/")
+    if (len(parts) == 4 and parts[0] == "namespaces" and parts[2] == "schedules" and NAMESPACE_RE.fullmatch(parts[1])
+            and SCHEDULE_ID_RE.fullmatch(parts[3])):
+        return parts[1], parts[3]
+    raise InvalidArgument([FieldViolation(field, "must be namespaces/{namespace}/schedules/{schedule}")])

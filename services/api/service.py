@@ -8,10 +8,13 @@ from gnomon._proto.gnomon.v1 import cluster_service_pb2, cluster_service_pb2_grp
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2, dead_letter_service_pb2_grpc
 from gnomon.api.dead_letters import DeadLetterServicer
 from gnomon._proto.gnomon.v1 import queue_service_pb2, queue_service_pb2_grpc
-from gnomon.api.hints import DispatcherHints
+from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
+from gnomon._proto.gnomon.v1 import schedule_service_pb2, schedule_service_pb2_grpc
+from gnomon.api.schedules import ScheduleServicer
 from gnomon.api.queues import QueueServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
-from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
+from gnomon.common.config import (ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, PlannerSettings,
+                                  ServerSettings)
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import watch_database
@@ -29,6 +32,8 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
     engine = make_engine(db)
     etcd = EtcdClient(etcd_s.endpoint_list)
     hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
+    planner_hints = PlannerHints(etcd, etcd_s.prefix, cluster.region)
+    planner_s = PlannerSettings()
     server = GrpcServer(srv.listen, [
         (job_service_pb2_grpc.add_JobServiceServicer_to_server,
          JobServicer(engine, region=cluster.region, shards=cluster.shards, hints=hints, prefetch_s=disp.prefetch_s),
@@ -38,6 +43,11 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
          dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name),
         (queue_service_pb2_grpc.add_QueueServiceServicer_to_server, QueueServicer(engine, region=cluster.region),
          queue_service_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name),
+        (schedule_service_pb2_grpc.add_ScheduleServiceServicer_to_server,
+         ScheduleServicer(engine, region=cluster.region, shards=cluster.shards, planner_hints=planner_hints,
+                          dispatcher_hints=hints, catchup_rate=planner_s.catchup_rate,
+                          catchup_burst=planner_s.catchup_burst),
+         schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name),
         (cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server,
          ClusterServicer(etcd, etcd_s.prefix, cluster.region),
          cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name),

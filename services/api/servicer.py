@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon._proto.gnomon.v1 import (cluster_service_pb2, cluster_service_pb2_grpc, job_pb2, job_service_pb2,
                                      job_service_pb2_grpc)
 from gnomon.api.convert import attempt_to_proto, job_to_proto
-from gnomon.api.hints import DispatcherHints
+from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.api.names import parse_job_name, parse_parent
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError

@@ -4,6 +4,8 @@ Keys (``prefix`` defaults to ``/gnomon``):
 
 * ``{prefix}/{region}/dispatchers/{dispatcher_id}`` -> JSON ``{"address": "host:port", "id": ...}``,
   attached to the dispatcher's session lease (gone when it dies).
+* ``{prefix}/{region}/planners/{planner_id}`` -> the same JSON, attached to the planner's lease
+  (used only to send it hints).
 * ``{prefix}/{region}/shards/{shard:05d}`` -> dispatcher id, attached to the owner's lease; its
   ``create_revision`` is the shard's fencing token.
 """
@@ -23,6 +25,11 @@ def dispatchers_prefix(prefix: str, region: str) -> bytes:
 def dispatcher_key(prefix: str, region: str, dispatcher_id: str) -> bytes:
     """Registration key of one dispatcher."""
     return dispatchers_prefix(prefix, region) + dispatcher_id.encode()
+
+
+def planners_prefix(prefix: str, region: str) -> bytes:
+    """Prefix of all planner registrations of a region."""
+    return f"{prefix}/{region}/planners/".encode()
 
 
 def shards_prefix(prefix: str, region: str) -> bytes:
@@ -51,8 +58,17 @@ def encode_registration(info: DispatcherInfo) -> bytes:
 
 async def list_dispatchers(client: EtcdClient, prefix: str, region: str) -> list[DispatcherInfo]:
     """Live dispatchers of ``region``, sorted by id. Raises ``EtcdError`` if etcd is unreachable."""
+    return await _list(client, dispatchers_prefix(prefix, region), region)
+
+
+async def list_planners(client: EtcdClient, prefix: str, region: str) -> list[DispatcherInfo]:
+    """Live planners of ``region`` (id, region, address), sorted by id. Raises ``EtcdError``."""
+    return await _list(client, planners_prefix(prefix, region), region)
+
+
+async def _list(client: EtcdClient, key_prefix: bytes, region: str) -> list[DispatcherInfo]:
     out = []
-    for kv in await client.get_prefix(dispatchers_prefix(prefix, region)):
+    for kv in await client.get_prefix(key_prefix):
         try:
             d = json.loads(kv.value)
             out.append(DispatcherInfo(d["id"], d.get("region", region), d["address"]))

@@ -25,8 +25,11 @@ T = TypeVar("T")
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 
 
-def make_engine(settings: DatabaseSettings, *, pool_size: int | None = None) -> AsyncEngine:
-    """An async engine (psycopg 3) for ``settings.url``; each connection gets a statement timeout.
+def make_engine(settings: DatabaseSettings, *, pool_size: int | None = None,
+                session_options: dict[str, int | str] | None = None) -> AsyncEngine:
+    """An async engine (psycopg 3) for ``settings.url``; each connection gets a statement timeout
+    and the extra ``session_options`` (server settings set at connect, e.g.
+    ``{"idle_in_transaction_session_timeout": 30000}``; PostgreSQL and CockroachDB both accept it).
 
     Raises ``ValueError`` if the URL is empty.
     """
@@ -37,7 +40,8 @@ def make_engine(settings: DatabaseSettings, *, pool_size: int | None = None) -> 
     # fails its next transaction with UNAVAILABLE (nothing committed) and is discarded by the pool.
     return create_async_engine(
         settings.url, pool_size=size, max_overflow=size, pool_recycle=300,
-        connect_args={"options": f"-c statement_timeout={settings.statement_timeout_ms}",
+        connect_args={"options": " ".join(f"-c {k}={v}" for k, v in {
+                          "statement_timeout": settings.statement_timeout_ms, **(session_options or {})}.items()),
                       "connect_timeout": 5})
 
 

@@ -62,6 +62,14 @@ jobs = Table(
     Column("max_age_ms", BigInteger, nullable=True, comment="no retry starts later than this after first_dispatched_at"),
     Column("non_retryable_errors", Text, nullable=True, comment="JSON list of error type names never retried"),
     Column("first_dispatched_at", TS, nullable=True, comment="set by the first claim; max_age counts from it"),
+    # Migration 0008: occurrences of schedules. The job id is a deterministic function of
+    # (schedule uid, nominal time), so planning the same nominal time twice inserts nothing.
+    Column("schedule_uid", Uuid, nullable=True, comment="the schedule this job is an occurrence of"),
+    Column("schedule_id", String(63), nullable=True, comment="that schedule's id (its resource name part)"),
+    Column("nominal_time", TS, nullable=True, comment="the occurrence's nominal fire time (UTC)"),
+    Column("coalesced_count", Integer, nullable=True, comment="COALESCE catch-up run: missed nominal times"),
+    Column("coalesced_first", TS, nullable=True, comment="COALESCE: earliest missed nominal time"),
+    Column("coalesced_last", TS, nullable=True, comment="COALESCE: latest missed nominal time"),
     UniqueConstraint("namespace", "request_id"),
     # The due index: a claim is per (namespace, queue) with credits, so it walks exactly that queue's
     # SCHEDULED rows of the region in scheduled_at order (a backlog on another queue is never
@@ -71,6 +79,8 @@ jobs = Table(
     Index(None, "region", "state", "deadline"),
     # The DLQ listing and replay walk one namespace's DEAD rows in finished_at order.
     Index(None, "namespace", "state", "finished_at"),
+    # Overlap policies read the active occurrences of a schedule.
+    Index(None, "schedule_uid", "state"),
 )
 
 #: One row per attempt: the claim, the lease, the outcome.
@@ -175,4 +185,93 @@ queue_state = Table(
     Column("window_results", Integer, nullable=False, server_default=text("0"),
            comment="results counted for that ratio"),
     Column("opened_count", BigInteger, nullable=False, server_default=text("0"), comment="times it opened"),
+)
+
+
+#: Recurring schedules (migration 0008): rule, zone, policies, job template, planning state.
+#: The planner claims rows whose ``plan_at`` has come with ``FOR UPDATE SKIP LOCKED``.
+schedules = Table(
+    "schedules", metadata,
+    Column("namespace", String(63), primary_key=True),
+    Column("schedule_id", String(63), primary_key=True),
+    Column("uid", Uuid, nullable=False, unique=True, comment="fixed at creation; occurrence job ids derive from it"),
+    Column("region", String(32), nullable=False),
+    Column("rule_kind", String(16), nullable=False, comment="CRON RRULE INTERVAL"),
+    Column("expression", Text, nullable=False, comment="cron or RFC 5545 text; empty for INTERVAL"),
+    Column("interval_ms", BigInteger, nullable=True),
+    Column("time_zone", String(64), nullable=False),
+    Column("dst_gap", String(16), nullable=False),
+    Column("dst_fold", String(16), nullable=False),
+    Column("start_time", TS, nullable=True),
+    Column("end_time", TS, nullable=True),
+    Column("misfire_policy", String(16), nullable=False),
+    Column("misfire_grace_ms", BigInteger, nullable=False),
+    Column("catchup_window_ms", BigInteger, nullable=False),
+    Column("max_catchup", Integer, nullable=False),
+    Column("overlap_policy", String(16), nullable=False),
+    Column("jitter_ms", BigInteger, nullable=False),
+    # The job template.
+    Column("queue", String(64), nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("lease_ms", Integer, nullable=False),
+    Column("idempotent", Boolean, nullable=False),
+    Column("start_to_close_ms", BigInteger, nullable=True),
+    Column("start_deadline_ms", BigInteger, nullable=True),
+    Column("retry_initial_ms", BigInteger, nullable=False),
+    Column("retry_max_ms", BigInteger, nullable=False),
+    Column("retry_multiplier", Double, nullable=False),
+    Column("retry_jitter", Double, nullable=False),
+    Column("max_age_ms", BigInteger, nullable=True),
+    Column("non_retryable_errors", Text, nullable=True),
+    # Lifecycle and planning state.
+    Column("paused", Boolean, nullable=False),
+    Column("skip_through", TS, nullable=True, comment="nominal times up to this instant were paused: SKIPPED_PAUSED"),
+    Column("version", BigInteger, nullable=False),
+    Column("created_at", TS, nullable=False),
+    Column("updated_at", TS, nullable=False),
+    Column("request_id", Uuid, nullable=True),
+    Column("request_hash", String(64), nullable=True),
+    Column("planned_through", TS, nullable=False,
+           comment="high-water mark: every nominal time up to this instant is planned"),
+    Column("next_fire_at", TS, nullable=True, comment="first nominal time after planned_through; NULL = exhausted"),
+    Column("plan_at", TS, nullable=True,
+           comment="when a planner must look at it next; NULL = paused or exhausted"),
+    Column("buffered", Integer, nullable=False, comment="occurrences waiting (BUFFERED) to be released"),
+    Column("missed_count", Integer, nullable=False,
+           comment="COALESCE: missed nominal times carried over from earlier planning steps"),
+    Column("missed_first", TS, nullable=True, comment="COALESCE: earliest of those"),
+    UniqueConstraint("namespace", "request_id"),
+    Index(None, "region", "plan_at"),
+    Index(None, "region", "buffered"),
+)
+
+#: One decision record per (schedule, nominal time): fired, late, coalesced, buffered, skipped ...
+schedule_occurrences = Table(
+    "schedule_occurrences", metadata,
+    Column("schedule_uid", Uuid, primary_key=True),
+    Column("nominal_time", TS, primary_key=True),
+    Column("namespace", String(63), nullable=False),
+    Column("region", String(32), nullable=False),
+    Column("local_time", String(40), nullable=False, comment="RFC 3339 local wall time with offset"),
+    Column("decision", String(24), nullable=False),
+    Column("source", String(16), nullable=False, comment="RULE TRIGGER BACKFILL"),
+    Column("note", Text, nullable=False),
+    Column("job_id", Uuid, nullable=True),
+    Column("scheduled_at", TS, nullable=True, comment="the job's schedule time"),
+    Column("decided_at", TS, nullable=False),
+    Column("overlap_policy", String(16), nullable=True, comment="BUFFERED: the policy it is released under"),
+    Column("missed_count", Integer, nullable=True),
+    Column("missed_first", TS, nullable=True),
+    Column("missed_last", TS, nullable=True),
+    Index(None, "schedule_uid", "decision", "nominal_time"),
+    Index(None, "region", "decided_at"),
+)
+
+#: The global catch-up budget (token bucket) of a region: catch-up and backfill runs take the next
+#: slot, so recovery from an outage releases them at a bounded rate.
+catchup_budget = Table(
+    "catchup_budget", metadata,
+    Column("region", String(32), primary_key=True),
+    Column("next_slot_at", TS, nullable=False, comment="the earliest instant the next catch-up run may be released"),
 )

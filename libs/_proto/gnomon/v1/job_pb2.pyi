@@ -52,7 +52,7 @@ ATTEMPT_STATE_LOST: AttemptState
 ATTEMPT_STATE_CANCELLED: AttemptState
 
 class Job(_message.Message):
-    __slots__ = ("name", "queue", "payload", "state", "version", "schedule_time", "deadline", "max_attempts", "attempt", "idempotency_key", "create_time", "dispatch_time", "start_time", "finish_time", "last_error", "region", "request_id", "lease_duration", "idempotent", "failure_class", "retry_policy", "start_to_close")
+    __slots__ = ("name", "queue", "payload", "state", "version", "schedule_time", "deadline", "max_attempts", "attempt", "idempotency_key", "create_time", "dispatch_time", "start_time", "finish_time", "last_error", "region", "request_id", "lease_duration", "idempotent", "failure_class", "retry_policy", "start_to_close", "schedule", "nominal_time", "coalesced_count", "coalesced_first_time", "coalesced_last_time")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -75,6 +75,11 @@ class Job(_message.Message):
     FAILURE_CLASS_FIELD_NUMBER: _ClassVar[int]
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     START_TO_CLOSE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    NOMINAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    COALESCED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    COALESCED_FIRST_TIME_FIELD_NUMBER: _ClassVar[int]
+    COALESCED_LAST_TIME_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue: str
     payload: bytes
@@ -97,7 +102,12 @@ class Job(_message.Message):
     failure_class: str
     retry_policy: _retry_pb2.RetryPolicy
     start_to_close: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., region: _Optional[str] = ..., request_id: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotent: _Optional[bool] = ..., failure_class: _Optional[str] = ..., retry_policy: _Optional[_Union[_retry_pb2.RetryPolicy, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    schedule: str
+    nominal_time: _timestamp_pb2.Timestamp
+    coalesced_count: int
+    coalesced_first_time: _timestamp_pb2.Timestamp
+    coalesced_last_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., region: _Optional[str] = ..., request_id: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotent: _Optional[bool] = ..., failure_class: _Optional[str] = ..., retry_policy: _Optional[_Union[_retry_pb2.RetryPolicy, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., schedule: _Optional[str] = ..., nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_count: _Optional[int] = ..., coalesced_first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobAttempt(_message.Message):
     __slots__ = ("name", "attempt", "state", "worker_id", "dispatcher_id", "fencing_token", "version", "failure_class", "error", "claim_time", "accept_time", "finish_time", "lease_expire_time", "cancel_requested")

@@ -26,17 +26,21 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgnomon/internal/v1/hint.proto\x12\x12gnomon.internal.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"E\n\x15WakeDispatcherRequest\x12,\n\x08\x64ue_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x18\n\x16WakeDispatcherResponse2v\n\x0bHintService\x12g\n\x0eWakeDispatcher\x12).gnomon.internal.v1.WakeDispatcherRequest\x1a*.gnomon.internal.v1.WakeDispatcherResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgnomon/internal/v1/hint.proto\x12\x12gnomon.internal.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"&\n\x12WakePlannerRequest\x12\x10\n\x08schedule\x18\x01 \x01(\t\"\x15\n\x13WakePlannerResponse\"E\n\x15WakeDispatcherRequest\x12,\n\x08\x64ue_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x18\n\x16WakeDispatcherResponse2\xd6\x01\n\x0bHintService\x12g\n\x0eWakeDispatcher\x12).gnomon.internal.v1.WakeDispatcherRequest\x1a*.gnomon.internal.v1.WakeDispatcherResponse\x12^\n\x0bWakePlanner\x12&.gnomon.internal.v1.WakePlannerRequest\x1a\'.gnomon.internal.v1.WakePlannerResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.internal.v1.hint_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WAKEDISPATCHERREQUEST']._serialized_start=86
-  _globals['_WAKEDISPATCHERREQUEST']._serialized_end=155
-  _globals['_WAKEDISPATCHERRESPONSE']._serialized_start=157
-  _globals['_WAKEDISPATCHERRESPONSE']._serialized_end=181
-  _globals['_HINTSERVICE']._serialized_start=183
-  _globals['_HINTSERVICE']._serialized_end=301
+  _globals['_WAKEPLANNERREQUEST']._serialized_start=86
+  _globals['_WAKEPLANNERREQUEST']._serialized_end=124
+  _globals['_WAKEPLANNERRESPONSE']._serialized_start=126
+  _globals['_WAKEPLANNERRESPONSE']._serialized_end=147
+  _globals['_WAKEDISPATCHERREQUEST']._serialized_start=149
+  _globals['_WAKEDISPATCHERREQUEST']._serialized_end=218
+  _globals['_WAKEDISPATCHERRESPONSE']._serialized_start=220
+  _globals['_WAKEDISPATCHERRESPONSE']._serialized_end=244
+  _globals['_HINTSERVICE']._serialized_start=247
+  _globals['_HINTSERVICE']._serialized_end=461
 # @@protoc_insertion_point(module_scope)

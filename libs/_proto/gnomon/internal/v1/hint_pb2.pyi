@@ -8,6 +8,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class WakePlannerRequest(_message.Message):
+    __slots__ = ("schedule",)
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    schedule: str
+    def __init__(self, schedule: _Optional[str] = ...) -> None: ...
+
+class WakePlannerResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class WakeDispatcherRequest(_message.Message):
     __slots__ = ("due_time",)
     DUE_TIME_FIELD_NUMBER: _ClassVar[int]

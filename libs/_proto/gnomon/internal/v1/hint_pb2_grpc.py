@@ -41,6 +41,11 @@ class HintServiceStub:
                 request_serializer=gnomon_dot_internal_dot_v1_dot_hint__pb2.WakeDispatcherRequest.SerializeToString,
                 response_deserializer=gnomon_dot_internal_dot_v1_dot_hint__pb2.WakeDispatcherResponse.FromString,
                 _registered_method=True)
+        self.WakePlanner = channel.unary_unary(
+                '/gnomon.internal.v1.HintService/WakePlanner',
+                request_serializer=gnomon_dot_internal_dot_v1_dot_hint__pb2.WakePlannerRequest.SerializeToString,
+                response_deserializer=gnomon_dot_internal_dot_v1_dot_hint__pb2.WakePlannerResponse.FromString,
+                _registered_method=True)
 
 
 class HintServiceServicer:
@@ -55,6 +60,14 @@ class HintServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WakePlanner(self, request, context):
+        """Tells a planner a schedule was created or changed (or a trigger/backfill is waiting), so it
+        plans now instead of at its next poll.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HintServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -62,6 +75,11 @@ def add_HintServiceServicer_to_server(servicer, server):
                     servicer.WakeDispatcher,
                     request_deserializer=gnomon_dot_internal_dot_v1_dot_hint__pb2.WakeDispatcherRequest.FromString,
                     response_serializer=gnomon_dot_internal_dot_v1_dot_hint__pb2.WakeDispatcherResponse.SerializeToString,
+            ),
+            'WakePlanner': grpc.unary_unary_rpc_method_handler(
+                    servicer.WakePlanner,
+                    request_deserializer=gnomon_dot_internal_dot_v1_dot_hint__pb2.WakePlannerRequest.FromString,
+                    response_serializer=gnomon_dot_internal_dot_v1_dot_hint__pb2.WakePlannerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -92,6 +110,33 @@ class HintService:
             '/gnomon.internal.v1.HintService/WakeDispatcher',
             gnomon_dot_internal_dot_v1_dot_hint__pb2.WakeDispatcherRequest.SerializeToString,
             gnomon_dot_internal_dot_v1_dot_hint__pb2.WakeDispatcherResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WakePlanner(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.internal.v1.HintService/WakePlanner',
+            gnomon_dot_internal_dot_v1_dot_hint__pb2.WakePlannerRequest.SerializeToString,
+            gnomon_dot_internal_dot_v1_dot_hint__pb2.WakePlannerResponse.FromString,
             options,
             channel_credentials,
             insecure,
