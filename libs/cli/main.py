@@ -1,4 +1,4 @@
-"""The ``gnomon`` command line (Typer): services, the dev suite, jobs and workers."""
+"""The ``gnomon`` command line (Typer): services, the dev suite, jobs, schedules and workers."""
 from __future__ import annotations
 
 import importlib
@@ -11,12 +11,14 @@ from gnomon.cli import dev as dev_cmd
 from gnomon.cli import dlq as dlq_cmd
 from gnomon.cli import jobs as jobs_cmd
 from gnomon.cli import queues as queues_cmd
+from gnomon.cli import schedules as schedules_cmd
 from gnomon.cli import worker as worker_cmd
 
 app = typer.Typer(help="Gnomon: a distributed job scheduler.", no_args_is_help=True, add_completion=False)
 app.add_typer(jobs_cmd.app, name="job")
 app.add_typer(queues_cmd.app, name="queue")
 app.add_typer(dlq_cmd.app, name="dlq")
+app.add_typer(schedules_cmd.app, name="schedule")
 app.command("dev")(dev_cmd.dev)
 app.command("worker")(worker_cmd.worker)
 

@@ -290,7 +290,12 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         else:
             after = await run_transaction(self.engine, store.db_now)
         rec = compile_rule(spec)
-        items = rec.preview(after, count, include_skipped=True)
+        items, fired = [], 0
+        for o in rec.iter_after(after):          # skipped nominal times are listed but not counted
+            items.append(o)
+            fired += not o.skipped_dst_gap
+            if fired == count or len(items) >= 3 * count + 10:
+                break
         return pb.PreviewScheduleResponse(tzdata_version=self.tzdata, fire_times=[
             schedule_pb2.PreviewFireTime(fire_time=_ts(o.fire_time), local_time=o.local_time.isoformat(), note=o.note,
                                          skipped=o.skipped_dst_gap) for o in items])

@@ -269,3 +269,36 @@ async def test_jitter_is_deterministic_and_never_early(env):
     js = await jobs_of(engine, "j")
     delays = [(j["scheduled_at"] - j["nominal_time"]).total_seconds() for j in js]
     assert len(js) == 10 and all(0 <= d < 20 for d in delays) and len(set(delays)) > 1
+
+
+@pytest.mark.parametrize("cron,tz,start,fold,gap", [
+    ("0 2 * * *", "Europe/Berlin", "2023-10-27T00:00:00Z", "BOTH", "SKIP"),
+    ("30 2 * * *", "America/New_York", "2013-03-08T00:00:00Z", "FIRST", "SHIFT_FORWARD"),
+    ("0 * * * *", "America/Los_Angeles", "2026-10-31T20:00:00Z", "FIRST", "SHIFT_FORWARD"),
+    ("*/20 * * * *", "Australia/Lord_Howe", "2026-04-04T10:00:00Z", "SECOND", "SKIP"),
+    ("0 */2 * * *", "Africa/Cairo", "2025-04-24T12:00:00Z", "FIRST", "SHIFT_FORWARD"),
+    ("15 1,2,3 * * 0", "Europe/London", "2026-10-20T00:00:00Z", "BOTH", "SHIFT_FORWARD"),
+])
+async def test_preview_equals_what_the_planner_fires(env, cron, tz, start, fold, gap):
+    engine, api = env
+    await create(engine, api, "pv", cron=cron, tz=tz, created=start, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+                 dst_fold=schedule_pb2.DstFoldPolicy.Value(f"DST_FOLD_POLICY_{fold}"),
+                 dst_gap=schedule_pb2.DstGapPolicy.Value(f"DST_GAP_POLICY_{gap}"))
+    from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
+    from google.protobuf import timestamp_pb2
+    frm = timestamp_pb2.Timestamp()
+    frm.FromDatetime(T(start))
+    preview = await api.PreviewSchedule(spb.PreviewScheduleRequest(name="namespaces/default/schedules/pv",
+                                                                   from_time=frm, count=40), None)
+    expected = [f.fire_time.ToDatetime(tzinfo=UTC) for f in preview.fire_times if not f.skipped]
+    skipped = [f.fire_time.ToDatetime(tzinfo=UTC) for f in preview.fire_times if f.skipped]
+    assert len(expected) == 40
+    p = planner(engine, lookahead_s=3600)
+    t = T(start)
+    while t <= expected[-1]:                                  # the planner runs through the window
+        t += timedelta(minutes=30)
+        await plan_until(p, t)
+    fired = [j["nominal_time"] for j in await jobs_of(engine, "pv") if j["nominal_time"] <= expected[-1]]
+    assert fired == expected
+    occ = {o["nominal_time"]: o["decision"] for o in await occurrences(engine, "pv")}
+    assert all(occ.get(s) == "SKIPPED_DST_GAP" for s in skipped if s <= expected[-1])
