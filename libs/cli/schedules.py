@@ -37,12 +37,14 @@ def _usage(msg: str) -> None:
 
 
 def _server_fail(err) -> None:
-    """:func:`gnomon.cli.jobs.fail`, preceded by the ``ErrorInfo`` reason (e.g. RULE_NEVER_FIRES) when
-    the server sent one that the status line would not show."""
-    reason = getattr(err, "reason", None)
-    if reason and getattr(err, "field_violations", None):
-        typer.echo(f"error: {reason}", err=True)
-    fail(err)
+    """:func:`gnomon.cli.jobs.fail` (exit 1), followed by the ``ErrorInfo`` reason (e.g.
+    RULE_NEVER_FIRES, INVALID_TIME_ZONE) when the server sent one."""
+    try:
+        fail(err)
+    finally:
+        reason = getattr(err, "reason", None)
+        if reason and reason != getattr(getattr(err, "code", None), "name", None):
+            typer.echo(f"  reason: {reason}", err=True)
 
 
 def _choice(value: Optional[str], allowed: tuple[str, ...], flag: str) -> Optional[str]:

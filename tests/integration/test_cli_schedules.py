@@ -1,6 +1,6 @@
 """``gnomon schedule ...`` as a subprocess against the real suite (api, planner, dispatcher, reaper as
 processes): preview of unsaved rules across a DST gap, rule errors, and a create/get/pause/resume/
-trigger/history/delete round trip. One suite for the module."""
+trigger/history/delete round trip; the async SDK client. One suite for the module."""
 from __future__ import annotations
 
 import json
@@ -8,11 +8,14 @@ import os
 import subprocess
 import sys
 import uuid
+from datetime import datetime, timezone
 
 import pytest
 
+from gnomon._proto.gnomon.v1 import schedule_pb2
 from gnomon.cli.suite import Suite
 from gnomon.common.embedded import free_port
+from gnomon.sdk import AsyncClient, GnomonError
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +136,21 @@ def test_create_with_bad_rule_fails_and_usage_errors_exit_2(suite):
     assert r.returncode == 2
     r = gnomon(suite, "create", "--queue", "q", "--cron", "* * * * *", "--overlap", "sometimes")
     assert r.returncode == 2 and "--overlap" in r.stderr
+
+
+async def test_async_client_schedule_methods(suite):
+    async with AsyncClient(api=suite.api_address) as c:
+        fts = await c.preview_schedule(cron="0 2 * * *", time_zone="America/New_York", dst_gap="SHIFT_FORWARD",
+                                       from_time=datetime(2013, 3, 9, 12, tzinfo=timezone.utc), count=1)
+        assert fts[0].local_time == "2013-03-10T03:00:00-04:00"
+        s = await c.create_schedule("async-q", every=3600, start_time=datetime(2030, 1, 1, tzinfo=timezone.utc),
+                                    paused=True)
+        assert s.paused and s.interval.seconds == 3600
+        assert s.name in [x.name async for x in c.list_schedules(paused=True)]
+        s2 = await c.update_schedule(s.name, etag=s.etag, max_attempts=7, overlap_policy="buffer_all")
+        assert s2.job_template.max_attempts == 7 and s2.job_template.queue == "async-q"
+        assert s2.overlap_policy == schedule_pb2.OVERLAP_POLICY_BUFFER_ALL
+        with pytest.raises(GnomonError) as e:
+            await c.update_schedule(s.name, etag=s.etag, jitter=1)
+        assert e.value.reason == "STALE_VERSION"
+        assert await c.delete_schedule(s.name) == 0
