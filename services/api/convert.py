@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from datetime import timedelta, timezone
 
-from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2
+from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2
 from gnomon.api.names import job_name
 from gnomon.common.retry import RetryPolicy
 from gnomon.common.storage.jobs import policy_of
+from gnomon.common.storage.schedules import schedule_name
 from gnomon.common.timeconv import to_duration, to_timestamp
 
 
@@ -68,11 +69,8 @@ def retry_policy_to_proto(p: RetryPolicy) -> retry_pb2.RetryPolicy:
     return m
 
 
-def schedule_to_proto(row: dict, *, tzdata: str = "") -> "schedule_pb2.Schedule":
+def schedule_to_proto(row: dict, *, tzdata: str = "") -> schedule_pb2.Schedule:
     """Builds the public Schedule message from a ``schedules`` row (every default filled in)."""
-    from gnomon._proto.gnomon.v1 import schedule_pb2
-    from gnomon.common.storage.schedules import schedule_name
-
     s = schedule_pb2.Schedule(
         name=schedule_name(row["namespace"], row["schedule_id"]), time_zone=row["time_zone"],
         dst_gap=schedule_pb2.DstGapPolicy.Value("DST_GAP_POLICY_" + row["dst_gap"]),
@@ -108,10 +106,8 @@ def schedule_to_proto(row: dict, *, tzdata: str = "") -> "schedule_pb2.Schedule"
     return s
 
 
-def occurrence_to_proto(row: dict, schedule: str) -> "schedule_pb2.ScheduleOccurrence":
+def occurrence_to_proto(row: dict, schedule: str) -> schedule_pb2.ScheduleOccurrence:
     """Builds a ScheduleOccurrence from a ``schedule_occurrences`` row; ``schedule`` is the schedule's name."""
-    from gnomon._proto.gnomon.v1 import schedule_pb2
-
     nominal = row["nominal_time"]
     o = schedule_pb2.ScheduleOccurrence(
         name=f"{schedule}/occurrences/{nominal.astimezone(timezone.utc).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}",

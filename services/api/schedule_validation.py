@@ -35,6 +35,20 @@ _OVERLAP = {0: store.DEFAULT_OVERLAP, **{v: n.removeprefix("OVERLAP_POLICY_")
                                          for n, v in schedule_pb2.OverlapPolicy.items() if v}}
 
 
+def parse_request_id(v: Validator, text: str, field: str = "request_id") -> uuid.UUID | None:
+    """An optional AIP-155 request id: empty -> None; not a canonical UUID -> violation on ``field``."""
+    if not text:
+        return None
+    try:
+        rid = uuid.UUID(text)
+        if str(rid) == text.lower():
+            return rid
+    except ValueError:
+        pass
+    v.add(field, "must be a UUID in its canonical 8-4-4-4-12 form (AIP-155)")
+    return None
+
+
 def _enum(v: Validator, table: dict, value: int, field: str) -> str | None:
     if value not in table:
         v.add(field, f"unknown value {value}")
@@ -155,14 +169,7 @@ def validate_create(req, *, region: str) -> store.NewSchedule:
     if sid:
         v.check(bool(SCHEDULE_ID_RE.fullmatch(sid)), "schedule_id",
                 "must be 1-63 characters of [a-z0-9-], starting with a letter, not ending with '-'")
-    request_id = None
-    if req.request_id:
-        try:
-            request_id = uuid.UUID(req.request_id)
-            if str(request_id) != req.request_id.lower():
-                raise ValueError
-        except ValueError:
-            v.add("request_id", "must be a UUID in its canonical 8-4-4-4-12 form (AIP-155)")
+    request_id = parse_request_id(v, req.request_id)
     if not req.HasField("schedule"):
         v.add("schedule", "is required")
         v.raise_if_any()

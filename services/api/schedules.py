@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2 as pb, schedule_service_pb2_grpc
 from gnomon.api.convert import job_to_proto, occurrence_to_proto, schedule_to_proto
 from gnomon.api.names import parse_parent, parse_schedule_name
-from gnomon.api.schedule_validation import (check_rule, overlap_of, preview_spec, schedule_values, validate_create,
-                                            violation)
+from gnomon.api.schedule_validation import (check_rule, overlap_of, parse_request_id, preview_spec, schedule_values,
+                                            validate_create, violation)
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.scheduling.misfire import BUFFERED, DEDUPLICATED, FIRED, Decision
 from gnomon.common.scheduling.occurrences import StepBuilder
@@ -146,14 +146,11 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             if not changes:
                 return row
             now = await store.db_now(conn)
-            replan = bool(set(changes) & store.RULE_FIELDS)
-            nxt = row["next_fire_at"]
-            if replan:
-                start = max(min(row["planned_through"], now), store.planning_start(values.start_time, now)) \
-                    if values.start_time and values.start_time > now else min(row["planned_through"], now)
-                nxt = _first_after(compile_rule(values.spec()), start)
-                changes["planned_through"] = start
-            return await store.update_schedule(conn, row, changes, now=now, next_fire_at=nxt, replan=replan)
+            if not set(changes) & store.RULE_FIELDS:
+                return await store.update_schedule(conn, row, changes, now=now)
+            start = store.replan_start(row["planned_through"], values.start_time, now)
+            return await store.update_schedule(conn, row, changes, now=now, replan_from=start,
+                                               next_fire_at=_first_after(compile_rule(values.spec()), start))
         row = await run_transaction(self.engine, txn)
         self._hint(row)
         return pb.UpdateScheduleResponse(schedule=self._proto(row))
@@ -191,10 +188,16 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         ns, sid = parse_schedule_name(request.name)
         v = Validator()
         policy = overlap_of(v, request.overlap_policy, "overlap_policy", "")
+        request_id = parse_request_id(v, request.request_id)
         v.raise_if_any()
 
         async def txn(conn):
             row = await store.get_schedule(conn, ns, sid, lock=True)
+            if request_id is not None:
+                prior = await plan_store.record_by_request(conn, row["uid"], request_id)
+                if prior is not None:          # a retried trigger: the first one's outcome, nothing new
+                    job = await get_job(conn, ns, prior["job_id"]) if prior.get("job_id") else None
+                    return row, prior, job
             now = await store.db_now(conn)
             nominal = now.replace(microsecond=now.microsecond // 1000 * 1000)
             local = nominal.astimezone(ZoneInfo(row["time_zone"])).isoformat()
@@ -205,7 +208,7 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             state = OverlapState(active=len(active), buffered=row["buffered"])
             b = StepBuilder(now=now, shards=self.shards)
             rec = b.add(row, Decision(nominal, local, FIRED, "triggered (TriggerSchedule)", run=True), source="TRIGGER",
-                        state=state, active=active, policy=policy or None)
+                        state=state, active=active, policy=policy or None, request_id=request_id)
             await b.finish(conn, region=row["region"], catchup_rate=self.catchup_rate,
                            catchup_burst=self.catchup_burst)
             if state.buffered != row["buffered"]:
@@ -297,7 +300,7 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             if fired == count or len(items) >= 3 * count + 10:
                 break
         return pb.PreviewScheduleResponse(tzdata_version=self.tzdata, fire_times=[
-            schedule_pb2.PreviewFireTime(fire_time=_ts(o.fire_time), local_time=o.local_time.isoformat(), note=o.note,
+            schedule_pb2.PreviewFireTime(fire_time=to_timestamp(o.fire_time), local_time=o.local_time.isoformat(), note=o.note,
                                          skipped=o.skipped_dst_gap) for o in items])
 
     async def ListScheduleOccurrences(self, request, context):
@@ -326,7 +329,3 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         name = store.schedule_name(ns, sid)
         return pb.ListScheduleOccurrencesResponse(occurrences=[occurrence_to_proto(r, name) for r in rows],
                                                   next_page_token=token)
-
-
-def _ts(dt: datetime):
-    return to_timestamp(dt.astimezone(timezone.utc))

@@ -302,3 +302,57 @@ async def test_preview_equals_what_the_planner_fires(env, cron, tz, start, fold,
     assert fired == expected
     occ = {o["nominal_time"]: o["decision"] for o in await occurrences(engine, "pv")}
     assert all(occ.get(s) == "SKIPPED_DST_GAP" for s in skipped if s <= expected[-1])
+
+
+async def test_update_pause_resume_replan_pending_occurrences_by_the_database_clock(env):
+    engine, api = env
+    from google.protobuf import field_mask_pb2
+    sched = schedule_pb2.Schedule(cron="* * * * *", overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+                                  job_template=schedule_pb2.JobTemplate(queue="q"))
+    s = (await api.CreateSchedule(pb.CreateScheduleRequest(schedule_id="re", schedule=sched), None)).schedule
+    p = planner(engine, lookahead_s=600)
+    await plan_until(p, None)                               # jobs created up to 10 minutes ahead
+    ahead = await rows(engine, "SELECT nominal_time FROM jobs WHERE schedule_id = 're' AND nominal_time > now()")
+    assert 9 <= len(ahead) <= 10 and all(j["nominal_time"].second == 0 for j in ahead)
+    # a changed rule withdraws the pending ones and plans again under the new rule
+    upd = schedule_pb2.Schedule(name=s.name, etag=s.etag, cron="30 * * * * *")
+    got = (await api.UpdateSchedule(pb.UpdateScheduleRequest(
+        schedule=upd, update_mask=field_mask_pb2.FieldMask(paths=["cron"])), None)).schedule
+    assert got.cron == "30 * * * * *" and got.etag == "2"
+    await plan_until(p, None)
+    ahead = await rows(engine, "SELECT nominal_time FROM jobs WHERE schedule_id = 're' AND nominal_time > now()")
+    assert 9 <= len(ahead) <= 10 and {j["nominal_time"].second for j in ahead} == {30}
+    # a stale etag changes nothing
+    from gnomon.common.errors import FailedPrecondition
+    with pytest.raises(FailedPrecondition):
+        await api.UpdateSchedule(pb.UpdateScheduleRequest(
+            schedule=schedule_pb2.Schedule(name=s.name, etag="1", cron="0 * * * *"),
+            update_mask=field_mask_pb2.FieldMask(paths=["cron"])), None)
+    # pause withdraws them; resume plans again
+    paused = await api.PauseSchedule(pb.PauseScheduleRequest(name=s.name), None)
+    assert paused.schedule.paused and 9 <= paused.withdrawn_jobs <= 10
+    assert await rows(engine, "SELECT id FROM jobs WHERE schedule_id = 're' AND nominal_time > now()") == []
+    await plan_until(p, None)
+    assert await rows(engine, "SELECT id FROM jobs WHERE schedule_id = 're' AND nominal_time > now()") == []
+    await api.ResumeSchedule(pb.ResumeScheduleRequest(name=s.name), None)
+    await plan_until(p, None)
+    assert len(await rows(engine, "SELECT id FROM jobs WHERE schedule_id = 're' AND nominal_time > now()")) >= 9
+
+
+async def test_trigger_is_idempotent_by_request_id_and_obeys_overlap(env):
+    engine, api = env
+    sched = schedule_pb2.Schedule(cron="0 0 1 1 *", job_template=schedule_pb2.JobTemplate(queue="q"))
+    s = (await api.CreateSchedule(pb.CreateScheduleRequest(schedule_id="tr", schedule=sched), None)).schedule
+    rid = "0b9c6f7e-3f5e-4c1a-9d2b-7a1e2c3d4f50"
+    first = await api.TriggerSchedule(pb.TriggerScheduleRequest(name=s.name, request_id=rid), None)
+    assert first.occurrence.decision == schedule_pb2.OCCURRENCE_DECISION_FIRED and first.job.name
+    assert first.occurrence.source == schedule_pb2.OCCURRENCE_SOURCE_TRIGGER
+    again = await api.TriggerSchedule(pb.TriggerScheduleRequest(name=s.name, request_id=rid), None)
+    assert again.job.name == first.job.name and again.occurrence.name == first.occurrence.name
+    # default overlap SKIP: the first triggered run is still SCHEDULED/QUEUED -> a new trigger is skipped
+    other = await api.TriggerSchedule(pb.TriggerScheduleRequest(name=s.name), None)
+    assert other.occurrence.decision == schedule_pb2.OCCURRENCE_DECISION_SKIPPED_OVERLAP and not other.job.name
+    allowed = await api.TriggerSchedule(pb.TriggerScheduleRequest(
+        name=s.name, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW), None)
+    assert allowed.occurrence.decision == schedule_pb2.OCCURRENCE_DECISION_FIRED
+    assert len(await jobs_of(engine, "tr")) == 2

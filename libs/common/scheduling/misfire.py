@@ -22,7 +22,7 @@ time is always decided by the final step; COALESCE carries the count and first t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gnomon.common.time import Occurrence
@@ -112,8 +112,7 @@ def classify(occs: list[Occurrence], *, now: datetime, rules: MisfireRules, skip
             else:
                 decided.append(Decision(o.fire_time, local, FIRED, o.note, run=True))
     if not final and missed and missed[-1] is occs[-1]:
-        held = missed.pop()          # the next step decides it (it may be the latest missed time)
-        decided = [d for d in decided if d.nominal < held.fire_time]
+        missed.pop()                 # held back: the next step decides it (it may be the latest missed time)
     out, carry = _apply_policy(missed, rules, carry, final=final)
     merged = sorted(decided + out, key=lambda d: d.nominal)
     return merged, carry
@@ -162,7 +161,3 @@ def _apply_policy(missed: list[Occurrence], rules: MisfireRules, carry: Carry, *
         return out, Carry()
     raise ValueError(f"unknown misfire policy {p}")
 
-
-def as_skipped(d: Decision, decision: str, note: str) -> Decision:
-    """``d`` turned into a non-running decision (e.g. SKIPPED_OVERLAP) with ``note`` prepended."""
-    return replace(d, decision=decision, note=_join(note, d.note), run=False, catchup=False)

@@ -47,7 +47,7 @@ class StepBuilder:
         self._cancels: list[tuple[str, uuid.UUID]] = []
 
     def _create(self, sched: dict, nominal: datetime, *, catchup: bool, coalesced=None) -> dict:
-        at = self.now if catchup else max(nominal + jitter_of(sched["uid"], nominal, sched["jitter_ms"]), nominal)
+        at = self.now if catchup else nominal + jitter_of(sched["uid"], nominal, sched["jitter_ms"])
         job = job_row(sched, nominal, at, shards=self.shards, coalesced=coalesced)
         self.writes.jobs.append(job)
         return job
@@ -57,12 +57,13 @@ class StepBuilder:
         active.clear()
 
     def add(self, sched: dict, d: Decision, *, source: str, state: overlap.OverlapState, active: list[dict],
-            policy: str | None = None) -> dict:
+            policy: str | None = None, request_id: uuid.UUID | None = None) -> dict:
         """Adds decision ``d`` for schedule ``sched``: a record, and for a run (``d.run``) the overlap
         policy's action (``policy`` overrides the schedule's). ``state``/``active`` are the schedule's
-        overlap state and active jobs, updated in place. Returns the record row."""
+        overlap state and active jobs, updated in place. ``request_id`` (a trigger's) is stored on the
+        record. Returns the record row."""
         pol = policy or sched["overlap_policy"]
-        common = dict(nominal=d.nominal, local_time=d.local_time, source=source, now=self.now)
+        common = dict(nominal=d.nominal, local_time=d.local_time, source=source, now=self.now, request_id=request_id)
         if not d.run:
             rec = record_row(sched, decision=d.decision, note=d.note, **common)
             self.writes.records.append(rec)

@@ -78,13 +78,13 @@ def job_row(sched: dict, nominal: datetime, scheduled_at: datetime, *, shards: i
 
 def record_row(sched: dict, *, nominal: datetime, local_time: str, decision: str, source: str, note: str,
                now: datetime, job_id: uuid.UUID | None = None, scheduled_at: datetime | None = None,
-               overlap_policy: str | None = None, missed=None) -> dict:
+               overlap_policy: str | None = None, missed=None, request_id: uuid.UUID | None = None) -> dict:
     """A ``schedule_occurrences`` row (decision record) of ``sched``."""
     count, first, last = missed or (None, None, None)
     return dict(schedule_uid=sched["uid"], nominal_time=nominal, namespace=sched["namespace"], region=sched["region"],
                 local_time=local_time, decision=decision, source=source, note=note[:2000], job_id=job_id,
                 scheduled_at=scheduled_at, decided_at=now, overlap_policy=overlap_policy, missed_count=count,
-                missed_first=first, missed_last=last)
+                missed_first=first, missed_last=last, request_id=request_id)
 
 
 async def claim_due(conn: AsyncConnection, *, region: str, now: datetime, limit: int) -> list[dict]:
@@ -127,6 +127,13 @@ async def buffered_records(conn: AsyncConnection, uid: uuid.UUID, *, limit: int)
     q = (select(t).where(t.c.schedule_uid == uid, t.c.decision == "BUFFERED")
          .order_by(t.c.nominal_time).limit(limit))
     return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+async def record_by_request(conn: AsyncConnection, uid: uuid.UUID, request_id: uuid.UUID) -> dict | None:
+    """The decision record a TriggerSchedule with ``request_id`` wrote for schedule ``uid``, or None."""
+    t = schedule_occurrences
+    row = (await conn.execute(select(t).where(t.c.schedule_uid == uid, t.c.request_id == request_id))).mappings().first()
+    return dict(row) if row else None
 
 
 async def existing_records(conn: AsyncConnection, uid: uuid.UUID, nominals: list[datetime]) -> set[datetime]:

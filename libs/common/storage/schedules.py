@@ -128,6 +128,13 @@ def planning_start(start_time: datetime | None, now: datetime) -> datetime:
     return now
 
 
+def _first_plan_at(paused: bool, next_fire_at: datetime | None, now: datetime) -> datetime | None:
+    """``plan_at`` of a new or re-planned schedule: at once (``now``), so a planner applies its own
+    horizon from the first fire on (an OVERLAP ALLOW schedule gets its first job ahead of time, and a
+    mass creation does not make every schedule due at the same boundary); None if paused or exhausted."""
+    return None if paused or next_fire_at is None else now
+
+
 async def insert_schedule(conn: AsyncConnection, new: NewSchedule, *, now: datetime,
                           next_fire_at: datetime | None) -> tuple[dict, bool]:
     """Inserts a schedule; returns ``(row, created)``. ``next_fire_at`` is the first nominal time after
@@ -148,7 +155,7 @@ async def insert_schedule(conn: AsyncConnection, new: NewSchedule, *, now: datet
                   **new.values.columns(), paused=new.values.paused, skip_through=None, version=1, created_at=now,
                   updated_at=now, request_id=new.request_id, request_hash=new.request_hash,
                   planned_through=planning_start(new.values.start_time, now), next_fire_at=next_fire_at,
-                  plan_at=None if new.values.paused else next_fire_at, buffered=0, missed_count=0,
+                  plan_at=_first_plan_at(new.values.paused, next_fire_at, now), buffered=0, missed_count=0,
                   missed_first=None)
     stmt = pg_insert(schedules).values(**values).on_conflict_do_nothing(
         index_elements=["namespace", "schedule_id"]).returning(*schedules.c)
@@ -207,22 +214,30 @@ async def withdraw_future_jobs(conn: AsyncConnection, row: dict, *, now: datetim
 
 
 async def update_schedule(conn: AsyncConnection, row: dict, changes: dict, *, now: datetime,
-                          next_fire_at: datetime | None, replan: bool) -> dict:
+                          replan_from: datetime | None = None, next_fire_at: datetime | None = None) -> dict:
     """Applies ``changes`` (``schedules`` columns) to the locked ``row``, bumping ``version``.
 
-    ``replan``: the rule changed; the planned-ahead jobs are withdrawn, the high-water mark goes back
-    to ``min(planned_through, now)`` and ``next_fire_at`` (computed by the caller under the new rule
-    from that mark) is stored. Returns the new row.
+    ``replan_from`` (the rule changed): the planned-ahead jobs are withdrawn, the high-water mark is
+    set to it (nominal times after it are planned again under the new rule) and ``next_fire_at``
+    (the new rule's first nominal time after it, computed by the caller) is stored. Returns the new row.
     """
     values = dict(changes, version=row["version"] + 1, updated_at=now)
-    if replan:
+    if replan_from is not None:
         await withdraw_future_jobs(conn, row, now=now)
-        values.update(planned_through=min(row["planned_through"], now), next_fire_at=next_fire_at,
-                      plan_at=None if row["paused"] else next_fire_at)
+        values.update(planned_through=replan_from, next_fire_at=next_fire_at,
+                      plan_at=_first_plan_at(row["paused"], next_fire_at, now))
     new = (await conn.execute(update(schedules).where(
         schedules.c.namespace == row["namespace"], schedules.c.schedule_id == row["schedule_id"],
         schedules.c.version == row["version"]).values(**values).returning(*schedules.c))).mappings().one()
     return dict(new)
+
+
+def replan_start(planned_through: datetime, start_time: datetime | None, now: datetime) -> datetime:
+    """Where a re-planned schedule resumes: nominal times after ``min(planned_through, now)`` (jobs
+    already dispatched stay), or after the new ``start_time`` when that is in the future."""
+    if start_time is not None and start_time > now:
+        return start_time - timedelta(microseconds=1)
+    return min(planned_through, now)
 
 
 async def delete_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> int:

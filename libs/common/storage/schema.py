@@ -264,6 +264,8 @@ schedule_occurrences = Table(
     Column("missed_count", Integer, nullable=True),
     Column("missed_first", TS, nullable=True),
     Column("missed_last", TS, nullable=True),
+    Column("request_id", Uuid, nullable=True, comment="TriggerSchedule request_id: a repeat returns this record"),
+    UniqueConstraint("schedule_uid", "request_id"),
     Index(None, "schedule_uid", "decision", "nominal_time"),
     Index(None, "region", "decided_at"),
 )

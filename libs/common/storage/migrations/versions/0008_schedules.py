@@ -94,7 +94,9 @@ def upgrade() -> None:
     sa.Column('missed_count', sa.Integer(), nullable=True),
     sa.Column('missed_first', sa.DateTime(timezone=True), nullable=True),
     sa.Column('missed_last', sa.DateTime(timezone=True), nullable=True),
-    sa.PrimaryKeyConstraint('schedule_uid', 'nominal_time', name=op.f('pk_schedule_occurrences'))
+    sa.Column('request_id', sa.Uuid(), nullable=True, comment='TriggerSchedule request_id: a repeat returns this record'),
+    sa.PrimaryKeyConstraint('schedule_uid', 'nominal_time', name=op.f('pk_schedule_occurrences')),
+    sa.UniqueConstraint('schedule_uid', 'request_id', name=op.f('uq_schedule_occurrences_schedule_uid_request_id'))
     )
     op.create_table('catchup_budget',
     sa.Column('region', sa.String(length=32), nullable=False),
