@@ -67,3 +67,14 @@ def throttle_first_attempt(ctx) -> None:
     record(ctx)
     if ctx.attempt == 1:
         raise ThrottledError(2.0, "rate limited")
+
+
+def record_occurrence(ctx) -> None:
+    """Records ``<job name> <schedule> <nominal_time ISO> <coalesced_count>`` (schedule occurrences)."""
+    nominal = ctx.nominal_time.isoformat() if ctx.nominal_time else "-"
+    line = f"{ctx.job} {ctx.schedule or '-'} {nominal} {ctx.coalesced_count}\n"
+    fd = os.open(os.environ["GNOMON_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)

@@ -44,6 +44,11 @@ class JobContext:
         lease_duration: ``timedelta`` each heartbeat extends the lease by (``None`` if not sent).
         last_checkpoint: the progress checkpoint an earlier attempt of this job saved with
             :meth:`checkpoint` (``bytes``), or ``None`` if none did: resume from it.
+        schedule: for an occurrence of a schedule, its name (``namespaces/{ns}/schedules/{id}``); ``""``
+            for a one-time job.
+        nominal_time: for an occurrence, its nominal fire time (UTC-aware), else ``None``.
+        coalesced_count: for a COALESCE catch-up run, how many missed nominal times it stands for
+            (itself included), else 0; ``coalesced_first_time`` / ``coalesced_last_time`` their range.
         cancel_event: a ``threading.Event`` set when the attempt should stop; safe to wait on from
             a handler thread (``ctx.cancel_event.wait(5)``). Created on first access.
 
@@ -56,6 +61,7 @@ class JobContext:
         "idempotency_key", "schedule_time", "deadline", "max_attempts", "lease_duration",
         "_cancel_event", "_cancelled", "_lease_expire_time", "_cancel_reason", "_async_event", "_loop",
         "_error", "last_checkpoint", "_checkpoint", "start_to_close",
+        "schedule", "nominal_time", "coalesced_count", "coalesced_first_time", "coalesced_last_time",
     )
 
     def __init__(
@@ -97,6 +103,8 @@ class JobContext:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._error: str | None = None
         self.start_to_close = None
+        self.schedule, self.nominal_time, self.coalesced_count = "", None, 0
+        self.coalesced_first_time = self.coalesced_last_time = None
         self.last_checkpoint = last_checkpoint
         # (sequence number, data) of the latest checkpoint asked for; read by the worker's loop
         self._checkpoint: tuple[int, bytes] | None = None
@@ -119,7 +127,16 @@ class JobContext:
             max_attempts=a.max_attempts,
             lease_duration=convert.field_duration(a, "lease_duration"),
             last_checkpoint=bytes(a.checkpoint) or None,
-        )._with_start_to_close(convert.field_duration(a, "start_to_close"))
+        )._with_start_to_close(convert.field_duration(a, "start_to_close"))._with_occurrence(a)
+
+    def _with_occurrence(self, a: wpb.Assignment) -> "JobContext":
+        """Sets the occurrence fields (:attr:`schedule`, :attr:`nominal_time`, :attr:`coalesced_count`,
+        :attr:`coalesced_first_time`, :attr:`coalesced_last_time`) from an assignment."""
+        self.schedule, self.coalesced_count = a.schedule, a.coalesced_count
+        self.nominal_time = convert.field_time(a, "nominal_time")
+        self.coalesced_first_time = convert.field_time(a, "coalesced_first_time")
+        self.coalesced_last_time = convert.field_time(a, "coalesced_last_time")
+        return self
 
     def _with_start_to_close(self, bound) -> "JobContext":
         """Sets :attr:`start_to_close` (``timedelta`` or ``None``): the longest this attempt may run

@@ -44,6 +44,14 @@ def assignment(c: store.Claimed) -> wpb.Assignment:
         a.checkpoint = c.checkpoint
     if c.start_to_close_ms is not None:
         a.start_to_close.CopyFrom(to_duration(timedelta(milliseconds=c.start_to_close_ms)))
+    o = c.occurrence
+    if o is not None:
+        a.schedule = f"namespaces/{c.namespace}/schedules/{o['schedule_id']}"
+        a.coalesced_count = o["coalesced_count"] or 0
+        for field, col in (("nominal_time", "nominal_time"), ("coalesced_first_time", "coalesced_first"),
+                           ("coalesced_last_time", "coalesced_last")):
+            if o[col] is not None:
+                getattr(a, field).CopyFrom(to_timestamp(o[col]))
     return a
 
 

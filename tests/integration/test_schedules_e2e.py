@@ -52,7 +52,7 @@ def every_second(queue: str, **kw) -> schedule_pb2.Schedule:
 
 def test_every_second_schedule_runs_on_workers_never_early(suite, stub):
     record = os.path.join(suite.record_dir, "tick.txt")
-    worker = suite.start_worker(["tick"], "gnomon_test_handlers:record",
+    worker = suite.start_worker(["tick"], "gnomon_test_handlers:record_occurrence",
                                 env={"GNOMON_TEST_RECORD": record, "PYTHONPATH": TESTS_DIR})
     try:
         s = stub.CreateSchedule(pb.CreateScheduleRequest(schedule_id="tick", schedule=every_second("tick"))).schedule
@@ -63,6 +63,12 @@ def test_every_second_schedule_runs_on_workers_never_early(suite, stub):
         assert len(rows) >= 4
         for nominal, sched_at, disp in rows:
             assert nominal.microsecond == 0 and sched_at >= nominal and disp >= sched_at     # never early
+        # the worker's context carries the schedule and the nominal time of each occurrence
+        by_job = {f"namespaces/default/jobs/{i}": n for i, n in sql(
+            suite.database_url, "SELECT id, nominal_time FROM jobs WHERE schedule_id = 'tick'")}
+        for job, schedule, nominal, coalesced in records(record):
+            assert schedule == "namespaces/default/schedules/tick" and coalesced == "0"
+            assert datetime.fromisoformat(nominal) == by_job[job]
         hist = stub.ListScheduleOccurrences(pb.ListScheduleOccurrencesRequest(parent=s.name, page_size=3))
         assert len(hist.occurrences) == 3 and hist.next_page_token
         assert all(o.decision in (schedule_pb2.OCCURRENCE_DECISION_FIRED, schedule_pb2.OCCURRENCE_DECISION_LATE)

@@ -33,7 +33,14 @@ from gnomon.common.storage.schema import attempts, jobs, outbox, queue_state, sh
 _ASSIGN_COLS = (jobs.c.id, jobs.c.namespace, jobs.c.shard, jobs.c.queue, jobs.c.payload, jobs.c.version,
                 jobs.c.attempt, jobs.c.idempotency_key, jobs.c.scheduled_at, jobs.c.deadline,
                 jobs.c.max_attempts, jobs.c.lease_ms, jobs.c.dispatched_at, jobs.c.checkpoint,
-                jobs.c.start_to_close_ms)
+                jobs.c.start_to_close_ms, jobs.c.schedule_id, jobs.c.nominal_time, jobs.c.coalesced_count,
+                jobs.c.coalesced_first, jobs.c.coalesced_last)
+#: The occurrence columns of an assignment (``Claimed.occurrence``), None for a one-time job.
+_OCC_COLS = ("schedule_id", "nominal_time", "coalesced_count", "coalesced_first", "coalesced_last")
+
+
+def _occurrence(r) -> dict | None:
+    return {c: r[c] for c in _OCC_COLS} if r["schedule_id"] else None
 
 
 def _key_params(name: str, keys, *, with_version: bool = False) -> dict:
@@ -80,6 +87,9 @@ class Claimed:
     checkpoint: bytes | None = None
     #: The job's start-to-close bound in ms, or None.
     start_to_close_ms: int | None = None
+    #: For an occurrence of a schedule: ``schedule_id``, ``nominal_time`` and ``coalesced_*`` (count,
+    #: first, last) of its job row; None for a one-time job.
+    occurrence: dict | None = None
 
 
 async def record_ownership(conn: AsyncConnection, region: str, shard: int, token: int, owner: str) -> None:
@@ -214,7 +224,7 @@ async def claim_due(conn: AsyncConnection, *, region: str, tokens: dict[int, int
                     idempotency_key=r["idempotency_key"], scheduled_at=r["scheduled_at"], deadline=r["deadline"],
                     max_attempts=r["max_attempts"], lease_ms=r["lease_ms"], lease_expires_at=r["lease_expires_at"],
                     dispatched_at=r["dispatched_at"], checkpoint=r["checkpoint"],
-                    start_to_close_ms=r["start_to_close_ms"])
+                    start_to_close_ms=r["start_to_close_ms"], occurrence=_occurrence(r))
             for r in sorted(rows, key=lambda r: r["scheduled_at"])]
 
 
@@ -295,7 +305,8 @@ async def pending_outbox(conn: AsyncConnection, *, region: str, tokens: dict[int
                            idempotency_key=j["idempotency_key"], scheduled_at=j["scheduled_at"],
                            deadline=j["deadline"], max_attempts=j["max_attempts"], lease_ms=j["lease_ms"],
                            lease_expires_at=a["lease_expires_at"], dispatched_at=j["dispatched_at"],
-                           checkpoint=j["checkpoint"], start_to_close_ms=j["start_to_close_ms"]))
+                           checkpoint=j["checkpoint"], start_to_close_ms=j["start_to_close_ms"],
+                           occurrence=_occurrence(j)))
     return out
 
 
