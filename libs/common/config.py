@@ -98,6 +98,9 @@ class ReaperSettings(BaseSettings):
                                              "in-flight heartbeats.")
     retention_s: float = Field(default=7 * 86400, ge=60,
                                description="Terminal jobs older than this (since finish) are deleted, seconds.")
+    decision_retention_s: float = Field(default=30 * 86400, ge=60,
+                                        description="Schedule decision records older than this (since decided) "
+                                                    "are deleted, seconds; BUFFERED ones are kept until released.")
 
 
 class RetryBudgetSettings(BaseSettings):

@@ -60,6 +60,8 @@ class Sweeper:
         metrics.EXPIRED_JOBS.inc(len(expired))
         pruned = await run_transaction(self.engine, lambda c: reaping.prune_finished(
             c, region=self.region, retention_s=s.retention_s, limit=s.batch))
+        pruned += await run_transaction(self.engine, lambda c: reaping.prune_decisions(
+            c, region=self.region, retention_s=s.decision_retention_s, limit=s.batch))
         self.counters.pruned += pruned
         self.swept.set()
         return len(reaped) + len(expired) + pruned

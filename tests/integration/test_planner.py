@@ -356,3 +356,20 @@ async def test_trigger_is_idempotent_by_request_id_and_obeys_overlap(env):
         name=s.name, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW), None)
     assert allowed.occurrence.decision == schedule_pb2.OCCURRENCE_DECISION_FIRED
     assert len(await jobs_of(engine, "tr")) == 2
+
+
+async def test_reaper_prunes_old_decision_records_but_keeps_buffered(env):
+    engine, api = env
+    from gnomon.common.storage import reaping
+    from gnomon.common.storage.engine import run_transaction
+    await create(engine, api, "old", cron="51 * * * *", created="2026-11-01T10:00:00Z",
+                 overlap_policy=schedule_pb2.OVERLAP_POLICY_BUFFER_ONE)
+    await plan_until(planner(engine), T("2026-11-01T10:51:00.2Z"))
+    await _set_state(engine, "old", "RUNNING")
+    await plan_until(planner(engine), T("2026-11-01T11:51:00.2Z"))      # 11:51 BUFFERED
+    async with engine.begin() as c:                                      # both decided 40 days ago
+        await c.execute(text("UPDATE schedule_occurrences SET decided_at = now() - interval '40 days'"))
+    n = await run_transaction(engine, lambda c: reaping.prune_decisions(c, region="local", retention_s=30 * 86400,
+                                                                         limit=100))
+    assert n == 1
+    assert [o["decision"] for o in await occurrences(engine, "old")] == ["BUFFERED"]

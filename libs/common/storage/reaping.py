@@ -15,13 +15,13 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
 from gnomon.common.retry import retry_decision
 from gnomon.common.storage.jobs import POLICY_COLS, policy_of
-from gnomon.common.storage.schema import attempts, jobs, outbox
+from gnomon.common.storage.schema import attempts, jobs, outbox, schedule_occurrences
 
 LOST_ERROR = "lease expired while running: the worker stopped heartbeating; outcome unknown"
 TIMEOUT_ERROR = "start_to_close exceeded: the attempt ran longer than its job allows; outcome unknown"
@@ -118,3 +118,17 @@ async def prune_finished(conn: AsyncConnection, *, region: str, retention_s: flo
         await conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
         await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
     return len(ids)
+
+
+async def prune_decisions(conn: AsyncConnection, *, region: str, retention_s: float, limit: int) -> int:
+    """Deletes up to ``limit`` schedule decision records of ``region`` decided more than
+    ``retention_s`` seconds ago (BUFFERED ones wait to be released and are kept). Returns how many."""
+    t = schedule_occurrences
+    keys = (await conn.execute(
+        select(t.c.schedule_uid, t.c.nominal_time)
+        .where(t.c.region == region, t.c.decided_at < func.now() - timedelta(seconds=retention_s),
+               t.c.decision != "BUFFERED")
+        .limit(limit).with_for_update(skip_locked=True))).all()
+    if keys:
+        await conn.execute(delete(t).where(tuple_(t.c.schedule_uid, t.c.nominal_time).in_([tuple(k) for k in keys])))
+    return len(keys)
