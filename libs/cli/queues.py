@@ -1,4 +1,5 @@
-"""``gnomon queue get``: a queue's circuit breaker, retry budget and due backlog through the public API."""
+"""``gnomon queue get|limit``: a queue's circuit breaker, retry budget, due backlog and dispatch rate limit
+through the public API."""
 from __future__ import annotations
 
 import json
@@ -36,5 +37,26 @@ def get(queue: str = typer.Argument(..., help="Queue name, or namespaces/{ns}/qu
                  ("failure ratio", f"{d['failure_ratio']:.2f} of {d['window_results']} results"),
                  ("retry budget", f"{b['used']}/{b['allowed']} retries in {b['window']} "
                                   f"({b['first_attempts']} first attempts)"),
-                 ("due jobs", due), ("oldest due", d["oldest_due_age"])):
+                 ("due jobs", due), ("oldest due", d["oldest_due_age"]),
+                 ("rate limit", None if d["rate_limit"] is None else
+                  "{rate:g}/s, burst {burst}, {available:.1f} available".format(**d["rate_limit"]))):
         typer.echo(f"{k:14} {v if v is not None else '-'}")
+
+
+@app.command()
+def limit(queue: str = typer.Argument(..., help="Queue name, or namespaces/{ns}/queues/{queue}."),
+          rate: float = typer.Option(..., "--rate", help="Dispatches per second shared by all dispatchers; 0 removes."),
+          burst: int = typer.Option(0, "--burst", help="Dispatches allowed at once (default: rate rounded up)."),
+          api: str = API, namespace: str = NS) -> None:
+    """Set (or with --rate 0 remove) a queue's dispatch rate limit; the backlog beyond it waits SCHEDULED."""
+    from gnomon.cli.jobs import fail
+    from gnomon.sdk import Client, GnomonError
+    with Client(api=api, namespace=namespace) as c:
+        try:
+            q = c.set_queue_rate_limit(queue, rate, burst)
+        except GnomonError as e:
+            fail(e)
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2)
+    typer.echo("no rate limit" if q.rate_limit is None else f"{q.rate_limit[0]:g}/s, burst {q.rate_limit[1]}")

@@ -58,6 +58,8 @@ class Queue:
         due_jobs: SCHEDULED jobs whose time has come (counted up to 100000, see ``due_jobs_truncated``).
         due_jobs_truncated: there are more due jobs than ``due_jobs``.
         oldest_due_age: how long the oldest due job has waited, or ``None`` when none is due.
+        rate_limit: ``(rate per second, burst, tokens available now)`` of the queue's dispatch rate
+            limit, or ``None`` when it has none.
     """
 
     name: str
@@ -71,6 +73,7 @@ class Queue:
     due_jobs: int
     due_jobs_truncated: bool
     oldest_due_age: timedelta | None
+    rate_limit: tuple[float, int, float] | None = None
 
     @classmethod
     def from_proto(cls, msg: queue_service_pb2.Queue) -> "Queue":
@@ -87,6 +90,8 @@ class Queue:
                                          window=convert.field_duration(b, "window")),
             due_jobs=msg.due_jobs, due_jobs_truncated=msg.due_jobs_truncated,
             oldest_due_age=convert.field_duration(msg, "oldest_due_age"),
+            rate_limit=(msg.rate_limit.rate, msg.rate_limit.burst, msg.rate_limit.available)
+            if msg.HasField("rate_limit") else None,
         )
 
     @property
@@ -104,4 +109,6 @@ class Queue:
                 "retry_budget": {"used": b.used, "allowed": b.allowed, "first_attempts": b.first_attempts,
                                  "window": d(b.window)},
                 "due_jobs": self.due_jobs, "due_jobs_truncated": self.due_jobs_truncated,
-                "oldest_due_age": d(self.oldest_due_age)}
+                "oldest_due_age": d(self.oldest_due_age),
+                "rate_limit": None if self.rate_limit is None else dict(
+                    zip(("rate", "burst", "available"), self.rate_limit))}

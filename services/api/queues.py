@@ -2,6 +2,7 @@
 over :mod:`gnomon.common.storage.queues`)."""
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -11,15 +12,17 @@ from gnomon._proto.gnomon.v1 import queue_service_pb2_grpc
 from gnomon.api.names import NAMESPACE_RE
 from gnomon.api.validation import QUEUE_RE
 from gnomon.common.config import BreakerSettings, RetryBudgetSettings
-from gnomon.common.errors import FieldViolation, InvalidArgument
+from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.retry import budget_allowed
 from gnomon.common.storage import queues as qstore
+from gnomon.common.storage import rate_limits
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_duration, to_timestamp
 
 _STATES = {qstore.CLOSED: qpb.BREAKER_STATE_CLOSED, qstore.OPEN: qpb.BREAKER_STATE_OPEN,
            qstore.HALF_OPEN: qpb.BREAKER_STATE_HALF_OPEN}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MAX_RATE, MAX_BURST = 100_000.0, 100_000
 
 
 def parse_queue_name(name: str, field: str = "name") -> tuple[str, str]:
@@ -50,9 +53,10 @@ class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
                                                            window_s=k.window_s, since=_EPOCH)
             counts = await qstore.budget_counts(conn, region=region, namespace=ns, queue=queue, window_s=b.window_s)
             backlog = await qstore.read_backlog(conn, region=region, namespace=ns, queue=queue)
-            return row, results, failures, counts, backlog
+            limit = await rate_limits.get_limit(conn, region=region, namespace=ns, queue=queue)
+            return row, results, failures, counts, backlog, limit
 
-        row, results, failures, counts, (due, truncated, oldest) = await run_transaction(self.engine, tx)
+        row, results, failures, counts, (due, truncated, oldest), limit = await run_transaction(self.engine, tx)
         q = qpb.Queue(
             name=f"namespaces/{ns}/queues/{queue}", region=region,
             breaker_state=_STATES.get(row["state"] if row else qstore.CLOSED, qpb.BREAKER_STATE_UNSPECIFIED),
@@ -69,4 +73,22 @@ class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
             q.breaker_update_time.CopyFrom(to_timestamp(row["updated_at"]))
         if oldest is not None:
             q.oldest_due_age.CopyFrom(to_duration(timedelta(seconds=oldest)))
+        if limit is not None:
+            q.rate_limit.CopyFrom(qpb.RateLimit(rate=limit.rate, burst=limit.burst, available=limit.tokens))
         return qpb.GetQueueResponse(queue=q)
+
+    async def SetQueueRateLimit(self, request, context):
+        v = Validator()
+        try:
+            ns, queue = parse_queue_name(request.name)
+        except InvalidArgument as e:
+            v.violations += e.violations
+        rate = request.rate
+        v.check(math.isfinite(rate) and 0 <= rate <= MAX_RATE, "rate", f"must be between 0 and {MAX_RATE:g} per second")
+        burst = request.burst or (max(1, math.ceil(rate)) if math.isfinite(rate) else 1)
+        v.check(1 <= burst <= MAX_BURST, "burst", f"must be between 1 and {MAX_BURST} (0 = rate rounded up)")
+        v.raise_if_any()
+        await run_transaction(self.engine, lambda c: rate_limits.set_limit(
+            c, region=self.region, namespace=ns, queue=queue, rate=rate, burst=burst))
+        got = await self.GetQueue(qpb.GetQueueRequest(name=request.name), context)
+        return qpb.SetQueueRateLimitResponse(queue=got.queue)

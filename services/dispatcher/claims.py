@@ -10,6 +10,11 @@ Per queue, two brakes against retry storms: the circuit breaker (:mod:`gnomon.di
 an OPEN queue is skipped, a HALF_OPEN one gets only its probes) and the retry budget
 (:mod:`gnomon.dispatcher.budget`; a claim takes at most the retries the budget has left, the
 excess is pushed back). Neither uses up an attempt: held-back jobs stay SCHEDULED.
+
+Backpressure: a queue with a dispatch rate limit (:mod:`gnomon.dispatcher.rate_limits`) is claimed
+for at most the tokens its shared bucket grants; unused tokens go back in the same transaction, and
+an empty bucket makes the loop sleep until the next token. The rest of the backlog waits SCHEDULED
+(visible in ``QueueService.GetQueue``), it does not pile up in memory.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
 from gnomon.dispatcher.breaker import Breakers
 from gnomon.dispatcher.budget import RetryBudget
+from gnomon.dispatcher.rate_limits import RateLimits
 from gnomon.dispatcher.relay import Relay
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.shards import ShardOwnership
@@ -39,10 +45,12 @@ class ClaimLoop:
 
     def __init__(self, engine: AsyncEngine, shards: ShardOwnership, registry: SessionRegistry, relay: Relay,
                  settings: DispatcherSettings, *, region: str, dispatcher_id: str,
-                 budget: RetryBudget | None = None, breakers: Breakers | None = None):
+                 budget: RetryBudget | None = None, breakers: Breakers | None = None,
+                 rate_limits: RateLimits | None = None):
         self.engine, self.shards, self.registry, self.relay = engine, shards, registry, relay
         self.settings, self.region, self.dispatcher_id = settings, region, dispatcher_id
         self.budget, self.breakers = budget, breakers
+        self.rate_limits = rate_limits if rate_limits is not None else RateLimits(region=region)
         self.wake = asyncio.Event()
         self.claimed_total = 0
         self._task: asyncio.Task | None = None
@@ -75,10 +83,12 @@ class ClaimLoop:
         caps: dict = {}
 
         async def tx(conn):
-            out, full, idle = [], False, set()
+            out, full, idle, waits = [], False, set(), []
             caps.clear()
             if self.budget:
                 caps.update(await self.budget.caps(conn, list(limits)))
+            rl = self.rate_limits
+            await rl.refresh(conn)
             for target, n in limits.items():
                 mode = modes.get(target, CLOSED)
                 if mode == HALF_OPEN:
@@ -86,17 +96,30 @@ class ClaimLoop:
                     if n <= 0:
                         idle.add(target)          # probes all out: nothing to claim until they finish
                         continue
+                limited = rl.limited(target)
+                if limited:
+                    n, wait = await rl.take(conn, target, n)
+                    if n <= 0:
+                        idle.add(target)          # bucket empty: come back when the next token is due
+                        waits.append(wait)
+                        continue
                 c = caps.get(target)
                 got = await store.claim_due(conn, region=self.region, tokens=tokens, targets=[target], limit=n,
                                             dispatcher_id=self.dispatcher_id,
                                             retry_cap=c.retries if c else None, defer_step_s=c.spacing_s if c else 1.0,
                                             breaker_state=mode if self.breakers and self.breakers.enabled else None)
+                if limited and len(got) < n:
+                    await rl.give_back(conn, target, n - len(got))
                 full = full or (len(got) >= n and mode != HALF_OPEN)
                 out += got
-            delay = None if full else await store.next_due_in(
-                conn, region=self.region, shards=list(tokens), targets=[t for t in limits if t not in idle],
-                horizon_s=self.settings.prefetch_s)
-            return out, (0.0 if full else delay)
+            if full:
+                return out, 0.0
+            live = [t for t in limits if t not in idle]
+            delay = await store.next_due_in(conn, region=self.region, shards=list(tokens), targets=live,
+                                            horizon_s=self.settings.prefetch_s) if live else None
+            if waits:
+                delay = min(waits) if delay is None else min(delay, min(waits))
+            return out, delay
 
         try:
             claimed, delay = await run_transaction(self.engine, tx)

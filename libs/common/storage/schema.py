@@ -277,3 +277,19 @@ catchup_budget = Table(
     Column("region", String(32), primary_key=True),
     Column("next_slot_at", TS, nullable=False, comment="the earliest instant the next catch-up run may be released"),
 )
+
+
+#: Per-queue dispatch rate limits (migration 0009): a token bucket per (region, namespace, queue),
+#: refilled at ``rate`` tokens per second up to ``burst``. Every dispatcher's claim takes tokens from
+#: the row under its lock, so the limit is shared by all dispatchers of the region.
+queue_limits = Table(
+    "queue_limits", metadata,
+    Column("region", String(32), primary_key=True),
+    Column("namespace", String(63), primary_key=True),
+    Column("queue", String(64), primary_key=True),
+    Column("rate", Double, nullable=False, comment="tokens (dispatches) added per second"),
+    Column("burst", Integer, nullable=False, comment="bucket size: dispatches allowed at once"),
+    Column("tokens", Double, nullable=False, comment="tokens left at refilled_at"),
+    Column("refilled_at", TS, nullable=False),
+    Column("updated_at", TS, nullable=False, comment="when the limit was last set"),
+)

@@ -27,23 +27,29 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgnomon/v1/queue_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"o\n\x0bRetryBudget\x12\x0c\n\x04used\x18\x01 \x01(\x03\x12\x0f\n\x07\x61llowed\x18\x02 \x01(\x03\x12\x16\n\x0e\x66irst_attempts\x18\x03 \x01(\x03\x12)\n\x06window\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xfd\x02\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12.\n\rbreaker_state\x18\x03 \x01(\x0e\x32\x17.gnomon.v1.BreakerState\x12/\n\x0bopened_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13\x62reaker_update_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rfailure_ratio\x18\x06 \x01(\x01\x12\x16\n\x0ewindow_results\x18\x07 \x01(\x03\x12,\n\x0cretry_budget\x18\x08 \x01(\x0b\x32\x16.gnomon.v1.RetryBudget\x12\x10\n\x08\x64ue_jobs\x18\t \x01(\x03\x12\x1a\n\x12\x64ue_jobs_truncated\x18\n \x01(\x08\x12\x31\n\x0eoldest_due_age\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\"\x1f\n\x0fGetQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"3\n\x10GetQueueResponse\x12\x1f\n\x05queue\x18\x01 \x01(\x0b\x32\x10.gnomon.v1.Queue*|\n\x0c\x42reakerState\x12\x1d\n\x19\x42REAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x42REAKER_STATE_CLOSED\x10\x01\x12\x16\n\x12\x42REAKER_STATE_OPEN\x10\x02\x12\x1b\n\x17\x42REAKER_STATE_HALF_OPEN\x10\x03\x32S\n\x0cQueueService\x12\x43\n\x08GetQueue\x12\x1a.gnomon.v1.GetQueueRequest\x1a\x1b.gnomon.v1.GetQueueResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dgnomon/v1/queue_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\";\n\tRateLimit\x12\x0c\n\x04rate\x18\x01 \x01(\x01\x12\r\n\x05\x62urst\x18\x02 \x01(\x05\x12\x11\n\tavailable\x18\x03 \x01(\x01\"E\n\x18SetQueueRateLimitRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04rate\x18\x02 \x01(\x01\x12\r\n\x05\x62urst\x18\x03 \x01(\x05\"<\n\x19SetQueueRateLimitResponse\x12\x1f\n\x05queue\x18\x01 \x01(\x0b\x32\x10.gnomon.v1.Queue\"o\n\x0bRetryBudget\x12\x0c\n\x04used\x18\x01 \x01(\x03\x12\x0f\n\x07\x61llowed\x18\x02 \x01(\x03\x12\x16\n\x0e\x66irst_attempts\x18\x03 \x01(\x03\x12)\n\x06window\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xa7\x03\n\x05Queue\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12.\n\rbreaker_state\x18\x03 \x01(\x0e\x32\x17.gnomon.v1.BreakerState\x12/\n\x0bopened_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13\x62reaker_update_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\rfailure_ratio\x18\x06 \x01(\x01\x12\x16\n\x0ewindow_results\x18\x07 \x01(\x03\x12,\n\x0cretry_budget\x18\x08 \x01(\x0b\x32\x16.gnomon.v1.RetryBudget\x12\x10\n\x08\x64ue_jobs\x18\t \x01(\x03\x12\x1a\n\x12\x64ue_jobs_truncated\x18\n \x01(\x08\x12\x31\n\x0eoldest_due_age\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12(\n\nrate_limit\x18\x0c \x01(\x0b\x32\x14.gnomon.v1.RateLimit\"\x1f\n\x0fGetQueueRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"3\n\x10GetQueueResponse\x12\x1f\n\x05queue\x18\x01 \x01(\x0b\x32\x10.gnomon.v1.Queue*|\n\x0c\x42reakerState\x12\x1d\n\x19\x42REAKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x42REAKER_STATE_CLOSED\x10\x01\x12\x16\n\x12\x42REAKER_STATE_OPEN\x10\x02\x12\x1b\n\x17\x42REAKER_STATE_HALF_OPEN\x10\x03\x32\xb3\x01\n\x0cQueueService\x12\x43\n\x08GetQueue\x12\x1a.gnomon.v1.GetQueueRequest\x1a\x1b.gnomon.v1.GetQueueResponse\x12^\n\x11SetQueueRateLimit\x12#.gnomon.v1.SetQueueRateLimitRequest\x1a$.gnomon.v1.SetQueueRateLimitResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.v1.queue_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BREAKERSTATE']._serialized_start=692
-  _globals['_BREAKERSTATE']._serialized_end=816
-  _globals['_RETRYBUDGET']._serialized_start=109
-  _globals['_RETRYBUDGET']._serialized_end=220
-  _globals['_QUEUE']._serialized_start=223
-  _globals['_QUEUE']._serialized_end=604
-  _globals['_GETQUEUEREQUEST']._serialized_start=606
-  _globals['_GETQUEUEREQUEST']._serialized_end=637
-  _globals['_GETQUEUERESPONSE']._serialized_start=639
-  _globals['_GETQUEUERESPONSE']._serialized_end=690
-  _globals['_QUEUESERVICE']._serialized_start=818
-  _globals['_QUEUESERVICE']._serialized_end=901
+  _globals['_BREAKERSTATE']._serialized_start=928
+  _globals['_BREAKERSTATE']._serialized_end=1052
+  _globals['_RATELIMIT']._serialized_start=109
+  _globals['_RATELIMIT']._serialized_end=168
+  _globals['_SETQUEUERATELIMITREQUEST']._serialized_start=170
+  _globals['_SETQUEUERATELIMITREQUEST']._serialized_end=239
+  _globals['_SETQUEUERATELIMITRESPONSE']._serialized_start=241
+  _globals['_SETQUEUERATELIMITRESPONSE']._serialized_end=301
+  _globals['_RETRYBUDGET']._serialized_start=303
+  _globals['_RETRYBUDGET']._serialized_end=414
+  _globals['_QUEUE']._serialized_start=417
+  _globals['_QUEUE']._serialized_end=840
+  _globals['_GETQUEUEREQUEST']._serialized_start=842
+  _globals['_GETQUEUEREQUEST']._serialized_end=873
+  _globals['_GETQUEUERESPONSE']._serialized_start=875
+  _globals['_GETQUEUERESPONSE']._serialized_end=926
+  _globals['_QUEUESERVICE']._serialized_start=1055
+  _globals['_QUEUESERVICE']._serialized_end=1234
 # @@protoc_insertion_point(module_scope)

@@ -21,6 +21,32 @@ BREAKER_STATE_CLOSED: BreakerState
 BREAKER_STATE_OPEN: BreakerState
 BREAKER_STATE_HALF_OPEN: BreakerState
 
+class RateLimit(_message.Message):
+    __slots__ = ("rate", "burst", "available")
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    rate: float
+    burst: int
+    available: float
+    def __init__(self, rate: _Optional[float] = ..., burst: _Optional[int] = ..., available: _Optional[float] = ...) -> None: ...
+
+class SetQueueRateLimitRequest(_message.Message):
+    __slots__ = ("name", "rate", "burst")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    BURST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    rate: float
+    burst: int
+    def __init__(self, name: _Optional[str] = ..., rate: _Optional[float] = ..., burst: _Optional[int] = ...) -> None: ...
+
+class SetQueueRateLimitResponse(_message.Message):
+    __slots__ = ("queue",)
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ...) -> None: ...
+
 class RetryBudget(_message.Message):
     __slots__ = ("used", "allowed", "first_attempts", "window")
     USED_FIELD_NUMBER: _ClassVar[int]
@@ -34,7 +60,7 @@ class RetryBudget(_message.Message):
     def __init__(self, used: _Optional[int] = ..., allowed: _Optional[int] = ..., first_attempts: _Optional[int] = ..., window: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "region", "breaker_state", "opened_time", "breaker_update_time", "failure_ratio", "window_results", "retry_budget", "due_jobs", "due_jobs_truncated", "oldest_due_age")
+    __slots__ = ("name", "region", "breaker_state", "opened_time", "breaker_update_time", "failure_ratio", "window_results", "retry_budget", "due_jobs", "due_jobs_truncated", "oldest_due_age", "rate_limit")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
     BREAKER_STATE_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +72,7 @@ class Queue(_message.Message):
     DUE_JOBS_FIELD_NUMBER: _ClassVar[int]
     DUE_JOBS_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     OLDEST_DUE_AGE_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
     name: str
     region: str
     breaker_state: BreakerState
@@ -57,7 +84,8 @@ class Queue(_message.Message):
     due_jobs: int
     due_jobs_truncated: bool
     oldest_due_age: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., region: _Optional[str] = ..., breaker_state: _Optional[_Union[BreakerState, str]] = ..., opened_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., breaker_update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_ratio: _Optional[float] = ..., window_results: _Optional[int] = ..., retry_budget: _Optional[_Union[RetryBudget, _Mapping]] = ..., due_jobs: _Optional[int] = ..., due_jobs_truncated: _Optional[bool] = ..., oldest_due_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    rate_limit: RateLimit
+    def __init__(self, name: _Optional[str] = ..., region: _Optional[str] = ..., breaker_state: _Optional[_Union[BreakerState, str]] = ..., opened_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., breaker_update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure_ratio: _Optional[float] = ..., window_results: _Optional[int] = ..., retry_budget: _Optional[_Union[RetryBudget, _Mapping]] = ..., due_jobs: _Optional[int] = ..., due_jobs_truncated: _Optional[bool] = ..., oldest_due_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., rate_limit: _Optional[_Union[RateLimit, _Mapping]] = ...) -> None: ...
 
 class GetQueueRequest(_message.Message):
     __slots__ = ("name",)

@@ -42,6 +42,11 @@ class QueueServiceStub:
                 request_serializer=gnomon_dot_v1_dot_queue__service__pb2.GetQueueRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_queue__service__pb2.GetQueueResponse.FromString,
                 _registered_method=True)
+        self.SetQueueRateLimit = channel.unary_unary(
+                '/gnomon.v1.QueueService/SetQueueRateLimit',
+                request_serializer=gnomon_dot_v1_dot_queue__service__pb2.SetQueueRateLimitRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_queue__service__pb2.SetQueueRateLimitResponse.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -57,6 +62,15 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetQueueRateLimit(self, request, context):
+        """Sets (rate > 0) or removes (rate = 0) the queue's dispatch rate limit in the API's region: a
+        token bucket shared by all dispatchers of the region (`rate` dispatches per second, `burst` at
+        once). The excess backlog waits SCHEDULED. INVALID_ARGUMENT (fields `name`, `rate`, `burst`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -64,6 +78,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.GetQueue,
                     request_deserializer=gnomon_dot_v1_dot_queue__service__pb2.GetQueueRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_queue__service__pb2.GetQueueResponse.SerializeToString,
+            ),
+            'SetQueueRateLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueueRateLimit,
+                    request_deserializer=gnomon_dot_v1_dot_queue__service__pb2.SetQueueRateLimitRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_queue__service__pb2.SetQueueRateLimitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -95,6 +114,33 @@ class QueueService:
             '/gnomon.v1.QueueService/GetQueue',
             gnomon_dot_v1_dot_queue__service__pb2.GetQueueRequest.SerializeToString,
             gnomon_dot_v1_dot_queue__service__pb2.GetQueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueueRateLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.QueueService/SetQueueRateLimit',
+            gnomon_dot_v1_dot_queue__service__pb2.SetQueueRateLimitRequest.SerializeToString,
+            gnomon_dot_v1_dot_queue__service__pb2.SetQueueRateLimitResponse.FromString,
             options,
             channel_credentials,
             insecure,
