@@ -18,6 +18,9 @@ class DatabaseSettings(BaseSettings):
                      "or cockroachdb+psycopg://... (production)")
     pool_size: int = Field(default=10, ge=1, le=200, description="Connections per process.")
     statement_timeout_ms: int = Field(default=10_000, ge=100, description="Per-statement bound, milliseconds.")
+    connect_timeout_s: int = Field(default=2, ge=2, le=60, description="Bound on opening one connection, whole "
+                                   "seconds (libpq connect_timeout; 2 is its minimum). While the database is "
+                                   "unreachable, requests needing a new connection fail UNAVAILABLE within it.")
 
     @field_validator("url")
     @classmethod

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -444,6 +445,7 @@ class PostgresServer:
         self._os_user: str | None = None  # OS user the server runs as when we are root
         self._owns_dir = False
         self._running = False
+        self._down_opts: list[str] | None = None  # set while stopped by stop_server()
         self._key = f"pg-{id(self)}-{os.getpid()}"
 
     # -- public API ----------------------------------------------------------------------------
@@ -542,10 +544,56 @@ class PostgresServer:
         self._require_running()
         self._pg_ctl(["-l", self.log_path, "-w", "-t", "60", "-m", mode, "restart"], what="pg_ctl restart")  # type: ignore[list-item]
 
+    def stop_server(self, mode: str = "immediate") -> None:
+        """Take the server down (``pg_ctl stop -m mode``) but keep its data, port and ownership, for
+        outage tests: connections fail (refused) until :meth:`start_again`. ``immediate`` is a crash
+        (no checkpoint; crash recovery on the next start). Raises :class:`EmbeddedServerError` if
+        the server is not running (or already stopped this way)."""
+        if mode not in ("smart", "fast", "immediate"):
+            raise ValueError(f"mode must be smart, fast or immediate, not {mode!r}")
+        self._require_running()
+        if self._down_opts is not None:
+            raise EmbeddedServerError("PostgresServer is already stopped (call start_again)")
+        opts = self._postmaster_opts()
+        self._pg_ctl(["-w", "-t", "30", "-m", mode, "stop"], what="pg_ctl stop")
+        self._down_opts = opts
+
+    def start_again(self) -> None:
+        """Start a server taken down by :meth:`stop_server` on the same port, socket and data; returns
+        once it accepts connections. No-op if it is not down."""
+        opts = self._down_opts
+        if opts is None:
+            return
+        args = ["-l", self.log_path, "-w", "-t", "60"]  # type: ignore[list-item]
+        if opts:
+            args += ["-o", " ".join(shlex.quote(o) for o in opts)]
+        self._pg_ctl([*args, "start"], what="pg_ctl start")
+        self._down_opts = None
+
+    def _postmaster_opts(self) -> list[str]:
+        """Command-line options of the running postmaster (``postmaster.opts``) minus the binary and
+        ``-D``: the embedded backend passes its socket-only settings there, not in a config file."""
+        try:
+            with open(os.path.join(self.data_dir or "", "postmaster.opts")) as f:
+                words = shlex.split(f.read())
+        except OSError:
+            return []
+        out, skip = [], False
+        for w in words[1:]:
+            if skip:
+                skip = False
+            elif w == "-D":
+                skip = True
+            else:
+                out.append(w)
+        return out
+
     def stop(self) -> None:
         """Stop the server at once (``pg_ctl stop -m immediate``) and delete the directory if it was
         a temporary one we created. Idempotent. Raises :class:`EmbeddedServerError` only if the
         server is still alive afterwards."""
+        if self._running and self._down_opts is not None:  # stopped by stop_server
+            self._running, self._down_opts = False, None
         if self._running:
             try:
                 self._pg_ctl(["-w", "-t", "30", "-m", "immediate", "stop"], what="pg_ctl stop")

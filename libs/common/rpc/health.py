@@ -12,14 +12,23 @@ from gnomon.common.rpc.server import GrpcServer
 log = logging.getLogger(__name__)
 
 
-async def watch_database(engine: AsyncEngine, server: GrpcServer, stop: asyncio.Event, period_s: float = 1.0) -> None:
-    """Until ``stop`` is set, checks the database every ``period_s`` seconds (2 s timeout) and sets
-    the server's overall and per-service health accordingly (logging each change)."""
+async def _ping(engine: AsyncEngine) -> None:
+    async with engine.connect() as c:
+        await c.execute(text("SELECT 1"))
+
+
+async def watch_database(engine: AsyncEngine, server: GrpcServer, stop: asyncio.Event, period_s: float = 1.0,
+                         timeout_s: float = 2.0) -> None:
+    """Until ``stop`` is set, checks the database every ``period_s`` seconds and sets the server's
+    overall and per-service health accordingly (logging each change). One check (connect plus
+    ``SELECT 1``) is bounded by ``timeout_s``, so an unreachable database (refused, or a partition
+    that drops packets) turns health NOT_SERVING within about ``period_s + timeout_s`` seconds; the
+    first successful check after it comes back turns it SERVING again (the pool discards the
+    connections the outage broke)."""
     serving = None
     while not stop.is_set():
         try:
-            async with engine.connect() as c:
-                await asyncio.wait_for(c.execute(text("SELECT 1")), 2.0)
+            await asyncio.wait_for(_ping(engine), timeout_s)
             ok = True
         except Exception:  # noqa: BLE001 - any failure means not serving
             ok = False

@@ -30,6 +30,8 @@ def make_engine(settings: DatabaseSettings, *, pool_size: int | None = None,
     """An async engine (psycopg 3) for ``settings.url``; each connection gets a statement timeout
     and the extra ``session_options`` (server settings set at connect, e.g.
     ``{"idle_in_transaction_session_timeout": 30000}``; PostgreSQL and CockroachDB both accept it).
+    Opening a connection is bounded by ``settings.connect_timeout_s`` (``GNOMON_DATABASE_CONNECT_TIMEOUT_S``,
+    default 2 s), so an unreachable database fails requests fast with UNAVAILABLE.
 
     Raises ``ValueError`` if the URL is empty.
     """
@@ -42,7 +44,7 @@ def make_engine(settings: DatabaseSettings, *, pool_size: int | None = None,
         settings.url, pool_size=size, max_overflow=size, pool_recycle=300,
         connect_args={"options": " ".join(f"-c {k}={v}" for k, v in {
                           "statement_timeout": settings.statement_timeout_ms, **(session_options or {})}.items()),
-                      "connect_timeout": 5})
+                      "connect_timeout": settings.connect_timeout_s})
 
 
 def sqlstate(exc: BaseException) -> str | None:
