@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from gnomon.cli import cluster as cluster_cmd
 from gnomon.cli import dev as dev_cmd
 from gnomon.cli import dlq as dlq_cmd
 from gnomon.cli import jobs as jobs_cmd
@@ -19,7 +20,8 @@ app.add_typer(jobs_cmd.app, name="job")
 app.add_typer(queues_cmd.app, name="queue")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(schedules_cmd.app, name="schedule")
-app.command("dev")(dev_cmd.dev)
+app.add_typer(dev_cmd.app, name="dev")
+app.command("shards")(cluster_cmd.shards)
 app.command("worker")(worker_cmd.worker)
 
 DB = typer.Option(None, "--database-url", envvar="GNOMON_DATABASE_URL",

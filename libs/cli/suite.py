@@ -60,6 +60,9 @@ class Suite:
     ``durable``: keep fsync/synchronous_commit on in the embedded PostgreSQL (benchmarks).
     ``env``: extra ``GNOMON_*`` settings for every service. A ``base_dir`` the suite created itself
     (a temp dir) is removed on :meth:`stop` unless ``keep_dir``.
+    ``regions``: one set of services (api, dispatcher(s), planner, reaper, each with ``GNOMON_REGION``)
+    per region, all on the one database and etcd; the first region's API listens on ``api_listen``,
+    the others on free ports. Empty (the default): one set without ``GNOMON_REGION`` (region "local").
     """
 
     api_listen: str = "127.0.0.1:7070"
@@ -69,6 +72,7 @@ class Suite:
     base_dir: str | None = None
     env: dict = field(default_factory=dict)
     keep_dir: bool = False
+    regions: list[str] = field(default_factory=list)
     pg: PostgresServer | None = None
     etcd: EtcdCluster | None = None
     procs: list[Proc] = field(default_factory=list)
@@ -88,19 +92,25 @@ class Suite:
             self.database_url = self.pg.create_database("gnomon")
         upgrade(self.database_url)
         self.etcd = EtcdCluster(1, os.path.join(self.base_dir, "etcd")).start()
-        self.start_service("api", self.api_listen)
-        for _ in range(self.dispatchers):
-            self.start_service("dispatcher")
-        self.start_service("planner")
-        self.start_service("reaper")
+        for i, region in enumerate(self.regions or [None]):
+            env = {"GNOMON_REGION": region} if region else None
+            self.start_service("api", self.api_listen if i == 0 else None, env=env)
+            for _ in range(self.dispatchers):
+                self.start_service("dispatcher", env=env)
+            self.start_service("planner", env=env)
+            self.start_service("reaper", env=env)
         for p in self.procs:
             wait_healthy(p.address)
         return self
 
     @property
     def api_address(self) -> str:
-        """host:port of the API."""
+        """host:port of the (first region's) API."""
         return next(p.address for p in self.procs if p.role == "api")
+
+    def api_address_of(self, region: str) -> str:
+        """host:port of the API of ``region``."""
+        return next(p.address for p in self.procs if p.role == "api" and p.region == region)
 
     def service_env(self, listen: str) -> dict:
         """The environment a service process gets."""
@@ -113,11 +123,12 @@ class Suite:
     def start_service(self, role: str, listen: str | None = None, env: dict | None = None) -> Proc:
         """Starts ``gnomon <role>`` as a child process on ``listen`` (default: a free loopback port)."""
         listen = listen or f"127.0.0.1:{free_port()}"
-        n = sum(1 for p in self.procs if p.role == role)
-        log_path = os.path.join(self.log_dir, f"{role}-{n}.log")
         e = self.service_env(listen)
         e["GNOMON_METRICS_LISTEN"] = f"127.0.0.1:{free_port()}"
         e.update(env or {})
+        region = (env or {}).get("GNOMON_REGION")
+        n = sum(1 for p in self.procs if p.role == role and (region is None or p.region == region))
+        log_path = os.path.join(self.log_dir, f"{role}-{region}-{n}.log" if region else f"{role}-{n}.log")
         popen = subprocess.Popen([sys.executable, "-m", "gnomon.cli.main", role], env=e,
                                  stdout=open(log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
         p = Proc(role, listen, popen, log_path, e.get("GNOMON_REGION", "local"), e["GNOMON_METRICS_LISTEN"])
@@ -166,10 +177,15 @@ class Suite:
         return [p.as_dict() for p in self.procs]
 
     def write_status(self, path: str) -> None:
-        """Writes :meth:`status` plus server endpoints as JSON to ``path``."""
-        with open(path, "w") as f:
-            json.dump({"processes": self.status(), "database_url": self.database_url,
+        """Writes :meth:`status` plus server endpoints as JSON to ``path`` (atomically: a reader never
+        sees a partial file). ``pid`` is this (the suite owner's) process."""
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid(), "base_dir": self.base_dir, "regions": list(dict.fromkeys(p.region for p in self.procs if p.role == "api")),
+                       "api": self.api_address if any(p.role == "api" for p in self.procs) else "",
+                       "processes": self.status(), "database_url": self.database_url,
                        "etcd": self.etcd.endpoints if self.etcd else []}, f, indent=2)
+        os.replace(tmp, path)
 
     def __enter__(self) -> "Suite":
         return self.start()

@@ -8,7 +8,7 @@ Both clients build the same requests (see :func:`create_job_request`, :func:`lis
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, AsyncIterator, Iterator, Mapping
 
 import grpc
@@ -768,6 +768,13 @@ class Client:
         req = queue_service_pb2.GetQueueRequest(name=queue_name(queue, self.namespace))
         return Queue.from_proto(self._call(self._queues.GetQueue, req).queue)
 
+    def set_queue_rate_limit(self, queue: str, rate: float, burst: int = 0) -> Queue:
+        """Sets the queue's dispatch rate limit (``rate`` dispatches per second shared by all
+        dispatchers of the region, ``burst`` at once; 0 = rate rounded up); ``rate=0`` removes it.
+        Returns the queue afterwards. Raises :class:`GnomonError` (``INVALID_ARGUMENT`` ...)."""
+        req = queue_service_pb2.SetQueueRateLimitRequest(name=queue_name(queue, self.namespace), rate=rate, burst=burst)
+        return Queue.from_proto(self._call(self._queues.SetQueueRateLimit, req).queue)
+
     # -- dead-letter queue (gnomon.v1.DeadLetterService; models in gnomon.sdk.dead_letters) --
 
     def list_dead_letters_page(
@@ -1079,6 +1086,16 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def list_shards(self, region: str = "") -> list[dict]:
+        """Every shard of ``region`` ("" = the API's own region) with its owner and tokens, as dicts
+        (see :func:`shard_dict`).
+
+        Raises:
+            GnomonError: when the RPC fails.
+        """
+        resp = self._call(self._cluster.ListShards, cluster_service_pb2.ListShardsRequest(region=region))
+        return [shard_dict(s) for s in resp.shards]
+
 
 class AsyncClient:
     """Asynchronous (``grpc.aio``) twin of :class:`Client`: same arguments, same methods, but
@@ -1214,6 +1231,11 @@ class AsyncClient:
         req = queue_service_pb2.GetQueueRequest(name=queue_name(queue, self.namespace))
         return Queue.from_proto((await self._call(self._queues.GetQueue, req)).queue)
 
+    async def set_queue_rate_limit(self, queue: str, rate: float, burst: int = 0) -> Queue:
+        """Async :meth:`Client.set_queue_rate_limit`."""
+        req = queue_service_pb2.SetQueueRateLimitRequest(name=queue_name(queue, self.namespace), rate=rate, burst=burst)
+        return Queue.from_proto((await self._call(self._queues.SetQueueRateLimit, req)).queue)
+
     # -- dead-letter queue (see Client) --
 
     async def list_dead_letters_page(self, *, page_size: int = 100, page_token: str = "",
@@ -1347,3 +1369,16 @@ class AsyncClient:
 
     async def __aexit__(self, *exc) -> None:
         await self.close()
+
+    async def list_shards(self, region: str = "") -> list[dict]:
+        """Async :meth:`Client.list_shards`."""
+        resp = await self._call(self._cluster.ListShards, cluster_service_pb2.ListShardsRequest(region=region))
+        return [shard_dict(s) for s in resp.shards]
+
+
+def shard_dict(s: cluster_service_pb2.Shard) -> dict:
+    """A ``Shard`` message as ``{region, shard, owner, fencing_token, recorded_token, owned, acquire_time}``
+    (``acquire_time``: a UTC datetime or ``None``)."""
+    return {"region": s.region, "shard": s.shard, "owner": s.owner, "fencing_token": s.fencing_token,
+            "recorded_token": s.recorded_token, "owned": s.owned,
+            "acquire_time": s.acquire_time.ToDatetime(tzinfo=timezone.utc) if s.HasField("acquire_time") else None}

@@ -49,7 +49,7 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
                           catchup_burst=planner_s.catchup_burst),
          schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name),
         (cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server,
-         ClusterServicer(etcd, etcd_s.prefix, cluster.region),
+         ClusterServicer(etcd, etcd_s.prefix, cluster.region, engine=engine, shards=cluster.shards),
          cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name),
     ])
     await server.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import uuid
 from datetime import datetime, timedelta
 
@@ -16,12 +17,14 @@ from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.api.names import parse_job_name, parse_parent
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError
-from gnomon.common.coordination.registry import list_dispatchers
+from gnomon.common.coordination.registry import list_dispatchers, shards_prefix
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import attempts as attempts_store
 from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import shards as shards_store
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.timeconv import to_timestamp
 
 MAX_PAGE = 1000
 #: ListJobAttempts page cap: a job has at most 100 attempts (max_attempts <= 100).
@@ -145,10 +148,16 @@ def _decode_token(token: str, filt: str) -> tuple[datetime, uuid.UUID]:
 
 
 class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
-    """``gnomon.v1.ClusterService``: dispatcher discovery from the etcd registry."""
+    """``gnomon.v1.ClusterService``: dispatcher discovery and shard ownership from the etcd registry,
+    joined with the fencing tokens recorded in the database.
 
-    def __init__(self, etcd: EtcdClient, prefix: str, region: str):
+    ``engine``/``shards`` default to an engine of ``GNOMON_DATABASE_URL`` (made on first use) and
+    ``GNOMON_SHARDS``.
+    """
+
+    def __init__(self, etcd: EtcdClient, prefix: str, region: str, *, engine: AsyncEngine, shards: int):
         self.etcd, self.prefix, self.region = etcd, prefix, region
+        self.engine, self.shards = engine, shards
 
     async def ListDispatchers(self, request, context):
         region = request.region or self.region
@@ -159,3 +168,32 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
         return cluster_service_pb2.ListDispatchersResponse(dispatchers=[
             cluster_service_pb2.Dispatcher(dispatcher_id=d.dispatcher_id, region=d.region, address=d.address)
             for d in ds])
+
+    async def ListShards(self, request, context):
+        region = request.region or self.region
+        if not _REGION.fullmatch(region):
+            raise InvalidArgument([FieldViolation("region", "must match [a-z][a-z0-9-]{0,31}")])
+        try:
+            keys = {}
+            for kv in await self.etcd.get_prefix(shards_prefix(self.prefix, region)):
+                try:
+                    keys[int(kv.key.rsplit(b"/", 1)[1])] = kv
+                except ValueError:
+                    continue
+        except EtcdError as e:
+            raise GnomonError("etcd unavailable", reason="COORDINATION_UNAVAILABLE") from e
+        recorded = await run_transaction(self.engine, lambda c: shards_store.list_shard_owners(c, region))
+        out = []
+        for s in sorted(set(range(self.shards)) | set(keys) | set(recorded)):
+            kv, rec = keys.get(s), recorded.get(s)
+            shard = cluster_service_pb2.Shard(
+                region=region, shard=s, owner=kv.value.decode(errors="replace") if kv else "",
+                fencing_token=kv.create_revision if kv else 0, recorded_token=rec["token"] if rec else 0,
+                owned=kv is not None)
+            if rec:
+                shard.acquire_time.CopyFrom(to_timestamp(rec["acquired_at"]))
+            out.append(shard)
+        return cluster_service_pb2.ListShardsResponse(shards=out)
+
+
+_REGION = re.compile(r"[a-z][a-z0-9-]{0,31}")

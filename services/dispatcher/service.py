@@ -13,6 +13,7 @@ from gnomon.common.metrics import serve_metrics
 from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
 from gnomon.common.config import BreakerSettings, RetryBudgetSettings
 from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.rpc.health import watch_database
 from gnomon.common.rpc.runner import configure_logging, wait_for_signal
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage.engine import make_engine
@@ -80,12 +81,15 @@ class Dispatcher:
         self.breakers.start()
         self.cancels.start()
         self.shards.changed = self.wake
-        await self.server.set_serving(True)
+        # health follows the database (NOT_SERVING while it is unreachable; worker streams stay open)
+        self._health_stop = asyncio.Event()
+        self._health = asyncio.create_task(watch_database(self.engine, self.server, self._health_stop))
         print(f"gnomon dispatcher {self.id} listening on {self.server.address} "
               f"(region {self.cluster.region}, {len(self.shards.owned)}/{self.cluster.shards} shards)", flush=True)
 
     async def stop(self) -> None:
         """Drain: stop claiming, end streams, flush writes, release shards and the lease."""
+        self._health_stop.set()
         await self.claims.stop()
         await self.breakers.stop()
         await self.relay.stop()

@@ -23,21 +23,28 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgnomon/v1/cluster_service.proto\x12\tgnomon.v1\"(\n\x16ListDispatchersRequest\x12\x0e\n\x06region\x18\x01 \x01(\t\"D\n\nDispatcher\x12\x15\n\rdispatcher_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"E\n\x17ListDispatchersResponse\x12*\n\x0b\x64ispatchers\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.Dispatcher2j\n\x0e\x43lusterService\x12X\n\x0fListDispatchers\x12!.gnomon.v1.ListDispatchersRequest\x1a\".gnomon.v1.ListDispatchersResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgnomon/v1/cluster_service.proto\x12\tgnomon.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"(\n\x16ListDispatchersRequest\x12\x0e\n\x06region\x18\x01 \x01(\t\"D\n\nDispatcher\x12\x15\n\rdispatcher_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\"E\n\x17ListDispatchersResponse\x12*\n\x0b\x64ispatchers\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.Dispatcher\"#\n\x11ListShardsRequest\x12\x0e\n\x06region\x18\x01 \x01(\t\"\xa5\x01\n\x05Shard\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\r\n\x05shard\x18\x02 \x01(\x05\x12\r\n\x05owner\x18\x03 \x01(\t\x12\x15\n\rfencing_token\x18\x04 \x01(\x03\x12\x16\n\x0erecorded_token\x18\x05 \x01(\x03\x12\x30\n\x0c\x61\x63quire_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05owned\x18\x07 \x01(\x08\"6\n\x12ListShardsResponse\x12 \n\x06shards\x18\x01 \x03(\x0b\x32\x10.gnomon.v1.Shard2\xb5\x01\n\x0e\x43lusterService\x12X\n\x0fListDispatchers\x12!.gnomon.v1.ListDispatchersRequest\x1a\".gnomon.v1.ListDispatchersResponse\x12I\n\nListShards\x12\x1c.gnomon.v1.ListShardsRequest\x1a\x1d.gnomon.v1.ListShardsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.v1.cluster_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTDISPATCHERSREQUEST']._serialized_start=46
-  _globals['_LISTDISPATCHERSREQUEST']._serialized_end=86
-  _globals['_DISPATCHER']._serialized_start=88
-  _globals['_DISPATCHER']._serialized_end=156
-  _globals['_LISTDISPATCHERSRESPONSE']._serialized_start=158
-  _globals['_LISTDISPATCHERSRESPONSE']._serialized_end=227
-  _globals['_CLUSTERSERVICE']._serialized_start=229
-  _globals['_CLUSTERSERVICE']._serialized_end=335
+  _globals['_LISTDISPATCHERSREQUEST']._serialized_start=79
+  _globals['_LISTDISPATCHERSREQUEST']._serialized_end=119
+  _globals['_DISPATCHER']._serialized_start=121
+  _globals['_DISPATCHER']._serialized_end=189
+  _globals['_LISTDISPATCHERSRESPONSE']._serialized_start=191
+  _globals['_LISTDISPATCHERSRESPONSE']._serialized_end=260
+  _globals['_LISTSHARDSREQUEST']._serialized_start=262
+  _globals['_LISTSHARDSREQUEST']._serialized_end=297
+  _globals['_SHARD']._serialized_start=300
+  _globals['_SHARD']._serialized_end=465
+  _globals['_LISTSHARDSRESPONSE']._serialized_start=467
+  _globals['_LISTSHARDSRESPONSE']._serialized_end=521
+  _globals['_CLUSTERSERVICE']._serialized_start=524
+  _globals['_CLUSTERSERVICE']._serialized_end=705
 # @@protoc_insertion_point(module_scope)

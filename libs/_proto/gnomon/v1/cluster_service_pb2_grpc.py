@@ -41,6 +41,11 @@ class ClusterServiceStub:
                 request_serializer=gnomon_dot_v1_dot_cluster__service__pb2.ListDispatchersRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_cluster__service__pb2.ListDispatchersResponse.FromString,
                 _registered_method=True)
+        self.ListShards = channel.unary_unary(
+                '/gnomon.v1.ClusterService/ListShards',
+                request_serializer=gnomon_dot_v1_dot_cluster__service__pb2.ListShardsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_cluster__service__pb2.ListShardsResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -55,6 +60,15 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListShards(self, request, context):
+        """Lists every shard of a region with its owner and fencing token: live ownership from etcd
+        (the shard key and its create revision) joined with the token recorded in the database
+        (`shard_owners`, which is what fencing checks).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -62,6 +76,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.ListDispatchers,
                     request_deserializer=gnomon_dot_v1_dot_cluster__service__pb2.ListDispatchersRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_cluster__service__pb2.ListDispatchersResponse.SerializeToString,
+            ),
+            'ListShards': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListShards,
+                    request_deserializer=gnomon_dot_v1_dot_cluster__service__pb2.ListShardsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_cluster__service__pb2.ListShardsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -92,6 +111,33 @@ class ClusterService:
             '/gnomon.v1.ClusterService/ListDispatchers',
             gnomon_dot_v1_dot_cluster__service__pb2.ListDispatchersRequest.SerializeToString,
             gnomon_dot_v1_dot_cluster__service__pb2.ListDispatchersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListShards(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.ClusterService/ListShards',
+            gnomon_dot_v1_dot_cluster__service__pb2.ListShardsRequest.SerializeToString,
+            gnomon_dot_v1_dot_cluster__service__pb2.ListShardsResponse.FromString,
             options,
             channel_credentials,
             insecure,
