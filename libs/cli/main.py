@@ -39,12 +39,13 @@ def _env(database_url, etcd, listen, region) -> None:
 
 
 SERVICES = {
-    "api": ("gnomon.api.service", "Run the API service (JobService, DeadLetterService, ClusterService) "
+    "api": ("gnomon.api.service", "Run the API service (JobService, ScheduleService, DeadLetterService, QueueService, "
+                                  "ClusterService) "
                                   "against an external database and etcd."),
     "dispatcher": ("gnomon.dispatcher.service",
                    "Run a dispatcher (shard owner, claims, outbox relay, worker lease streams)."),
-    "planner": ("gnomon.planner.service", "Run the planner (recurring schedules; health only until issue 3 lands)."),
-    "reaper": ("gnomon.reaper.service", "Run the reaper (lease expiry, deadlines; health only until issue 4 lands)."),
+    "planner": ("gnomon.planner.service", "Run the planner (recurring schedules: occurrences, misfire, overlap, catch-up budget)."),
+    "reaper": ("gnomon.reaper.service", "Run the reaper (lost leases -> retries, deadlines -> EXPIRED, retention pruning)."),
 }
 
 

@@ -126,7 +126,7 @@ def _table(rows: list[tuple[str, ...]]) -> None:
 def create(queue: str = typer.Option(..., "--queue", "-q", help="Queue of every occurrence job."),
            cron: Optional[str] = CRON, rrule: Optional[str] = RRULE, every: Optional[str] = EVERY, tz: str = TZ,
            payload: str = typer.Option("", "--payload", "-p", help="Payload text (e.g. JSON), sent as UTF-8 bytes."),
-           schedule_id: str = typer.Option("", "--id", help="Schedule id ([a-z0-9-], 1-63); default a UUID."),
+           schedule_id: str = typer.Option("", "--id", help="Schedule id: 1-63 lower-case letters, digits and '-', starting with a letter; default a UUID."),
            misfire: Optional[str] = typer.Option(None, "--misfire", help="run_latest (default), skip, coalesce, "
                                                                           "run_all."),
            grace: Optional[str] = typer.Option(None, "--grace", help="Misfire grace, 0-1d (default 60s)."),
@@ -335,7 +335,7 @@ def preview(name: Optional[str] = typer.Argument(None, help="A saved schedule (e
             dst_fold: Optional[str] = FOLD,
             from_: Optional[str] = typer.Option(None, "--from", help="RFC 3339: fire times strictly after it "
                                                                      "(default now)."),
-            count: int = typer.Option(10, "--count", "-c", help="How many fire times (1-1000)."),
+            count: int = typer.Option(10, "--count", "-c", help="How many fire times (1-1000); skipped DST-gap times are listed too but not counted."),
             json_out: bool = typer.Option(False, "--json", help="Print a JSON array."),
             api: str = API, namespace: str = NS) -> None:
     """Show the next fire times of a rule or a saved schedule (nothing is saved).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
 from gnomon.api.names import parse_parent
@@ -24,6 +24,10 @@ MIN_WINDOW, MAX_WINDOW = timedelta(minutes=1), timedelta(days=366)
 MAX_CATCHUP = 1000
 MAX_JITTER = timedelta(hours=1)
 MAX_INTERVAL = timedelta(days=366)
+#: Instants of rules (start/end, preview and backfill times) stay in 1970 .. 9000, so every bounded
+#: search (50 years either way) stays inside what Python datetimes can represent.
+MIN_RULE_INSTANT = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MAX_RULE_INSTANT = datetime(9000, 1, 1, tzinfo=timezone.utc)
 
 _GAP = {schedule_pb2.DST_GAP_POLICY_UNSPECIFIED: "SHIFT_FORWARD", schedule_pb2.DST_GAP_POLICY_SHIFT_FORWARD: "SHIFT_FORWARD",
         schedule_pb2.DST_GAP_POLICY_SKIP: "SKIP"}
@@ -54,6 +58,16 @@ def _enum(v: Validator, table: dict, value: int, field: str) -> str | None:
         v.add(field, f"unknown value {value}")
         return None
     return table[value]
+
+
+def rule_instant(v: Validator, msg, field: str) -> datetime | None:
+    """A Timestamp used by a rule (start_time, end_time, from_time, backfill range): a valid instant
+    between 1970-01-01 and 9000-01-01 (UTC), else a violation on ``field`` and None."""
+    t = _timestamp(v, msg, field)
+    if t is not None and not (MIN_RULE_INSTANT <= t <= MAX_RULE_INSTANT):
+        v.add(field, "must be between 1970-01-01T00:00:00Z and 9000-01-01T00:00:00Z")
+        return None
+    return t
 
 
 def overlap_of(v: Validator, value: int, field: str, default: str) -> str:
@@ -112,8 +126,8 @@ def schedule_values(v: Validator, msg: schedule_pb2.Schedule, prefix: str = "sch
         window = _duration(v, msg.catchup_window, f"{prefix}catchup_window", MIN_WINDOW, MAX_WINDOW)
     max_catchup = msg.max_catchup or store.DEFAULT_MAX_CATCHUP
     v.check(1 <= max_catchup <= MAX_CATCHUP, f"{prefix}max_catchup", f"must be between 1 and {MAX_CATCHUP} (0 = 100)")
-    start = _timestamp(v, msg.start_time, f"{prefix}start_time") if msg.HasField("start_time") else None
-    end = _timestamp(v, msg.end_time, f"{prefix}end_time") if msg.HasField("end_time") else None
+    start = rule_instant(v, msg.start_time, f"{prefix}start_time") if msg.HasField("start_time") else None
+    end = rule_instant(v, msg.end_time, f"{prefix}end_time") if msg.HasField("end_time") else None
     jitter = timedelta(0)
     if msg.HasField("jitter"):
         jitter = _duration(v, msg.jitter, f"{prefix}jitter", timedelta(0), MAX_JITTER) or timedelta(0)
@@ -151,10 +165,18 @@ def schedule_values(v: Validator, msg: schedule_pb2.Schedule, prefix: str = "sch
 
 
 def check_rule(values: store.ScheduleValues, prefix: str = "schedule.") -> None:
-    """Compiles the rule of ``values``; raises :class:`InvalidArgument` with the rule's reason."""
+    """Compiles the rule of ``values``; raises :class:`InvalidArgument` with the rule's reason
+    (INVALID_TIME_RANGE when ``end_time`` is not after ``start_time``)."""
     v = Validator()
-    _, reason = compile_spec(v, values.spec(), prefix)
+    _, reason = _check_values(v, values, prefix)
     _raise(v, reason)
+
+
+def _check_values(v: Validator, values: store.ScheduleValues, prefix: str):
+    if values.start_time is not None and values.end_time is not None and values.end_time <= values.start_time:
+        v.add(f"{prefix}end_time", "must be after start_time")
+        return None, "INVALID_TIME_RANGE"
+    return compile_spec(v, values.spec(), prefix)
 
 
 def validate_create(req, *, region: str) -> store.NewSchedule:
@@ -176,7 +198,7 @@ def validate_create(req, *, region: str) -> store.NewSchedule:
     values = schedule_values(v, req.schedule)
     reason = None
     if values is not None:
-        _, reason = compile_spec(v, values.spec(), "schedule.")
+        _, reason = _check_values(v, values, "schedule.")
         values = store.ScheduleValues(**{**values.__dict__, "paused": req.schedule.paused})
     _raise(v, reason)
     return store.NewSchedule(namespace=namespace, schedule_id=sid or str(uuid.uuid4()), region=region, values=values,
@@ -191,9 +213,11 @@ def preview_spec(msg) -> RuleSpec:
     kind, expression, interval = rule_fields(v, msg, "rule.")
     gap = _enum(v, _GAP, msg.dst_gap, "rule.dst_gap")
     fold = _enum(v, _FOLD, msg.dst_fold, "rule.dst_fold")
-    start = _timestamp(v, msg.start_time, "rule.start_time") if msg.HasField("start_time") else None
-    end = _timestamp(v, msg.end_time, "rule.end_time") if msg.HasField("end_time") else None
+    start = rule_instant(v, msg.start_time, "rule.start_time") if msg.HasField("start_time") else None
+    end = rule_instant(v, msg.end_time, "rule.end_time") if msg.HasField("end_time") else None
     v.raise_if_any()
+    if start is not None and end is not None and end <= start:
+        raise InvalidArgument([FieldViolation("rule.end_time", "must be after start_time")], reason="INVALID_TIME_RANGE")
     spec = RuleSpec(kind=RuleKind(kind), expression=expression, interval=interval, time_zone=msg.time_zone or "UTC",
                     start=start, end=end, dst_gap=DstGap(gap), dst_fold=DstFold(fold))
     _, reason = compile_spec(v, spec, "rule.")

@@ -7,15 +7,15 @@ import base64
 import hashlib
 import json
 from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2 as pb, schedule_service_pb2_grpc
 from gnomon.api.convert import job_to_proto, occurrence_to_proto, schedule_to_proto
 from gnomon.api.names import parse_parent, parse_schedule_name
-from gnomon.api.schedule_validation import (check_rule, overlap_of, parse_request_id, preview_spec, schedule_values,
-                                            validate_create, violation)
+from gnomon.api.validation import QUEUE_RE
+from gnomon.api.schedule_validation import (check_rule, overlap_of, parse_request_id, preview_spec, rule_instant,
+                                            schedule_values, validate_create, violation)
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.scheduling.misfire import BUFFERED, DEDUPLICATED, FIRED, Decision
 from gnomon.common.scheduling.occurrences import StepBuilder
@@ -24,8 +24,8 @@ from gnomon.common.storage import planning as plan_store
 from gnomon.common.storage import schedules as store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.jobs import get_job
-from gnomon.common.time import compile_rule, tzdata_version
-from gnomon.common.timeconv import from_timestamp, to_timestamp
+from gnomon.common.time import compile_rule, get_zone, tzdata_version
+from gnomon.common.timeconv import to_timestamp
 
 MAX_PAGE, DEFAULT_PAGE = 1000, 100
 MAX_PREVIEW, DEFAULT_PREVIEW = 1000, 10
@@ -46,11 +46,14 @@ def _token(data: dict) -> str:
     return base64.urlsafe_b64encode(json.dumps(data).encode()).decode().rstrip("=")
 
 
-def _untoken(token: str, filt: str, method: str) -> dict:
+def _untoken(token: str, filt: str, method: str, key: str) -> str:
+    """The cursor ``key`` of a page token made by :func:`_token` for the same filters; any other
+    token (garbage, foreign, hand-made with a wrong shape) is INVALID_ARGUMENT on ``page_token``."""
     try:
         d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if d.get("f") == filt:
-            return d
+        v = d[key] if isinstance(d, dict) and d.get("f") == filt else None
+        if isinstance(v, str) and v.isprintable() and len(v) <= 64:
+            return v
     except Exception:  # noqa: BLE001 - any garbage token is the caller's error
         pass
     raise violation("page_token", f"is not a token returned by {method} for this request")
@@ -81,6 +84,10 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         async def txn(conn):
             now = await store.db_now(conn)
             nxt = _first_after(rec, store.planning_start(new.values.start_time, now))
+            if nxt is None:
+                raise InvalidArgument([FieldViolation(f"schedule.{new.values.rule_kind.lower()}",
+                                                      "the rule has no fire time after now (and before end_time)")],
+                                      reason="RULE_NEVER_FIRES")
             return await store.insert_schedule(conn, new, now=now, next_fire_at=nxt)
         row, created = await run_transaction(self.engine, txn)
         if created:
@@ -98,9 +105,11 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             raise violation("page_size", f"must be between 0 and {MAX_PAGE}")
         if request.paused not in pb.PausedFilter.values():
             raise violation("paused", "unknown value")
+        if request.queue and not QUEUE_RE.fullmatch(request.queue):
+            raise violation("queue", "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit")
         paused = {pb.PAUSED_FILTER_PAUSED: True, pb.PAUSED_FILTER_ACTIVE: False}.get(request.paused)
         filt = hashlib.sha256(f"{ns}|{paused}|{request.queue}".encode()).hexdigest()[:16]
-        after = _untoken(request.page_token, filt, "ListSchedules")["a"] if request.page_token else None
+        after = _untoken(request.page_token, filt, "ListSchedules", "a") if request.page_token else None
         size = request.page_size or DEFAULT_PAGE
         rows = await run_transaction(self.engine, lambda c: store.list_schedules(
             c, ns, paused=paused, queue=request.queue or None, after=after, limit=size + 1))
@@ -146,8 +155,6 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             if not changes:
                 return row
             now = await store.db_now(conn)
-            if not set(changes) & store.RULE_FIELDS:
-                return await store.update_schedule(conn, row, changes, now=now)
             start = store.replan_start(row["planned_through"], values.start_time, now)
             return await store.update_schedule(conn, row, changes, now=now, replan_from=start,
                                                next_fire_at=_first_after(compile_rule(values.spec()), start))
@@ -200,7 +207,7 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
                     return row, prior, job
             now = await store.db_now(conn)
             nominal = now.replace(microsecond=now.microsecond // 1000 * 1000)
-            local = nominal.astimezone(ZoneInfo(row["time_zone"])).isoformat()
+            local = nominal.astimezone(get_zone(row["time_zone"])).isoformat()
             existing = await store.get_occurrence(conn, row["uid"], nominal)
             if existing is not None:
                 return row, dict(existing, decision=DEDUPLICATED), None
@@ -227,13 +234,14 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
     async def BackfillSchedule(self, request, context):
         ns, sid = parse_schedule_name(request.name)
         v = Validator()
-        if not request.HasField("start_time"):
+        start = rule_instant(v, request.start_time, "start_time") if request.HasField("start_time") else None
+        end = rule_instant(v, request.end_time, "end_time") if request.HasField("end_time") else None
+        if start is None and not request.HasField("start_time"):
             v.add("start_time", "is required")
-        if not request.HasField("end_time"):
+        if end is None and not request.HasField("end_time"):
             v.add("end_time", "is required")
         policy = overlap_of(v, request.overlap_policy, "overlap_policy", "")
         v.raise_if_any()
-        start, end = from_timestamp(request.start_time), from_timestamp(request.end_time)
         if end <= start:
             raise InvalidArgument([FieldViolation("end_time", "must be after start_time")], reason="INVALID_TIME_RANGE")
 
@@ -289,16 +297,21 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
                 raise violation("rule", "give a saved schedule's name or a rule")
             spec = preview_spec(request.rule)
         if request.HasField("from_time"):
-            after = from_timestamp(request.from_time)
+            v = Validator()
+            after = rule_instant(v, request.from_time, "from_time")
+            v.raise_if_any()
         else:
             after = await run_transaction(self.engine, store.db_now)
         rec = compile_rule(spec)
         items, fired = [], 0
-        for o in rec.iter_after(after):          # skipped nominal times are listed but not counted
-            items.append(o)
-            fired += not o.skipped_dst_gap
-            if fired == count or len(items) >= 3 * count + 10:
-                break
+        try:
+            for o in rec.iter_after(after):      # skipped nominal times are listed but not counted
+                items.append(o)
+                fired += not o.skipped_dst_gap
+                if fired == count or len(items) >= 3 * count + 10:
+                    break
+        except OverflowError:                    # the rule's times run past year 9999
+            pass
         return pb.PreviewScheduleResponse(tzdata_version=self.tzdata, fire_times=[
             schedule_pb2.PreviewFireTime(fire_time=to_timestamp(o.fire_time), local_time=o.local_time.isoformat(), note=o.note,
                                          skipped=o.skipped_dst_gap) for o in items])
@@ -315,7 +328,12 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         filt = hashlib.sha256(f"{ns}|{sid}|{decision}".encode()).hexdigest()[:16]
         before = None
         if request.page_token:
-            before = datetime.fromisoformat(_untoken(request.page_token, filt, "ListScheduleOccurrences")["b"])
+            try:
+                before = datetime.fromisoformat(_untoken(request.page_token, filt, "ListScheduleOccurrences", "b"))
+            except ValueError:
+                raise violation("page_token", "is not a token returned by ListScheduleOccurrences") from None
+            if before.tzinfo is None:
+                raise violation("page_token", "is not a token returned by ListScheduleOccurrences")
         size = request.page_size or DEFAULT_PAGE
 
         async def txn(conn):

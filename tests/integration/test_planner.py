@@ -373,3 +373,56 @@ async def test_reaper_prunes_old_decision_records_but_keeps_buffered(env):
                                                                          limit=100))
     assert n == 1
     assert [o["decision"] for o in await occurrences(engine, "old")] == ["BUFFERED"]
+
+
+async def test_forged_page_tokens_and_out_of_range_instants_are_invalid_argument(env):
+    engine, api = env
+    import base64
+    import hashlib
+    import json
+
+    from google.protobuf import timestamp_pb2
+
+    from gnomon.common.errors import InvalidArgument
+    await create(engine, api, "tok", cron="* * * * *", created="2026-12-01T10:00:00Z")
+    filt = hashlib.sha256("default|None|".encode()).hexdigest()[:16]
+    for forged in ({"f": filt}, {"f": filt, "a": {"x": 1}}, {"f": filt, "a": "a\u0000"}, [1, 2]):
+        token = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode().rstrip("=")
+        with pytest.raises(InvalidArgument) as e:
+            await api.ListSchedules(pb.ListSchedulesRequest(page_token=token), None)
+        assert [v.field for v in e.value.violations] == ["page_token"]
+    filt = hashlib.sha256("default|tok|None".encode()).hexdigest()[:16]
+    for forged in ({"f": filt}, {"f": filt, "b": "notadate"}, {"f": filt, "b": 5}, {"f": filt, "b": "2026-01-01"}):
+        token = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode().rstrip("=")
+        with pytest.raises(InvalidArgument):
+            await api.ListScheduleOccurrences(pb.ListScheduleOccurrencesRequest(
+                parent="namespaces/default/schedules/tok", page_token=token), None)
+    for seconds, nanos in ((253402300000, 0), (-62135596800, 0), (-99999999999, 0), (0, -5)):
+        ts = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+        with pytest.raises(InvalidArgument) as e:
+            await api.PreviewSchedule(pb.PreviewScheduleRequest(name="namespaces/default/schedules/tok",
+                                                                from_time=ts), None)
+        assert [v.field for v in e.value.violations] == ["from_time"]
+        with pytest.raises(InvalidArgument) as e:
+            await api.BackfillSchedule(pb.BackfillScheduleRequest(
+                name="namespaces/default/schedules/tok", start_time=ts,
+                end_time=timestamp_pb2.Timestamp(seconds=1_700_000_000)), None)
+        assert "start_time" in [v.field for v in e.value.violations]
+
+
+async def test_delete_withdraws_every_undispatched_occurrence_and_a_recreated_schedule_gets_new_keys(env):
+    engine, api = env
+    first = await create(engine, api, "again", cron="* * * * *", created="2026-12-01T10:00:00Z",
+                         overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    p = planner(engine, lookahead_s=0)
+    for minute in (1, 2, 3):                                  # 3 due, none dispatched
+        await plan_until(p, T(f"2026-12-01T10:0{minute}:00.5Z"))
+    assert len(await jobs_of(engine, "again")) == 3
+    got = await api.DeleteSchedule(pb.DeleteScheduleRequest(name="namespaces/default/schedules/again"), None)
+    assert got.withdrawn_jobs == 3 and await jobs_of(engine, "again") == []
+    second = await create(engine, api, "again", cron="* * * * *", created="2026-12-01T10:00:00Z",
+                          overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    assert second["uid"] != first["uid"]
+    await plan_until(planner(engine, lookahead_s=0), T("2026-12-01T10:01:00.5Z"))
+    [job] = await jobs_of(engine, "again")
+    assert job["idempotency_key"] == f"again.{second['uid'].hex[:12]}@2026-12-01T10:01:00.000000+00:00"

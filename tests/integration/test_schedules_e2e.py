@@ -125,6 +125,21 @@ T = schedule_pb2.JobTemplate(queue="bad")
     (schedule_pb2.Schedule(interval=duration_pb2.Duration(seconds=0), job_template=T), "INVALID_FIELD",
      "schedule.interval", ""),
     (schedule_pb2.Schedule(cron="0 9 * * *"), "INVALID_FIELD", "schedule.job_template.queue", ""),
+    # regressions from the adversarial review
+    (schedule_pb2.Schedule(cron="0 9 * * *", time_zone="localtime", job_template=T), "INVALID_TIME_ZONE",
+     "schedule.time_zone", "tzdata"),
+    (schedule_pb2.Schedule(cron="0 9 * * *", time_zone="right/UTC", job_template=T), "INVALID_TIME_ZONE",
+     "schedule.time_zone", ""),
+    (schedule_pb2.Schedule(cron="0 0 * * *", job_template=T, start_time=_ts("9999-12-31T23:59:59")), "INVALID_FIELD",
+     "schedule.start_time", "9000"),
+    (schedule_pb2.Schedule(rrule="DTSTART:00010101T000000Z\nRRULE:FREQ=DAILY", job_template=T), "INVALID_TIME_RANGE",
+     "schedule.start_time", ""),
+    (schedule_pb2.Schedule(cron="0 0 * * *", job_template=T, start_time=_ts("2030-01-01T00:00:00"),
+                           end_time=_ts("2030-01-01T00:00:00")), "INVALID_TIME_RANGE", "schedule.end_time", ""),
+    (schedule_pb2.Schedule(cron="0 0 * * *", job_template=T, end_time=_ts("2001-01-01T00:00:00")), "RULE_NEVER_FIRES",
+     "schedule.cron", ""),
+    (schedule_pb2.Schedule(rrule="FREQ=HOURLY;COUNT=100000;BYMONTH=2;BYMONTHDAY=29;BYDAY=MO;BYHOUR=0", job_template=T,
+                           start_time=_ts("1971-01-01T00:00:00")), "RULE_NEVER_FIRES", "schedule.rrule", ""),
 ])
 def test_bad_schedules_are_refused_with_reason_and_field_and_nothing_stored(suite, stub, schedule, reason, field,
                                                                             message):

@@ -67,7 +67,10 @@ def job_row(sched: dict, nominal: datetime, scheduled_at: datetime, *, shards: i
         id=job_id, namespace=sched["namespace"], region=sched["region"], shard=shard_of(job_id, shards),
         queue=sched["queue"], payload=sched["payload"], state=S.SCHEDULED, version=1, scheduled_at=scheduled_at,
         deadline=deadline, max_attempts=sched["max_attempts"], attempt=0,
-        idempotency_key=f"{sched['schedule_id']}@{nominal.astimezone(timezone.utc).isoformat(timespec='microseconds')}",
+        # unique per schedule incarnation: a schedule deleted and created again under the same id
+        # gets new keys (its uid differs), so a consumer never mistakes one run for another
+        idempotency_key=f"{sched['schedule_id']}.{sched['uid'].hex[:12]}@"
+                        f"{nominal.astimezone(timezone.utc).isoformat(timespec='microseconds')}",
         lease_ms=sched["lease_ms"], idempotent=sched["idempotent"], start_to_close_ms=sched["start_to_close_ms"],
         retry_initial_ms=sched["retry_initial_ms"], retry_max_ms=sched["retry_max_ms"],
         retry_multiplier=sched["retry_multiplier"], retry_jitter=sched["retry_jitter"],

@@ -30,9 +30,6 @@ DEFAULT_GRACE = timedelta(seconds=60)
 DEFAULT_CATCHUP_WINDOW = timedelta(hours=24)
 DEFAULT_MAX_CATCHUP = 100
 
-#: Fields whose change re-plans pending occurrences.
-RULE_FIELDS = frozenset({"rule_kind", "expression", "interval_ms", "time_zone", "dst_gap", "dst_fold",
-                         "start_time", "end_time", "jitter_ms"})
 
 
 @dataclass(frozen=True)
@@ -198,14 +195,15 @@ def check_etag(row: dict, etag: str | None) -> None:
                                  reason="STALE_VERSION", metadata={"etag": str(row["version"])})
 
 
-async def withdraw_future_jobs(conn: AsyncConnection, row: dict, *, now: datetime) -> int:
-    """Deletes the occurrence jobs of schedule ``row`` created ahead of time and not dispatched yet
-    (SCHEDULED, attempt 0, schedule time after ``now``) with their decision records, so they can be
-    planned again (pause, rule change, delete). Returns how many jobs were withdrawn."""
-    ids = list((await conn.execute(
-        select(jobs.c.id).where(jobs.c.schedule_uid == row["uid"], jobs.c.state == S.SCHEDULED,
-                                jobs.c.attempt == 0, jobs.c.scheduled_at > now, jobs.c.nominal_time > now)
-        .with_for_update())).scalars().all())
+async def withdraw_future_jobs(conn: AsyncConnection, row: dict, *, now: datetime | None) -> int:
+    """Deletes the occurrence jobs of schedule ``row`` not dispatched yet (SCHEDULED, attempt 0) with
+    their decision records, so they can be planned again: with ``now``, only those created ahead of
+    time (nominal and schedule time after ``now``: pause, update); with None, all of them (delete).
+    Returns how many jobs were withdrawn."""
+    q = select(jobs.c.id).where(jobs.c.schedule_uid == row["uid"], jobs.c.state == S.SCHEDULED, jobs.c.attempt == 0)
+    if now is not None:
+        q = q.where(jobs.c.scheduled_at > now, jobs.c.nominal_time > now)
+    ids = list((await conn.execute(q.with_for_update())).scalars().all())
     if ids:
         await conn.execute(delete(schedule_occurrences).where(schedule_occurrences.c.schedule_uid == row["uid"],
                                                               schedule_occurrences.c.job_id.in_(ids)))
@@ -241,9 +239,9 @@ def replan_start(planned_through: datetime, start_time: datetime | None, now: da
 
 
 async def delete_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> int:
-    """Deletes the locked ``row``, its decision records and its planned-ahead jobs; returns how many
-    jobs were withdrawn. Dispatched or running occurrences are left alone."""
-    n = await withdraw_future_jobs(conn, row, now=now)
+    """Deletes the locked ``row``, its decision records and every occurrence job not dispatched yet;
+    returns how many jobs were withdrawn. Dispatched or running occurrences are left alone."""
+    n = await withdraw_future_jobs(conn, row, now=None)
     await conn.execute(delete(schedule_occurrences).where(schedule_occurrences.c.schedule_uid == row["uid"]))
     await conn.execute(delete(schedules).where(schedules.c.uid == row["uid"]))
     return n

@@ -113,6 +113,9 @@ def compile_rule(spec: RuleSpec) -> Recurrence:
         if "unhashable" not in str(e):
             raise
         return _compile.__wrapped__(spec)
+    except OverflowError as e:  # a bounded search ran past year 1 or 9999 (e.g. DTSTART 9999-12-31)
+        raise RuleError("INVALID_TIME_RANGE", "start_time",
+                        "the rule's times are too close to year 1 or 9999 to be searched") from e
 
 
 @functools.lru_cache(maxsize=65536)

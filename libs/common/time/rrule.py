@@ -8,6 +8,7 @@ search far after DTSTART does not replay every earlier occurrence.
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -331,15 +332,28 @@ def _build(plan: RRulePlan, dtstart: datetime, until: datetime | None):
     return rset
 
 
+def _materialise(plan: RRulePlan) -> list[datetime]:
+    """All wall times of a COUNT rule or RDATE-only set within 50 years of DTSTART, sorted: the
+    first COUNT rule times before the horizon (dateutil is given UNTIL instead of COUNT, then cut
+    at COUNT, so a rare rule never makes it scan to year 9999), plus RDATEs, minus EXDATEs."""
+    times: set[datetime] = set(plan.rdates)
+    if plan.freq is not None:
+        kw = {k: v for k, v in plan.kwargs.items() if k != "count"}
+        rule = du.rrule(dtstart=plan.dtstart, until=plan.dtstart + HORIZON, **kw)
+        times.update(itertools.islice(rule, plan.kwargs["count"]))
+    return sorted(times - set(plan.exdates))
+
+
 def candidates(plan: RRulePlan, start: datetime) -> Iterator[tuple[datetime, str]]:
     """Naive wall times of the recurrence at or after naive ``start``, ascending, note ``""``.
 
-    COUNT rules and RDATE-only sets are materialised once (<= 100000 values); other rules are
-    re-based near ``start`` and expanded up to 50 years ahead."""
+    COUNT rules and RDATE-only sets are materialised once (<= 100000 values, and only their first
+    50 years after DTSTART: a COUNT whose matches are rarer than that would make dateutil scan up to
+    year 9999, seconds of CPU); other rules are re-based near ``start`` and expanded up to 50 years ahead."""
     if plan.freq is None or "count" in plan.kwargs:
         if plan._materialised is None:
             try:
-                plan._materialised = list(_build(plan, plan.dtstart, None))
+                plan._materialised = _materialise(plan)
             except ValueError:
                 plan._materialised = []
         lst = plan._materialised

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.resources
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -18,9 +19,21 @@ def tzdata_version() -> str:
     return importlib.metadata.version("tzdata")
 
 
+@functools.lru_cache(maxsize=1)
+def tzdata_zones() -> frozenset[str]:
+    """The zone names the pinned ``tzdata`` wheel ships (its ``zones`` index, 598 names in 2026.6)."""
+    return frozenset(importlib.resources.files("tzdata").joinpath("zones").read_text().split())
+
+
 @functools.lru_cache(maxsize=1024)
 def _zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
+    # Read from the tzdata wheel, never the host's /usr/share/zoneinfo (zoneinfo's default TZPATH
+    # would prefer it): every service evaluates with the same pinned data, whatever the host has.
+    if name not in tzdata_zones():
+        raise ZoneInfoNotFoundError(name)
+    path = importlib.resources.files("tzdata").joinpath("zoneinfo", *name.split("/"))
+    with path.open("rb") as f:
+        return ZoneInfo.from_file(f, key=name)
 
 
 def get_zone(name: str) -> ZoneInfo:

@@ -131,17 +131,17 @@ class ScheduleServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateSchedule(self, request, context):
-        """Updates the fields named by `update_mask` (all updatable fields when empty). A changed rule,
-        zone, DST policy, start/end or jitter re-plans pending occurrences: jobs created ahead of time
-        and not dispatched are withdrawn and planned again under the new rule. FAILED_PRECONDITION
-        (STALE_VERSION) when `etag` is set and differs; NOT_FOUND.
+        """Updates the fields named by `update_mask` (all updatable fields when empty). Any change re-plans
+        pending occurrences: jobs created ahead of time and not dispatched are withdrawn and planned
+        again under the new rule, policies and job template. FAILED_PRECONDITION (STALE_VERSION) when
+        `etag` is set and differs; NOT_FOUND.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteSchedule(self, request, context):
-        """Deletes a schedule, its decision records and its not-yet-dispatched future occurrence jobs.
+        """Deletes a schedule, its decision records and its occurrence jobs not dispatched yet.
         Occurrences already dispatched or running are jobs in their own right and are not touched.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
