@@ -131,9 +131,11 @@ class Breakers:
             (log.warning if tr.to_state == OPEN else log.info)(
                 "circuit breaker of queue %s/%s: %s -> %s (%s)", tr.namespace, tr.queue, tr.from_state,
                 tr.to_state, why)
-            metrics.BREAKER_TRANSITIONS.labels(tr.namespace, tr.queue, tr.from_state, tr.to_state).inc()
+            metrics.BREAKER_TRANSITIONS.add(1, {"namespace": tr.namespace, "queue": tr.queue, "from_state": tr.from_state,
+                                                "to_state": tr.to_state})
             for st in (OPEN, HALF_OPEN):
-                metrics.BREAKER_STATE.labels(tr.namespace, tr.queue, st).set(1 if tr.to_state == st else 0)
+                metrics.BREAKER_STATE.set(1 if tr.to_state == st else 0,
+                                          {"namespace": tr.namespace, "queue": tr.queue, "state": st})
         self.transitions += made
         if self.on_change and any(tr.to_state != OPEN for tr in made):
             self.on_change()

@@ -137,8 +137,8 @@ class ClaimLoop:
             faults.point("crash_after_claim")
             self.claimed_total += len(claimed)
             for c in claimed:
-                metrics.CLAIMED.labels(c.queue).inc()
-                metrics.DISPATCH_LAG.labels(c.queue).observe(max(0.0, (c.dispatched_at - c.scheduled_at).total_seconds()))
+                metrics.CLAIMED.add(1, {"queue": c.queue})
+                metrics.DISPATCH_LAG.record(max(0.0, (c.dispatched_at - c.scheduled_at).total_seconds()), {"queue": c.queue})
             self.relay.deliver(claimed)
         return len(claimed), delay
 

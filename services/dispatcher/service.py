@@ -9,6 +9,7 @@ import uuid
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2, worker_service_pb2_grpc
+from gnomon.common import metrics
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.config import ClusterSettings, DatabaseSettings, DispatcherSettings, EtcdSettings, ServerSettings
 from gnomon.common.config import BreakerSettings, RetryBudgetSettings
@@ -68,6 +69,11 @@ class Dispatcher:
                                                   for q in s.queues},
                                  on_change=lambda: self.wake.set())
         self.claims.budget, self.claims.breakers = self.budget, self.breakers
+        # queue depth / oldest due age gauges of the queues our workers serve; in-flight attempts
+        self.backlog = metrics.BacklogSampler(self.engine, region=self.cluster.region, targets=lambda: {
+            (s.namespace, q) for s in self.registry.sessions.values() for q in s.queues})
+        metrics.CONNECTED_WORKERS.set(0)
+        metrics.set_in_flight_source(lambda: sum(len(s.held) for s in self.registry.sessions.values()))
         self.cancels = CancelPusher(self.engine, self.registry, interval_s=self.settings.cancel_push_interval_s)
 
     async def start(self) -> None:
@@ -80,6 +86,7 @@ class Dispatcher:
         self.claims.start()
         self.breakers.start()
         self.cancels.start()
+        self.backlog.start()
         self.shards.changed = self.wake
         # health follows the database (NOT_SERVING while it is unreachable; worker streams stay open)
         self._health_stop = asyncio.Event()
@@ -94,6 +101,7 @@ class Dispatcher:
         await self.breakers.stop()
         await self.relay.stop()
         await self.cancels.stop()
+        await self.backlog.stop()
         self.worker_servicer.close_all()
         await self.server.stop(self.srv.drain_timeout_s)
         await self.writes.stop()

@@ -133,6 +133,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             k = _key(ref)
             ok = lease_end is not None
             if ok:
+                c = s.held.get((k.job_id, k.attempt))
+                if c is not None and (k.job_id, k.attempt) not in s.accepted:
+                    # accepted_at (= outbox published_at) is lease end - lease duration (same now())
+                    metrics.OUTBOX_PUBLICATION_LAG.record(max(0.0, (
+                        lease_end - c.dispatched_at).total_seconds() - c.lease_ms / 1000), {"queue": c.queue})
                 s.accepted.add((k.job_id, k.attempt))
             else:
                 s.held.pop((k.job_id, k.attempt), None)
@@ -188,9 +193,15 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                          retry_after_s=r.retry_after.ToTimedelta().total_seconds() if r.HasField("retry_after") else 0)
             futs.append((r.attempt, self.writes.submit("result", res)))
 
+        throttled = {(k.job_id, k.attempt) for r in results
+                     if r.failure_class == wpb.FAILURE_CLASS_THROTTLED and r.outcome != wpb.OUTCOME_SUCCEEDED
+                     and (k := _key(r.attempt)) is not None}
+
         def build(ref, reason):
             k = _key(ref)
-            s.held.pop((k.job_id, k.attempt), None)
+            c = s.held.pop((k.job_id, k.attempt), None)
+            if not reason and (k.job_id, k.attempt) in throttled:
+                metrics.THROTTLED_RESULTS.add(1, {"namespace": s.namespace, "queue": c.queue if c else ""})
             s.accepted.discard((k.job_id, k.attempt))
             return wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_RESULT, ok=reason == "", reason=reason or "")
         self._ack_later(s, futs, wpb.ACK_KIND_RESULT, build)

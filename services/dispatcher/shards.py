@@ -61,7 +61,7 @@ class ShardOwnership:
         for s in shards:
             self.owned.pop(s, None)
         self.fenced_writes += 1
-        metrics.FENCED_WRITES.inc()
+        metrics.FENCED_WRITES.add(1)
 
     async def start(self) -> None:
         """Opens the session and starts the acquisition loop (first scan done before returning)."""

@@ -47,7 +47,7 @@ class Sweeper:
             c, region=self.region, skew_margin_s=s.skew_margin_s, limit=s.batch))
         for r in reaped:
             log.info("attempt %d of job %s lost its lease -> %s", r.attempt, r.job_id, r.new_state)
-            metrics.LEASES_LOST.labels(r.new_state).inc()
+            metrics.LEASES_LOST.add(1, {"outcome": r.new_state})
         self.counters.lost_leases += len(reaped)
         self.counters.retried += sum(r.new_state == "SCHEDULED" for r in reaped)
         self.counters.dead += sum(r.new_state == "DEAD" for r in reaped)
@@ -57,7 +57,7 @@ class Sweeper:
         if expired:
             log.info("%d jobs passed their deadline undispatched -> EXPIRED", len(expired))
         self.counters.expired += len(expired)
-        metrics.EXPIRED_JOBS.inc(len(expired))
+        metrics.EXPIRED_JOBS.add(len(expired))
         pruned = await run_transaction(self.engine, lambda c: reaping.prune_finished(
             c, region=self.region, retention_s=s.retention_s, limit=s.batch))
         pruned += await run_transaction(self.engine, lambda c: reaping.prune_decisions(
