@@ -47,6 +47,9 @@ ALTER TABLE catchup_budget SET LOCALITY REGIONAL BY ROW AS crdb_region;
 -- queue_limits: home region column `region`
 ALTER TABLE queue_limits ADD COLUMN IF NOT EXISTS crdb_region crdb_internal_region AS (region::crdb_internal_region) STORED NOT NULL;
 ALTER TABLE queue_limits SET LOCALITY REGIONAL BY ROW AS crdb_region;
+-- region_owners: home region column `region`
+ALTER TABLE region_owners ADD COLUMN IF NOT EXISTS crdb_region crdb_internal_region AS (region::crdb_internal_region) STORED NOT NULL;
+ALTER TABLE region_owners SET LOCALITY REGIONAL BY ROW AS crdb_region;
 
 -- 3. Session defaults the FOR UPDATE SKIP LOCKED claim transactions need (role of the services).
 -- https://www.cockroachlabs.com/docs/stable/alter-role  https://www.cockroachlabs.com/docs/stable/set-vars  https://www.cockroachlabs.com/docs/stable/session-variables

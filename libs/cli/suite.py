@@ -96,12 +96,20 @@ class Suite:
             env = {"GNOMON_REGION": region} if region else None
             self.start_service("api", self.api_listen if i == 0 else None, env=env)
             for _ in range(self.dispatchers):
-                self.start_service("dispatcher", env=env)
+                self.start_service("dispatcher", env=self.dispatcher_env(region))
             self.start_service("planner", env=env)
             self.start_service("reaper", env=env)
         for p in self.procs:
             wait_healthy(p.address)
         return self
+
+    def dispatcher_env(self, region: str | None) -> dict | None:
+        """A dispatcher's extra environment: its region and, with several regions, standby for
+        every other one (docs/regions.md)."""
+        if not region:
+            return None
+        others = [r for r in self.regions if r != region]
+        return {"GNOMON_REGION": region, **({"GNOMON_DISPATCHER_STANDBY_FOR": ",".join(others)} if others else {})}
 
     @property
     def api_address(self) -> str:
@@ -109,8 +117,10 @@ class Suite:
         return next(p.address for p in self.procs if p.role == "api")
 
     def api_address_of(self, region: str) -> str:
-        """host:port of the API of ``region``."""
-        return next(p.address for p in self.procs if p.role == "api" and p.region == region)
+        """host:port of the (latest started, live if any) API of ``region``."""
+        apis = [p for p in self.procs if p.role == "api" and p.region == region]
+        live = [p for p in apis if p.popen.poll() is None]
+        return (live or apis)[-1].address
 
     def service_env(self, listen: str) -> dict:
         """The environment a service process gets."""

@@ -83,6 +83,11 @@ class DispatcherSettings(BaseSettings):
     heartbeat_interval_s: float = Field(default=5.0, gt=0, description="Heartbeat period asked of workers, seconds.")
     write_batch: int = Field(default=500, ge=1, description="Max accepts/heartbeats/results written per transaction.")
     shard_scan_s: float = Field(default=1.0, gt=0, description="Period of the shard acquisition loop, seconds.")
+    standby_for: str = Field(default="", description="Comma-separated home regions this dispatcher stands by "
+                             "for: it serves their shards while none of their dispatchers is registered.")
+    failover_after_s: float = Field(default=5.0, ge=0, le=3600,
+                                    description="A standby takes over a region this long after its last "
+                                                "dispatcher disappeared from etcd, seconds.")
     cancel_push_interval_s: float = Field(default=0.5, gt=0, le=60,
                                           description="How often running attempts of connected workers are checked "
                                                       "for a cancellation request to push, seconds.")

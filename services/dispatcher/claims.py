@@ -27,6 +27,7 @@ from gnomon.common import faults, metrics
 from gnomon.common.config import DispatcherSettings
 from gnomon.common.errors import StaleFencingToken, Unavailable
 from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import regions
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
 from gnomon.dispatcher.breaker import Breakers
@@ -71,6 +72,7 @@ class ClaimLoop:
         ``prefetch_s`` (``None``: none that close; 0: due now but locked by another claimer).
         Raises :class:`StaleFencingToken` (after dropping the shards) if fenced off."""
         tokens = self.shards.tokens()
+        region_token = self.shards.region_token
         cap = self.registry.capacity()
         if not tokens or not cap:
             return 0, None
@@ -85,6 +87,8 @@ class ClaimLoop:
         async def tx(conn):
             out, full, idle, waits = [], False, set(), []
             caps.clear()
+            # region fence first: a region handed over (failover / fail-back) rejects the whole claim
+            await regions.check_region_fence(conn, region=self.region, token=region_token)
             if self.budget:
                 caps.update(await self.budget.caps(conn, list(limits)))
             rl = self.rate_limits
@@ -124,7 +128,10 @@ class ClaimLoop:
         try:
             claimed, delay = await run_transaction(self.engine, tx)
         except StaleFencingToken as e:
-            self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
+            if "region" in e.metadata:
+                self.shards.region_stale()
+            else:
+                self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
             log.warning("claim rejected by the fence: %s", e)
             raise
         if log.isEnabledFor(logging.DEBUG):

@@ -22,6 +22,7 @@ from gnomon.dispatcher.cancels import CancelPusher
 from gnomon.dispatcher.breaker import Breakers
 from gnomon.dispatcher.budget import RetryBudget
 from gnomon.dispatcher.claims import ClaimLoop
+from gnomon.dispatcher.failover import Standby
 from gnomon.dispatcher.relay import Relay
 from gnomon.dispatcher.servicer import HintServicer, WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry
@@ -75,6 +76,9 @@ class Dispatcher:
         metrics.CONNECTED_WORKERS.set(0)
         metrics.set_in_flight_source(lambda: sum(len(s.held) for s in self.registry.sessions.values()))
         self.cancels = CancelPusher(self.engine, self.registry, interval_s=self.settings.cancel_push_interval_s)
+        standby = [r.strip() for r in self.settings.standby_for.split(",") if r.strip() and r.strip() != self.cluster.region]
+        self.standby = Standby(self, standby, failover_after_s=self.settings.failover_after_s,
+                               scan_s=self.settings.shard_scan_s) if standby else None
 
     async def start(self) -> None:
         """Serves the lease stream, takes shards, starts claiming."""
@@ -88,6 +92,8 @@ class Dispatcher:
         self.cancels.start()
         self.backlog.start()
         self.shards.changed = self.wake
+        if self.standby:
+            self.standby.start()
         # health follows the database (NOT_SERVING while it is unreachable; worker streams stay open)
         self._health_stop = asyncio.Event()
         self._health = asyncio.create_task(watch_database(self.engine, self.server, self._health_stop))
@@ -97,6 +103,8 @@ class Dispatcher:
     async def stop(self) -> None:
         """Drain: stop claiming, end streams, flush writes, release shards and the lease."""
         self._health_stop.set()
+        if self.standby:
+            await self.standby.stop()
         await self.claims.stop()
         await self.breakers.stop()
         await self.relay.stop()

@@ -35,6 +35,7 @@ from gnomon.common.scheduling.occurrences import StepBuilder
 from gnomon.common.scheduling.overlap import OverlapState
 from gnomon.common.storage import planning as store
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.regions import served_regions
 from gnomon.common.storage.schedules import db_now, rule_spec_of
 from gnomon.common.time import Recurrence, compile_rule
 
@@ -87,10 +88,15 @@ class Planner:
         """One planning transaction (see the module docstring); ``now`` overrides the database clock."""
         return await run_transaction(self.engine, lambda c: self._plan(c, now))
 
+    async def served(self, conn) -> list[str]:
+        """Home regions this planner plans: its own, and those whose ``region_owners`` row names its
+        region (a failover: docs/regions.md)."""
+        return sorted({self.region, *await served_regions(conn, home=self.region)})
+
     async def _plan(self, conn, now: datetime | None) -> StepStats:
         now = now or await db_now(conn)
         s = self.settings
-        rows = await store.claim_due(conn, region=self.region, now=now, limit=s.batch)
+        rows = await store.claim_due(conn, regions=await self.served(conn), now=now, limit=s.batch)
         if not rows:
             return StepStats(0, 0, 0, None)
         active = await store.active_occurrences(conn, [r["uid"] for r in rows])
@@ -156,7 +162,7 @@ class Planner:
 
     async def _release(self, conn, now: datetime | None) -> StepStats:
         now = now or await db_now(conn)
-        rows = await store.claim_buffered(conn, region=self.region, limit=self.settings.batch)
+        rows = await store.claim_buffered(conn, regions=await self.served(conn), limit=self.settings.batch)
         if not rows:
             return StepStats(0, 0, 0, None)
         active = await store.active_occurrences(conn, [r["uid"] for r in rows])
@@ -213,7 +219,7 @@ class Planner:
         s = self.settings
 
         async def probe(conn):
-            return await db_now(conn), await store.next_plan_at(conn, region=self.region)
+            return await db_now(conn), await store.next_plan_at(conn, regions=await self.served(conn))
         now, nxt = await run_transaction(self.engine, probe)
         sleep = s.max_idle_poll_s if nxt is None else (nxt - now).total_seconds()
         return max(0.0, min(sleep, s.max_idle_poll_s, s.buffer_poll_s))

@@ -15,6 +15,7 @@ from gnomon.common.config import ReaperSettings
 from gnomon.common.errors import Unavailable
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.regions import served_regions
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,19 @@ class Sweeper:
         self.swept = asyncio.Event()          # set after every full round (tests wait on it)
 
     async def sweep_once(self) -> int:
-        """One round of all sweeps; returns how many rows changed."""
+        """One round of all sweeps over every home region this reaper serves (its own, and those
+        ``region_owners`` assigns to its region during a failover); returns how many rows changed."""
+        served = await run_transaction(self.engine, lambda c: served_regions(c, home=self.region))
+        changed = 0
+        for region in sorted({self.region, *served}):
+            changed += await self._sweep(region)
+        self.swept.set()
+        return changed
+
+    async def _sweep(self, region: str) -> int:
         s = self.settings
         reaped = await run_transaction(self.engine, lambda c: reaping.reap_lost_leases(
-            c, region=self.region, skew_margin_s=s.skew_margin_s, limit=s.batch))
+            c, region=region, skew_margin_s=s.skew_margin_s, limit=s.batch))
         for r in reaped:
             log.info("attempt %d of job %s lost its lease -> %s", r.attempt, r.job_id, r.new_state)
             metrics.LEASES_LOST.add(1, {"outcome": r.new_state})
@@ -53,17 +63,16 @@ class Sweeper:
         self.counters.dead += sum(r.new_state == "DEAD" for r in reaped)
         self.counters.cancelled += sum(r.new_state == "CANCELLED" for r in reaped)
         expired = await run_transaction(self.engine, lambda c: reaping.expire_deadlines(
-            c, region=self.region, limit=s.batch))
+            c, region=region, limit=s.batch))
         if expired:
             log.info("%d jobs passed their deadline undispatched -> EXPIRED", len(expired))
         self.counters.expired += len(expired)
         metrics.EXPIRED_JOBS.add(len(expired))
         pruned = await run_transaction(self.engine, lambda c: reaping.prune_finished(
-            c, region=self.region, retention_s=s.retention_s, limit=s.batch))
+            c, region=region, retention_s=s.retention_s, limit=s.batch))
         pruned += await run_transaction(self.engine, lambda c: reaping.prune_decisions(
-            c, region=self.region, retention_s=s.decision_retention_s, limit=s.batch))
+            c, region=region, retention_s=s.decision_retention_s, limit=s.batch))
         self.counters.pruned += pruned
-        self.swept.set()
         return len(reaped) + len(expired) + pruned
 
     async def run(self, stop: asyncio.Event) -> None:

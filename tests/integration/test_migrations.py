@@ -21,6 +21,6 @@ def test_migrate_from_empty_equals_models(pg_server):
         engine.dispose()
         assert diff == []
         assert tables == {"jobs", "attempts", "outbox", "shard_owners", "audit_log", "dlq_replays", "queue_state",
-                          "schedules", "schedule_occurrences", "catchup_budget", "queue_limits", "alembic_version"}
+                          "schedules", "schedule_occurrences", "catchup_budget", "queue_limits", "region_owners", "alembic_version"}
     finally:
         pg_server.drop_database("migrate_from_empty")

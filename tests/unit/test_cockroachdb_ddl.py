@@ -227,13 +227,13 @@ def _sql(stmt) -> str:
 async def test_planner_claims_compile_with_skip_locked():
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     cap = _Capture()
-    await planning.claim_due(cap, region="us-east1", now=now, limit=10)
-    await planning.claim_buffered(cap, region="us-east1", limit=10)
+    await planning.claim_due(cap, regions=["us-east1"], now=now, limit=10)
+    await planning.claim_buffered(cap, regions=["us-east1"], limit=10)
     assert len(cap.statements) == 2
     for stmt in cap.statements:
         sql = _sql(stmt)
         assert sql.endswith("FOR UPDATE SKIP LOCKED"), sql
-        assert "schedules.region = %(region_1)s::VARCHAR" in sql  # home-region filter: crdb_region is derived from it
+        assert "schedules.region IN (__[POSTCOMPILE_region_1])" in sql  # home-region filter: crdb_region is derived from it
         assert "LIMIT %(param_1)s::INTEGER" in sql
 
 

@@ -90,24 +90,25 @@ def record_row(sched: dict, *, nominal: datetime, local_time: str, decision: str
                 missed_first=first, missed_last=last, request_id=request_id)
 
 
-async def claim_due(conn: AsyncConnection, *, region: str, now: datetime, limit: int) -> list[dict]:
-    """Up to ``limit`` schedules of ``region`` whose ``plan_at`` has come, oldest first, locked
-    ``FOR UPDATE SKIP LOCKED`` (a schedule another planner holds is skipped, not waited for)."""
-    q = (select(schedules).where(schedules.c.region == region, schedules.c.plan_at <= now)
+async def claim_due(conn: AsyncConnection, *, regions: list[str], now: datetime, limit: int) -> list[dict]:
+    """Up to ``limit`` schedules of the home ``regions`` whose ``plan_at`` has come, oldest first,
+    locked ``FOR UPDATE SKIP LOCKED`` (a schedule another planner holds is skipped, not waited for)."""
+    q = (select(schedules).where(schedules.c.region.in_(regions), schedules.c.plan_at <= now)
          .order_by(schedules.c.plan_at).limit(limit).with_for_update(skip_locked=True))
     return [dict(r) for r in (await conn.execute(q)).mappings()]
 
 
-async def claim_buffered(conn: AsyncConnection, *, region: str, limit: int) -> list[dict]:
-    """Up to ``limit`` schedules of ``region`` with BUFFERED occurrences, locked ``FOR UPDATE SKIP LOCKED``."""
-    q = (select(schedules).where(schedules.c.region == region, schedules.c.buffered > 0)
+async def claim_buffered(conn: AsyncConnection, *, regions: list[str], limit: int) -> list[dict]:
+    """Up to ``limit`` schedules of the home ``regions`` with BUFFERED occurrences, locked
+    ``FOR UPDATE SKIP LOCKED``."""
+    q = (select(schedules).where(schedules.c.region.in_(regions), schedules.c.buffered > 0)
          .limit(limit).with_for_update(skip_locked=True))
     return [dict(r) for r in (await conn.execute(q)).mappings()]
 
 
-async def next_plan_at(conn: AsyncConnection, *, region: str) -> datetime | None:
-    """The earliest ``plan_at`` of the region (None: nothing to plan)."""
-    return (await conn.execute(select(func.min(schedules.c.plan_at)).where(schedules.c.region == region))).scalar()
+async def next_plan_at(conn: AsyncConnection, *, regions: list[str]) -> datetime | None:
+    """The earliest ``plan_at`` of the home ``regions`` (None: nothing to plan)."""
+    return (await conn.execute(select(func.min(schedules.c.plan_at)).where(schedules.c.region.in_(regions)))).scalar()
 
 
 async def active_occurrences(conn: AsyncConnection, uids: list[uuid.UUID]) -> dict[uuid.UUID, list[dict]]:

@@ -293,3 +293,16 @@ queue_limits = Table(
     Column("refilled_at", TS, nullable=False),
     Column("updated_at", TS, nullable=False, comment="when the limit was last set"),
 )
+
+
+#: Which region serves each home region, with the region-level fencing token (migration 0010):
+#: normally a region serves itself; during a failover a standby region does, under a larger token
+#: (DESIGN.md section 5, "Home region"). Every claim checks its region token against this row.
+region_owners = Table(
+    "region_owners", metadata,
+    Column("region", String(32), primary_key=True, comment="the home region"),
+    Column("owner_region", String(32), nullable=False, comment="the region whose services act for it"),
+    Column("owner", String(128), nullable=False, comment="the dispatcher that took the region lease"),
+    Column("token", BigInteger, nullable=False, comment="etcd create revision of the region ownership key"),
+    Column("acquired_at", TS, nullable=False),
+)
