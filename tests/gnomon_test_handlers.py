@@ -78,3 +78,9 @@ def record_occurrence(ctx) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def record_then_sleep(ctx) -> None:
+    """Records the execution, then runs ``$GNOMON_TEST_SLEEP_S`` seconds (renewing its lease meanwhile)."""
+    record(ctx)
+    time.sleep(float(os.environ.get("GNOMON_TEST_SLEEP_S", "1")))
