@@ -116,6 +116,8 @@ class ClaimLoop:
                     await rl.give_back(conn, target, n - len(got))
                 full = full or (len(got) >= n and mode != HALF_OPEN)
                 out += got
+            if out:
+                faults.point("crash_mid_claim")   # test-only: SIGKILL with the claim written, not committed
             if full:
                 return out, 0.0
             live = [t for t in limits if t not in idle]
