@@ -78,8 +78,10 @@ async def take(conn: AsyncConnection, *, region: str, namespace: str, queue: str
     rate, burst, tokens, at, now = row
     tokens = _refill(rate, burst, tokens, at, now)
     granted = max(0, min(want, int(tokens)))
+    # refilled_at never goes back: a transaction that started before the last refill (now() is the
+    # transaction's start) must not count the same span of time twice
     await conn.execute(update(ql).where(*_key(region, namespace, queue)).values(tokens=tokens - granted,
-                                                                                refilled_at=now))
+                                                                                refilled_at=max(at, now)))
     wait = 0.0 if granted else (1.0 - (tokens - int(tokens))) / rate
     return granted, wait
 
