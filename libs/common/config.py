@@ -83,6 +83,11 @@ class DispatcherSettings(BaseSettings):
     heartbeat_interval_s: float = Field(default=5.0, gt=0, description="Heartbeat period asked of workers, seconds.")
     write_batch: int = Field(default=500, ge=1, description="Max accepts/heartbeats/results written per transaction.")
     shard_scan_s: float = Field(default=1.0, gt=0, description="Period of the shard acquisition loop, seconds.")
+    idle_in_transaction_timeout_ms: int = Field(
+        default=5_000, ge=500, le=600_000,
+        description="The database ends a dispatcher session idle inside a transaction this long (a paused "
+                    "dispatcher holding shard/region row locks), so a hand-over never waits on it; keep it "
+                    "below the etcd lease TTL, milliseconds.")
     standby_for: str = Field(default="", description="Comma-separated home regions this dispatcher stands by "
                              "for: it serves their shards while none of their dispatchers is registered.")
     failover_after_s: float = Field(default=5.0, ge=0, le=3600,

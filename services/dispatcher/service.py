@@ -39,7 +39,10 @@ class Dispatcher:
         self.db, self.cluster, self.srv = DatabaseSettings(), ClusterSettings(), ServerSettings()
         self.etcd_s, self.settings = EtcdSettings(), DispatcherSettings()
         self.id = os.environ.get("GNOMON_DISPATCHER_ID") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.engine = make_engine(self.db)
+        # A dispatcher stopped inside a transaction (SIGSTOP, a long pause) must not hold shard or region
+        # row locks past its lease: the database ends such a session, so a hand-over never waits on it.
+        self.engine = make_engine(self.db, session_options={
+            "idle_in_transaction_session_timeout": self.settings.idle_in_transaction_timeout_ms})
         self.etcd = EtcdClient(self.etcd_s.endpoint_list)
         self.registry = SessionRegistry()
         self.writes = WriteBatcher(self.engine, self.settings.write_batch)
