@@ -91,11 +91,21 @@ def dev(api: str = "127.0.0.1:7070", demo: bool = False, dispatchers: int = 1, r
         if demo:
             _demo(suite, stop, write_status)
         typer.echo("press Ctrl-C to stop")
+        reported: set[int] = set()
         while not stop.is_set():
             for p in suite.procs:
-                if p.popen.poll() is not None and p.role != "worker":
-                    typer.echo(f"{p.role} (pid {p.popen.pid}) exited with {p.popen.returncode}; see {p.log_path}")
-                    stop.set()
+                if p.popen.poll() is not None and p.role != "worker" and p.popen.pid not in reported:
+                    reported.add(p.popen.pid)
+                    typer.echo(f"{p.role} of region {p.region} (pid {p.popen.pid}) exited with "
+                               f"{p.popen.returncode}; see {p.log_path}")
+                    if len(region_list) > 1:
+                        # several regions: a region's processes may die (that is what failover is for);
+                        # the others go on, and the logs are kept for a look afterwards
+                        suite.keep_dir = True
+                        write_status()
+                    else:
+                        suite.keep_dir = True          # the log it points to must outlive the stop
+                        stop.set()
             stop.wait(0.5)
     finally:
         typer.echo("stopping ...")

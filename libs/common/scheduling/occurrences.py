@@ -103,7 +103,7 @@ class StepBuilder:
             backfill = rec["source"] == "BACKFILL"
             job = self._create(sched, rec["nominal_time"], catchup=True)
             decision = LATE if (self.now - rec["nominal_time"]).total_seconds() > 1 else FIRED
-            note = "backfill run" if backfill else (why or "released from the overlap buffer")
+            note = "released" if backfill else (why or "released from the overlap buffer")
             up.update(decision=decision, note="; ".join(p for p in (note, rec["note"]) if p), job_id=job["id"],
                       scheduled_at=job["scheduled_at"])
             active.append(dict(id=job["id"], namespace=job["namespace"], state=job["state"],
