@@ -30,18 +30,34 @@ def suite(pg_server, migrated_template, tmp_path):
     pg_server.drop_database(name)
 
 
+def _streams(metrics_address: str) -> float:
+    """The dispatcher's gnomon_connected_worker_streams gauge (0 if not scraped yet)."""
+    import urllib.request
+    try:
+        text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=2).read().decode()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("gnomon_connected_worker_streams"):
+            return float(line.split()[-1])
+    return 0
+
+
 def test_uneven_workers_get_jobs_of_every_shard_from_three_dispatchers(suite):
     record = os.path.join(suite.base_dir, "uneven.txt")
-    env = {"GNOMON_TEST_RECORD": record, "PYTHONPATH": TESTS_DIR}
+    env = {"GNOMON_TEST_RECORD": record, "PYTHONPATH": TESTS_DIR, "GNOMON_TEST_SLEEP_S": "0.05"}
     # a big worker connects while there is one dispatcher; two more dispatchers join later
-    big = suite.start_worker(["uneven"], "gnomon_test_handlers:record", concurrency=32, env=env)
+    big = suite.start_worker(["uneven"], "gnomon_test_handlers:record_then_sleep", concurrency=32, env=env)
     for _ in range(2):
         wait_healthy(suite.start_service("dispatcher").address)
     started = time.monotonic()
     wait_for(lambda: sql(suite.database_url, "SELECT count(DISTINCT owner) FROM shard_owners") == [(3,)], 30,
              "shards rebalanced over 3 dispatchers")
     handover_s = time.monotonic() - started
-    small = suite.start_worker(["uneven"], "gnomon_test_handlers:record", concurrency=1, env=env)
+    small = suite.start_worker(["uneven"], "gnomon_test_handlers:record_then_sleep", concurrency=1, env=env)
+    dispatchers = [p for p in suite.procs if p.role == "dispatcher"]
+    wait_for(lambda: all(_streams(p.metrics_address) == 2 for p in dispatchers), 30,
+             "both workers connected to all three dispatchers")
     try:
         with Client(api=suite.api_address) as c:
             names = {c.create_job("uneven", b"").name for _ in range(300)}
