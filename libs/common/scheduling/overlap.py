@@ -59,21 +59,12 @@ def decide(policy: str, state: OverlapState) -> tuple[str, str]:
 
 def release(policy: str, state: OverlapState) -> tuple[str, str]:
     """The action for the oldest BUFFERED occurrence (released under ``policy``, the one it was
-    buffered with). Returns ``(action, note)``: CREATE, SKIP, CANCEL_AND_CREATE, or BUFFER (keep waiting)."""
-    busy = state.active > 0
-    if policy == "ALLOW":
-        state.active += 1
-        return CREATE, ""
-    if policy == "SKIP":
-        if busy:
-            return SKIP, f"overlap policy SKIP: {state.active} earlier occurrence(s) still active"
-        state.active += 1
-        return CREATE, ""
-    if policy == "CANCEL_OTHER":
-        action = CANCEL_AND_CREATE if busy else CREATE
-        state.active = 1 if busy else state.active + 1
-        return action, "overlap policy CANCEL_OTHER: cancelled the earlier active occurrence(s)" if busy else ""
-    if busy:
+    buffered with). Returns ``(action, note)``: CREATE, SKIP, CANCEL_AND_CREATE, or BUFFER (keep
+    waiting). The buffering policies release it once nothing is active; the others decide as for
+    a due run (:func:`decide`)."""
+    if policy not in ("BUFFER_ONE", "BUFFER_ALL"):
+        return decide(policy, state)
+    if state.active > 0:
         return BUFFER, ""
     state.active += 1
     return CREATE, "released after the previous occurrence finished"
