@@ -11,10 +11,8 @@ from datetime import datetime, timedelta, timezone
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
 from gnomon.api.names import parse_parent
-from gnomon.api.validation import (DEFAULT_LEASE, DEFAULT_MAX_ATTEMPTS, MAX_MAX_ATTEMPTS, MAX_PAYLOAD_BYTES, QUEUE_RE,
-                                   _duration, _timestamp, validate_retry_policy)
+from gnomon.api.validation import _duration, _timestamp, job_fields
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
-from gnomon.common.retry import DEFAULT_POLICY
 from gnomon.common.storage import schedules as store
 from gnomon.common.time import DstFold, DstGap, RuleError, RuleKind, RuleSpec, compile_rule
 
@@ -133,25 +131,7 @@ def schedule_values(v: Validator, msg: schedule_pb2.Schedule, prefix: str = "sch
         jitter = _duration(v, msg.jitter, f"{prefix}jitter", timedelta(0), MAX_JITTER) or timedelta(0)
     t = msg.job_template
     tp = f"{prefix}job_template."
-    if not msg.HasField("job_template") or not t.queue:
-        v.add(f"{tp}queue", "is required")
-    else:
-        v.check(bool(QUEUE_RE.fullmatch(t.queue)), f"{tp}queue",
-                "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit")
-    v.check(len(t.payload) <= MAX_PAYLOAD_BYTES, f"{tp}payload",
-            f"is {len(t.payload)} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB)")
-    max_attempts = DEFAULT_MAX_ATTEMPTS
-    if t.HasField("max_attempts"):
-        if v.check(1 <= t.max_attempts <= MAX_MAX_ATTEMPTS, f"{tp}max_attempts",
-                   f"must be between 1 and {MAX_MAX_ATTEMPTS}"):
-            max_attempts = t.max_attempts
-    lease = DEFAULT_LEASE
-    if t.HasField("lease_duration"):
-        lease = _duration(v, t.lease_duration, f"{tp}lease_duration", timedelta(seconds=1), timedelta(hours=1)) or lease
-    retry = validate_retry_policy(v, t.retry_policy, f"{tp}retry_policy") if t.HasField("retry_policy") \
-        else DEFAULT_POLICY
-    stc = _duration(v, t.start_to_close, f"{tp}start_to_close", timedelta(seconds=1), timedelta(days=7)) \
-        if t.HasField("start_to_close") else None
+    f = job_fields(v, t, tp)
     sdl = _duration(v, t.start_deadline, f"{tp}start_deadline", timedelta(seconds=1), timedelta(days=366)) \
         if t.HasField("start_deadline") else None
     if len(v.violations) > n0:
@@ -159,9 +139,9 @@ def schedule_values(v: Validator, msg: schedule_pb2.Schedule, prefix: str = "sch
     return store.ScheduleValues(
         rule_kind=kind, expression=expression, interval=interval, time_zone=tz, dst_gap=gap, dst_fold=fold,
         start_time=start, end_time=end, misfire_policy=misfire, misfire_grace=grace, catchup_window=window,
-        max_catchup=max_catchup, overlap_policy=overlap, jitter=jitter, queue=t.queue, payload=bytes(t.payload),
-        max_attempts=max_attempts, lease=lease, idempotent=t.idempotent, start_to_close=stc, start_deadline=sdl,
-        retry=retry)
+        max_catchup=max_catchup, overlap_policy=overlap, jitter=jitter, queue=f.queue, payload=f.payload,
+        max_attempts=f.max_attempts, lease=f.lease, idempotent=t.idempotent, start_to_close=f.start_to_close,
+        start_deadline=sdl, retry=f.retry)
 
 
 def check_rule(values: store.ScheduleValues, prefix: str = "schedule.") -> None:

@@ -76,6 +76,47 @@ def request_fingerprint(req: job_service_pb2.CreateJobRequest) -> str:
     return hashlib.sha256(req.SerializeToString(deterministic=True)).hexdigest()
 
 
+@dataclass(frozen=True)
+class JobFields:
+    """The validated fields a job and a schedule's job template share (defaults filled in)."""
+
+    queue: str
+    payload: bytes
+    max_attempts: int
+    lease: timedelta
+    retry: RetryPolicy
+    start_to_close: timedelta | None
+
+
+def job_fields(v: Validator, msg, prefix: str = "") -> JobFields:
+    """Checks ``queue``, ``payload``, ``max_attempts``, ``lease_duration``, ``retry_policy`` and
+    ``start_to_close`` of a CreateJobRequest or JobTemplate (violations named ``{prefix}field``,
+    limits in the module docstring). A returned value is meaningless when violations were added."""
+    if not msg.queue:
+        v.add(f"{prefix}queue", "is required")
+    else:
+        v.check(bool(QUEUE_RE.fullmatch(msg.queue)), f"{prefix}queue",
+                "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit")
+    v.check(len(msg.payload) <= MAX_PAYLOAD_BYTES, f"{prefix}payload",
+            f"is {len(msg.payload)} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB)")
+    max_attempts = DEFAULT_MAX_ATTEMPTS
+    if msg.HasField("max_attempts"):
+        if v.check(1 <= msg.max_attempts <= MAX_MAX_ATTEMPTS, f"{prefix}max_attempts",
+                   f"must be between 1 and {MAX_MAX_ATTEMPTS}"):
+            max_attempts = msg.max_attempts
+    lease = DEFAULT_LEASE
+    if msg.HasField("lease_duration"):
+        lease = _duration(v, msg.lease_duration, f"{prefix}lease_duration", timedelta(seconds=1),
+                          timedelta(hours=1)) or lease
+    retry = validate_retry_policy(v, msg.retry_policy, f"{prefix}retry_policy") if msg.HasField("retry_policy") \
+        else DEFAULT_POLICY
+    start_to_close = None
+    if msg.HasField("start_to_close"):
+        start_to_close = _duration(v, msg.start_to_close, f"{prefix}start_to_close", timedelta(seconds=1),
+                                   timedelta(days=7))
+    return JobFields(msg.queue, bytes(msg.payload), max_attempts, lease, retry, start_to_close)
+
+
 def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shards: int) -> NewJob:
     """Checks every field of ``req`` and returns the :class:`NewJob` to insert.
 
@@ -87,24 +128,13 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
     except InvalidArgument as e:
         v.violations += e.violations
         namespace = ""
-    if not req.queue:
-        v.add("queue", "is required")
-    else:
-        v.check(bool(QUEUE_RE.fullmatch(req.queue)), "queue",
-                "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit")
-    v.check(len(req.payload) <= MAX_PAYLOAD_BYTES, "payload",
-            f"is {len(req.payload)} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB)")
+    f = job_fields(v, req)
     schedule_at, delay = _schedule(v, req)
     deadline = None
     if req.HasField("deadline"):
         deadline = _timestamp(v, req.deadline, "deadline")
         if deadline and schedule_at and deadline <= schedule_at:
             v.add("deadline", "must be after schedule_time")
-    max_attempts = DEFAULT_MAX_ATTEMPTS
-    if req.HasField("max_attempts"):
-        if v.check(1 <= req.max_attempts <= MAX_MAX_ATTEMPTS, "max_attempts",
-                   f"must be between 1 and {MAX_MAX_ATTEMPTS}"):
-            max_attempts = req.max_attempts
     request_id = None
     if req.request_id:
         try:
@@ -116,20 +146,13 @@ def validate_create(req: job_service_pb2.CreateJobRequest, *, region: str, shard
     if req.idempotency_key:
         v.check(bool(PRINTABLE_RE.fullmatch(req.idempotency_key)), "idempotency_key",
                 "must be 1-255 printable ASCII characters without spaces")
-    lease = DEFAULT_LEASE
-    if req.HasField("lease_duration"):
-        lease = _duration(v, req.lease_duration, "lease_duration", timedelta(seconds=1), timedelta(hours=1)) or lease
-    retry = validate_retry_policy(v, req.retry_policy) if req.HasField("retry_policy") else DEFAULT_POLICY
-    start_to_close = None
-    if req.HasField("start_to_close"):
-        start_to_close = _duration(v, req.start_to_close, "start_to_close", timedelta(seconds=1), timedelta(days=7))
     v.raise_if_any()
     job_id = uuid.uuid4()
-    return NewJob(id=job_id, namespace=namespace, region=region, shard=shard_of(job_id, shards), queue=req.queue,
-                  payload=bytes(req.payload), schedule_at=schedule_at, delay=delay, deadline=deadline,
-                  max_attempts=max_attempts, idempotency_key=req.idempotency_key or str(job_id), lease=lease,
+    return NewJob(id=job_id, namespace=namespace, region=region, shard=shard_of(job_id, shards), queue=f.queue,
+                  payload=f.payload, schedule_at=schedule_at, delay=delay, deadline=deadline,
+                  max_attempts=f.max_attempts, idempotency_key=req.idempotency_key or str(job_id), lease=f.lease,
                   request_id=request_id, request_hash=request_fingerprint(req) if request_id else None,
-                  idempotent=req.idempotent, retry=retry, start_to_close=start_to_close)
+                  idempotent=req.idempotent, retry=f.retry, start_to_close=f.start_to_close)
 
 
 MAX_BACKOFF = timedelta(days=1)
