@@ -110,7 +110,11 @@ class ClaimLoop:
                 c = caps.get(target)
                 got = await store.claim_due(conn, region=self.region, tokens=tokens, targets=[target], limit=n,
                                             dispatcher_id=self.dispatcher_id,
-                                            retry_cap=c.retries if c else None, defer_step_s=c.spacing_s if c else 1.0,
+                                            # HALF_OPEN probes are few (GNOMON_BREAKER_PROBES) and are how the
+                                            # queue recovers: the retry budget must not hold them back, or an
+                                            # exhausted budget keeps the breaker HALF_OPEN for a whole window
+                                            retry_cap=(c.retries if c and mode != HALF_OPEN else None),
+                                            defer_step_s=c.spacing_s if c else 1.0,
                                             breaker_state=mode if self.breakers and self.breakers.enabled else None)
                 if limited and len(got) < n:
                     await rl.give_back(conn, target, n - len(got))
