@@ -46,6 +46,10 @@ def test_half_open_probes_pass_an_exhausted_retry_budget(suite):
                            env={"GNOMON_TEST_RECORD": os.path.join(suite.base_dir, "prb.txt"), "PYTHONPATH": TESTS_DIR,
                                 "GNOMON_TEST_FAIL_FILE": fail_file})
     try:
+        # the breaker counts results from the moment the dispatcher first evaluates the queue (its
+        # queue_state row): create the jobs after that, or a fast burst of failures may go uncounted
+        wait_for(lambda: sql(suite.database_url, "SELECT count(*) FROM queue_state WHERE queue = 'prb'") == [(1,)],
+                 30, "the dispatcher to evaluate the queue's breaker")
         with Client(api=suite.api_address) as c:
             policy = RetryPolicy(initial_backoff=0.1, max_backoff=0.5)
             for _ in range(20):
