@@ -18,6 +18,7 @@ synchronous_commit on, unless ``--dsn`` points elsewhere):
 5. ``peak_rss_mb`` = VmHWM of the api and dispatcher processes; ``ok`` = every job SUCCEEDED with
    exactly one attempt (one execution: a worker starts a handler only after its accept is acked).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,10 @@ async def enqueue_batched(api: str, queue: str, n: int, batch: int, concurrency:
         async def one_worker():
             while sizes:
                 k = sizes.pop()
-                await stub.BatchCreateJobs(js.BatchCreateJobsRequest(
-                    requests=[js.CreateJobRequest(queue=queue) for _ in range(k)]), timeout=60)
+                await stub.BatchCreateJobs(
+                    js.BatchCreateJobsRequest(requests=[js.CreateJobRequest(queue=queue) for _ in range(k)]),
+                    timeout=60,
+                )
 
         await asyncio.gather(*[one_worker() for _ in range(concurrency)])
         return n / (time.perf_counter() - t0)
@@ -119,29 +122,47 @@ def wait_done(conn, queue: str, n: int, timeout_s: float) -> bool:
 
 
 def lag_ms(conn, queue: str) -> tuple[float, float]:
-    r = q(conn, "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP "
-                "(ORDER BY d) FROM (SELECT extract(epoch FROM dispatched_at - scheduled_at) * 1000 AS d "
-                "FROM jobs WHERE queue = %s) x", queue)[0]
+    r = q(
+        conn,
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP "
+        "(ORDER BY d) FROM (SELECT extract(epoch FROM dispatched_at - scheduled_at) * 1000 AS d "
+        "FROM jobs WHERE queue = %s) x",
+        queue,
+    )[0]
     return round(float(r[0] or 0), 2), round(float(r[1] or 0), 2)
 
 
 def one_run(args, run: int, pg: PostgresServer | None) -> dict:
     db = f"bench_{uuid.uuid4().hex[:8]}"
     url = pg.create_database(db) if pg else args.dsn
-    suite = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url,
-                  env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)})
+    suite = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)},
+    )
     suite.start()
     try:
         api = suite.api_address
-        plain = url.replace("postgresql+psycopg://", "postgresql://").replace("cockroachdb+psycopg://", "postgresql://")
+        plain = url.replace("postgresql+psycopg://", "postgresql://").replace(
+            "cockroachdb+psycopg://", "postgresql://"
+        )
         conn = psycopg.connect(plain, autocommit=True)
         single = asyncio.run(enqueue(api, "single", args.single_jobs, args.enqueue_concurrency))
         enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size))
         env = {"PYTHONPATH": ROOT}
-        workers = [suite.start_worker(["drain", "lag-now", "lag-later"], "bench.handlers:noop",
-                                      concurrency=args.concurrency, env=env) for _ in range(args.workers)]
+        workers = [
+            suite.start_worker(
+                ["drain", "lag-now", "lag-later"],
+                "bench.handlers:noop",
+                concurrency=args.concurrency,
+                env=env,
+            )
+            for _ in range(args.workers)
+        ]
         ok = wait_done(conn, "drain", args.jobs, args.timeout)
-        t_first, t_last = q(conn, "SELECT min(dispatched_at), max(finished_at) FROM jobs WHERE queue = 'drain'")[0]
+        t_first, t_last = q(
+            conn, "SELECT min(dispatched_at), max(finished_at) FROM jobs WHERE queue = 'drain'"
+        )[0]
         drain_s = (t_last - t_first).total_seconds() if ok else float("nan")
         drain_lag = lag_ms(conn, "drain")
         asyncio.run(paced(api, "lag-now", args.lag_rate, args.lag_seconds, 0.0))
@@ -150,19 +171,34 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         ok = ok and wait_done(conn, "lag-now", n_lag, 60) and wait_done(conn, "lag-later", n_lag, 60)
         now_lag, later_lag = lag_ms(conn, "lag-now"), lag_ms(conn, "lag-later")
         total = args.jobs + 2 * n_lag
-        exact = q(conn, "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs "
-                        "WHERE queue <> 'single'")[0]
+        exact = q(
+            conn,
+            "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs "
+            "WHERE queue <> 'single'",
+        )[0]
         attempts = q(conn, "SELECT count(*) FROM attempts WHERE accepted_at IS NOT NULL")[0][0]
         ok = ok and exact == (total, total) and attempts == total
         rss = {p.role: peak_rss_mb(p.popen.pid) for p in suite.procs if p.role in ("api", "dispatcher")}
         rss["workers"] = [peak_rss_mb(w.popen.pid) for w in workers]
         conn.close()
-        return {"bench": "gnomon", "run": run, "jobs": args.jobs, "workers": args.workers,
-                "enqueue_jobs_per_s": round(enq, 1), "enqueue_single_jobs_per_s": round(single, 1), "drain_jobs_per_s": round(args.jobs / drain_s, 1) if ok else None,
-                "dispatch_lag_p50_ms": now_lag[0], "dispatch_lag_p99_ms": now_lag[1],
-                "dispatch_lag_due_later_p50_ms": later_lag[0], "dispatch_lag_due_later_p99_ms": later_lag[1],
-                "drain_dispatch_lag_p99_ms": drain_lag[1], "lag_rate_per_s": args.lag_rate,
-                "peak_rss_mb": rss, "durable": pg is None or pg.durable, "ok": ok}
+        return {
+            "bench": "gnomon",
+            "run": run,
+            "jobs": args.jobs,
+            "workers": args.workers,
+            "enqueue_jobs_per_s": round(enq, 1),
+            "enqueue_single_jobs_per_s": round(single, 1),
+            "drain_jobs_per_s": round(args.jobs / drain_s, 1) if ok else None,
+            "dispatch_lag_p50_ms": now_lag[0],
+            "dispatch_lag_p99_ms": now_lag[1],
+            "dispatch_lag_due_later_p50_ms": later_lag[0],
+            "dispatch_lag_due_later_p99_ms": later_lag[1],
+            "drain_dispatch_lag_p99_ms": drain_lag[1],
+            "lag_rate_per_s": args.lag_rate,
+            "peak_rss_mb": rss,
+            "durable": pg is None or pg.durable,
+            "ok": ok,
+        }
     finally:
         suite.stop()
         if pg:
@@ -174,17 +210,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=20000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=1)
-    ap.add_argument("--dsn", default=None, help="Use this database (SQLAlchemy URL) instead of embedded PostgreSQL.")
+    ap.add_argument(
+        "--dsn", default=None, help="Use this database (SQLAlchemy URL) instead of embedded PostgreSQL."
+    )
     ap.add_argument("--concurrency", type=int, default=256, help="Credits per worker process.")
     ap.add_argument("--enqueue-concurrency", type=int, default=64, help="CreateJob calls in flight.")
-    ap.add_argument("--single-jobs", type=int, default=2000, help="Jobs created one CreateJob each (not drained).")
-    ap.add_argument("--batch-size", type=int, default=500, help="Jobs per BatchCreateJobs for the drain jobs.")
+    ap.add_argument(
+        "--single-jobs", type=int, default=2000, help="Jobs created one CreateJob each (not drained)."
+    )
+    ap.add_argument(
+        "--batch-size", type=int, default=500, help="Jobs per BatchCreateJobs for the drain jobs."
+    )
     ap.add_argument("--claim-batch", type=int, default=500)
     ap.add_argument("--lag-rate", type=float, default=200.0)
     ap.add_argument("--lag-seconds", type=float, default=5.0)
     ap.add_argument("--later", type=float, default=5.0)
     ap.add_argument("--timeout", type=float, default=600.0)
-    ap.add_argument("--fast", action="store_true", help="Embedded PostgreSQL without fsync (reported as durable=false).")
+    ap.add_argument(
+        "--fast", action="store_true", help="Embedded PostgreSQL without fsync (reported as durable=false)."
+    )
     args = ap.parse_args(argv)
     pg = None
     if args.dsn is None:

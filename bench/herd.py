@@ -28,6 +28,7 @@ transaction's ``now()``) against ``claim_batch``, ``claims`` and ``mean_claim_ba
 max and VmHWM; ``flat`` = max <= at_due + max(10 MiB, 10 %). ``ok`` = every job SUCCEEDED with
 exactly one accepted attempt, and no early dispatch.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,11 +62,25 @@ def herd_row_template(due) -> tuple[list[str], dict]:
     req.schedule_time.FromDatetime(due)
     n = validate_create(req, region="local", shards=SHARDS)
     assert n.request_id is None and n.deadline is None and n.delay is None
-    values = dict(id=None, namespace=n.namespace, region=n.region, shard=None, queue=n.queue, payload=n.payload,
-                  state=SCHEDULED, version=1, scheduled_at=n.schedule_at, deadline=n.deadline,
-                  max_attempts=n.max_attempts, attempt=0, idempotency_key=None,
-                  lease_ms=int(n.lease.total_seconds() * 1000), idempotent=n.idempotent,
-                  start_to_close_ms=_ms(n.start_to_close), **policy_columns(n.retry))
+    values = dict(
+        id=None,
+        namespace=n.namespace,
+        region=n.region,
+        shard=None,
+        queue=n.queue,
+        payload=n.payload,
+        state=SCHEDULED,
+        version=1,
+        scheduled_at=n.schedule_at,
+        deadline=n.deadline,
+        max_attempts=n.max_attempts,
+        attempt=0,
+        idempotency_key=None,
+        lease_ms=int(n.lease.total_seconds() * 1000),
+        idempotent=n.idempotent,
+        start_to_close_ms=_ms(n.start_to_close),
+        **policy_columns(n.retry),
+    )
     return list(values), values
 
 
@@ -124,24 +139,40 @@ class RssSampler(threading.Thread):
 
 
 def pct_ms(conn, p: float) -> float:
-    return round(float(q(conn, "SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY extract(epoch FROM "
-                               "dispatched_at - scheduled_at)) * 1000 FROM jobs WHERE queue = %s", p, QUEUE)[0][0]), 1)
+    return round(
+        float(
+            q(
+                conn,
+                "SELECT percentile_cont(%s) WITHIN GROUP (ORDER BY extract(epoch FROM "
+                "dispatched_at - scheduled_at)) * 1000 FROM jobs WHERE queue = %s",
+                p,
+                QUEUE,
+            )[0][0]
+        ),
+        1,
+    )
 
 
 # -- run -------------------------------------------------------------------------------------------
 def run(args, pg: PostgresServer | None) -> dict:
     db = f"herd_{uuid.uuid4().hex[:8]}"
     url = pg.create_database(db) if pg else args.dsn
-    suite = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, dispatchers=args.dispatchers,
-                  env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)})
+    suite = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        dispatchers=args.dispatchers,
+        env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)},
+    )
     suite.start()
     sampler = None
     try:
-        plain = url.replace("postgresql+psycopg://", "postgresql://").replace("cockroachdb+psycopg://", "postgresql://")
+        plain = url.replace("postgresql+psycopg://", "postgresql://").replace(
+            "cockroachdb+psycopg://", "postgresql://"
+        )
         conn = psycopg.connect(plain, autocommit=True)
         lead = args.lead if args.lead is not None else 20.0 + args.jobs / 25_000
         db_now = q(conn, "SELECT now()")[0][0]
-        due = (db_now + timedelta(seconds=lead)).replace(microsecond=0)   # whole seconds: exact in protobuf
+        due = (db_now + timedelta(seconds=lead)).replace(microsecond=0)  # whole seconds: exact in protobuf
         wall_due = time.time() + (due - db_now).total_seconds()
         load_s = load_herd(conn, due, args.jobs, args.copy_batch)
         conn.execute("ANALYZE jobs")
@@ -154,8 +185,10 @@ def run(args, pg: PostgresServer | None) -> dict:
             else:
                 services[p.role] = p.popen.pid
         env = {"PYTHONPATH": ROOT}
-        workers = [suite.start_worker([QUEUE], "bench.handlers:noop", concurrency=args.concurrency, env=env)
-                   for _ in range(args.workers)]
+        workers = [
+            suite.start_worker([QUEUE], "bench.handlers:noop", concurrency=args.concurrency, env=env)
+            for _ in range(args.workers)
+        ]
         pids = dict(services, **{f"worker-{i}": w.popen.pid for i, w in enumerate(workers)})
         sampler = RssSampler(pids)
         sampler.start()
@@ -164,8 +197,12 @@ def run(args, pg: PostgresServer | None) -> dict:
         deadline = time.monotonic() + max(0.0, wall_due - time.time()) + args.timeout
         remaining, mid_t = args.jobs, None
         while time.monotonic() < deadline:
-            remaining = q(conn, "SELECT count(*) FROM jobs WHERE region = 'local' AND namespace = 'default' "
-                                "AND queue = %s AND state IN ('SCHEDULED', 'QUEUED', 'RUNNING')", QUEUE)[0][0]
+            remaining = q(
+                conn,
+                "SELECT count(*) FROM jobs WHERE region = 'local' AND namespace = 'default' "
+                "AND queue = %s AND state IN ('SCHEDULED', 'QUEUED', 'RUNNING')",
+                QUEUE,
+            )[0][0]
             if mid_t is None and remaining <= args.jobs // 2:
                 mid_t = time.time()
             if remaining == 0:
@@ -177,21 +214,44 @@ def run(args, pg: PostgresServer | None) -> dict:
         sampler.join(5)
         drained = remaining == 0
 
-        sched, first, last_disp, last_fin = q(conn, "SELECT min(scheduled_at), min(dispatched_at), max(dispatched_at), "
-                                                    "max(finished_at) FROM jobs WHERE queue = %s", QUEUE)[0]
-        early = q(conn, "SELECT count(*) FROM jobs WHERE queue = %s AND dispatched_at < scheduled_at", QUEUE)[0][0]
+        sched, first, last_disp, last_fin = q(
+            conn,
+            "SELECT min(scheduled_at), min(dispatched_at), max(dispatched_at), "
+            "max(finished_at) FROM jobs WHERE queue = %s",
+            QUEUE,
+        )[0]
+        early = q(conn, "SELECT count(*) FROM jobs WHERE queue = %s AND dispatched_at < scheduled_at", QUEUE)[
+            0
+        ][0]
         distinct_due = q(conn, "SELECT count(DISTINCT scheduled_at) FROM jobs WHERE queue = %s", QUEUE)[0][0]
-        exact = q(conn, "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs "
-                        "WHERE queue = %s", QUEUE)[0]
-        accepted = q(conn, "SELECT count(*) FROM attempts WHERE accepted_at IS NOT NULL AND queue = %s", QUEUE)[0][0]
-        claims = q(conn, "SELECT count(*), max(c), avg(c), "
-                         "percentile_cont(0.5) WITHIN GROUP (ORDER BY c) FROM (SELECT count(*) AS c FROM attempts "
-                         "WHERE queue = %s GROUP BY dispatcher_id, claimed_at) x", QUEUE)[0]
+        exact = q(
+            conn,
+            "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs "
+            "WHERE queue = %s",
+            QUEUE,
+        )[0]
+        accepted = q(
+            conn, "SELECT count(*) FROM attempts WHERE accepted_at IS NOT NULL AND queue = %s", QUEUE
+        )[0][0]
+        claims = q(
+            conn,
+            "SELECT count(*), max(c), avg(c), "
+            "percentile_cont(0.5) WITHIN GROUP (ORDER BY c) FROM (SELECT count(*) AS c FROM attempts "
+            "WHERE queue = %s GROUP BY dispatcher_id, claimed_at) x",
+            QUEUE,
+        )[0]
         drain_s = (last_fin - sched).total_seconds() if drained and last_fin else None
         tenths = None
         if drain_s:
-            per = dict(q(conn, "SELECT least(9, floor(10 * extract(epoch FROM finished_at - scheduled_at) / %s))::int, "
-                               "count(*) FROM jobs WHERE queue = %s GROUP BY 1", drain_s, QUEUE))
+            per = dict(
+                q(
+                    conn,
+                    "SELECT least(9, floor(10 * extract(epoch FROM finished_at - scheduled_at) / %s))::int, "
+                    "count(*) FROM jobs WHERE queue = %s GROUP BY 1",
+                    drain_s,
+                    QUEUE,
+                )
+            )
             tenths = [round(per.get(i, 0) / (drain_s / 10), 1) for i in range(10)]
         rss = {}
         for k, pid in pids.items():
@@ -202,34 +262,51 @@ def run(args, pg: PostgresServer | None) -> dict:
                 hwm = peak_rss_mb(pid)
             except OSError:
                 hwm = None
-            rss[k] = {"at_due": at_due, "mid": sampler.at(k, mid_t) if mid_t else None,
-                      "end": round(s[-1], 1) if s else None, "max": mx, "vmhwm": hwm,
-                      "flat": None if at_due is None or mx is None else mx <= at_due + max(10.0, 0.1 * at_due)}
+            rss[k] = {
+                "at_due": at_due,
+                "mid": sampler.at(k, mid_t) if mid_t else None,
+                "end": round(s[-1], 1) if s else None,
+                "max": mx,
+                "vmhwm": hwm,
+                "flat": None if at_due is None or mx is None else mx <= at_due + max(10.0, 0.1 * at_due),
+            }
         svc_flat = all(rss[k]["flat"] for k in services)
         ok = drained and early == 0 and exact == (args.jobs, args.jobs) and accepted == args.jobs
         lag50, lag99 = pct_ms(conn, 0.5), pct_ms(conn, 0.99)
         conn.close()
         return {
-            "bench": "herd", "jobs": args.jobs, "workers": args.workers, "dispatchers": args.dispatchers,
-            "claim_batch": args.claim_batch, "concurrency": args.concurrency, "lead_s": lead,
-            "load_jobs_per_s": round(args.jobs / load_s, 1), "load_s": round(load_s, 1),
-            "ready_before_due_s": ready_before_due_s, "distinct_scheduled_at": distinct_due,
+            "bench": "herd",
+            "jobs": args.jobs,
+            "workers": args.workers,
+            "dispatchers": args.dispatchers,
+            "claim_batch": args.claim_batch,
+            "concurrency": args.concurrency,
+            "lead_s": lead,
+            "load_jobs_per_s": round(args.jobs / load_s, 1),
+            "load_s": round(load_s, 1),
+            "ready_before_due_s": ready_before_due_s,
+            "distinct_scheduled_at": distinct_due,
             "first_dispatch_lag_ms": round((first - sched).total_seconds() * 1000, 1) if first else None,
             "early_dispatches": early,
             "drain_s": round(drain_s, 1) if drain_s else None,
             "drain_jobs_per_s": round(args.jobs / drain_s, 1) if drain_s else None,
             "drain_jobs_per_s_by_tenth": tenths,
             "last_dispatch_lag_s": round((last_disp - sched).total_seconds(), 1) if last_disp else None,
-            "dispatch_lag_p50_ms": lag50, "dispatch_lag_p99_ms": lag99,
-            "claims": claims[0], "max_claim_batch": claims[1],
+            "dispatch_lag_p50_ms": lag50,
+            "dispatch_lag_p99_ms": lag99,
+            "claims": claims[0],
+            "max_claim_batch": claims[1],
             "mean_claim_batch": round(float(claims[2]), 1) if claims[2] is not None else None,
             "median_claim_batch": claims[3],
             "claim_batch_bounded": claims[1] is not None and claims[1] <= args.claim_batch,
-            "rss_mb": rss, "services_rss_flat": svc_flat,
+            "rss_mb": rss,
+            "services_rss_flat": svc_flat,
             "worker_peak_rss_mb": [rss[f"worker-{i}"]["max"] for i in range(args.workers)],
             "rss_samples": len(sampler.samples["api"]),
             "wall_s": round(end_t - wall_due, 1),
-            "durable": pg is None or pg.durable, "ok": ok}
+            "durable": pg is None or pg.durable,
+            "ok": ok,
+        }
     finally:
         if sampler:
             sampler.stop.set()
@@ -245,13 +322,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dispatchers", type=int, default=1)
     ap.add_argument("--concurrency", type=int, default=256, help="Credits per worker process.")
     ap.add_argument("--claim-batch", type=int, default=500, help="GNOMON_DISPATCHER_CLAIM_BATCH.")
-    ap.add_argument("--lead", type=float, default=None,
-                    help="Seconds from the start of the load to the herd's scheduled_at (default 20 + jobs/25,000).")
+    ap.add_argument(
+        "--lead",
+        type=float,
+        default=None,
+        help="Seconds from the start of the load to the herd's scheduled_at (default 20 + jobs/25,000).",
+    )
     ap.add_argument("--copy-batch", type=int, default=50_000, help="Rows per COPY (one transaction each).")
     ap.add_argument("--poll", type=float, default=2.0, help="Seconds between progress polls.")
     ap.add_argument("--timeout", type=float, default=3600.0, help="Seconds allowed after scheduled_at.")
-    ap.add_argument("--dsn", default=None, help="Use this database (SQLAlchemy URL) instead of embedded PostgreSQL.")
-    ap.add_argument("--fast", action="store_true", help="Embedded PostgreSQL without fsync (reported as durable=false).")
+    ap.add_argument(
+        "--dsn", default=None, help="Use this database (SQLAlchemy URL) instead of embedded PostgreSQL."
+    )
+    ap.add_argument(
+        "--fast", action="store_true", help="Embedded PostgreSQL without fsync (reported as durable=false)."
+    )
     args = ap.parse_args(argv)
     pg = None
     if args.dsn is None:

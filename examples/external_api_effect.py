@@ -24,6 +24,7 @@ Run it (with ``gnomon dev`` serving the API)::
     python -m examples.external_api_effect --port 8099 &
     PAYMENTS_URL=http://127.0.0.1:8099 PYTHONPATH=. gnomon worker --queue charges --handler examples.external_api_effect:handle
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,11 +52,13 @@ class PaymentsServer:
         self.lock = threading.Lock()
         self.payments: list[dict] = []
         self.requests = 0
-        self._by_key: dict[str, tuple[str, int, dict] | None] = {}   # key -> (body, status, response) | in progress
+        self._by_key: dict[
+            str, tuple[str, int, dict] | None
+        ] = {}  # key -> (body, status, response) | in progress
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args):      # quiet
+            def log_message(self, *args):  # quiet
                 pass
 
             def _send(self, status: int, body: dict, replayed: bool = False) -> None:
@@ -91,7 +94,7 @@ class PaymentsServer:
                         if body != raw:
                             return self._send(422, {"error": "key reused with different parameters"})
                         return self._send(status, response, replayed=True)
-                    outer._by_key[key] = None            # in progress
+                    outer._by_key[key] = None  # in progress
                 try:
                     req = json.loads(raw)
                     account, amount = str(req["account"]), int(req["amount_cents"])
@@ -100,12 +103,19 @@ class PaymentsServer:
                 except (ValueError, KeyError, TypeError) as e:
                     status, response = 400, {"error": f"bad request: {e}"}
                 else:
-                    status, response = 201, {"id": f"pay_{uuid.uuid4().hex[:12]}", "account": account,
-                                             "amount_cents": amount, "idempotency_key": key}
+                    status, response = (
+                        201,
+                        {
+                            "id": f"pay_{uuid.uuid4().hex[:12]}",
+                            "account": account,
+                            "amount_cents": amount,
+                            "idempotency_key": key,
+                        },
+                    )
                 with outer.lock:
                     if status == 201:
                         outer.payments.append(response)
-                    outer._by_key[key] = (raw, status, response)   # replayed for every repeat
+                    outer._by_key[key] = (raw, status, response)  # replayed for every repeat
                 return self._send(status, response)
 
         self.httpd = http.server.ThreadingHTTPServer((host, port), Handler)
@@ -118,7 +128,7 @@ class PaymentsServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "PaymentsServer":
+    def start(self) -> PaymentsServer:
         """Serves in a daemon thread; returns self."""
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="payments", daemon=True)
         self._thread.start()
@@ -129,7 +139,7 @@ class PaymentsServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def __enter__(self) -> "PaymentsServer":
+    def __enter__(self) -> PaymentsServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -138,7 +148,7 @@ class PaymentsServer:
 
 # -- the job handler -----------------------------------------------------------------------------
 
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))   # never route loopback via a proxy
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never route loopback via a proxy
 
 
 def charge(url: str, account: str, amount_cents: int, idempotency_key: str, timeout_s: float = 10.0) -> dict:
@@ -154,8 +164,12 @@ def charge(url: str, account: str, amount_cents: int, idempotency_key: str, time
             the response was lost, the retry gets the stored payment back.
     """
     body = json.dumps({"account": account, "amount_cents": amount_cents}, sort_keys=True).encode()
-    req = urllib.request.Request(f"{url.rstrip('/')}/payments", data=body, method="POST",
-                                 headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key})
+    req = urllib.request.Request(
+        f"{url.rstrip('/')}/payments",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json", "Idempotency-Key": idempotency_key},
+    )
     try:
         with _OPENER.open(req, timeout=timeout_s) as resp:
             return json.load(resp)
@@ -193,7 +207,9 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8099)
     args = ap.parse_args()
     server = PaymentsServer(args.host, args.port)
-    print(f"payments provider on {server.url} (POST /payments with Idempotency-Key; GET /payments)", flush=True)
+    print(
+        f"payments provider on {server.url} (POST /payments with Idempotency-Key; GET /payments)", flush=True
+    )
     try:
         server.httpd.serve_forever()
     except KeyboardInterrupt:

@@ -26,14 +26,15 @@ Run it (with ``gnomon dev`` serving the API on 127.0.0.1:7070)::
 and create jobs with ``Client().create_job("credits", {"account": "alice", "amount_cents": 500},
 idempotent=True, idempotency_key="order-42-credit")``.
 """
+
 from __future__ import annotations
 
 import contextlib
 import logging
 import os
 import sqlite3
-from datetime import datetime, timezone
-from typing import Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from gnomon.sdk import JobContext, PermanentError
 
@@ -74,9 +75,11 @@ def ledger(path: str | None = None) -> Iterator[sqlite3.Connection]:
 
 def credit(db: sqlite3.Connection, account: str, amount_cents: int) -> None:
     """The business mutation: adds ``amount_cents`` to ``account`` (created at 0 if new)."""
-    db.execute("INSERT INTO accounts (id, balance_cents) VALUES (?, ?) "
-               "ON CONFLICT (id) DO UPDATE SET balance_cents = balance_cents + excluded.balance_cents",
-               (account, amount_cents))
+    db.execute(
+        "INSERT INTO accounts (id, balance_cents) VALUES (?, ?) "
+        "ON CONFLICT (id) DO UPDATE SET balance_cents = balance_cents + excluded.balance_cents",
+        (account, amount_cents),
+    )
 
 
 def handle(ctx: JobContext) -> str:
@@ -99,11 +102,16 @@ def handle(ctx: JobContext) -> str:
             new = db.execute(
                 "INSERT INTO effects (idempotency_key, job, attempt, applied_at) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (idempotency_key) DO NOTHING",
-                (ctx.idempotency_key, ctx.job, ctx.attempt, datetime.now(timezone.utc).isoformat())).rowcount
+                (ctx.idempotency_key, ctx.job, ctx.attempt, datetime.now(UTC).isoformat()),
+            ).rowcount
             if new == 0:
                 db.execute("ROLLBACK")
-                log.info("%s attempt %d: effect %s was applied already; nothing to do", ctx.job, ctx.attempt,
-                         ctx.idempotency_key)
+                log.info(
+                    "%s attempt %d: effect %s was applied already; nothing to do",
+                    ctx.job,
+                    ctx.attempt,
+                    ctx.idempotency_key,
+                )
                 return "already applied"
             credit(db, account, amount)
             db.execute("COMMIT")

@@ -11,6 +11,7 @@ with the server's log tail, because an integration test that silently does not r
     etcd_endpoints     ["127.0.0.1:PORT"]
     etcd_prefix        unique bytes key prefix, e.g. b"/gnomon-test-<hex>/", deleted afterwards
 """
+
 from __future__ import annotations
 
 import base64
@@ -63,10 +64,16 @@ def migrated_template(pg_server: PostgresServer) -> str:
     url = pg_server.create_database(TEMPLATE_DB)
     upgrade(url)
     with psycopg.connect(pg_server.conninfo(), autocommit=True) as conn:
-        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                     "WHERE datname = %s AND pid <> pg_backend_pid()", (TEMPLATE_DB,))
-        conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false")
-                     .format(sql.Identifier(TEMPLATE_DB)))
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (TEMPLATE_DB,),
+        )
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(
+                sql.Identifier(TEMPLATE_DB)
+            )
+        )
     return TEMPLATE_DB
 
 
@@ -100,10 +107,17 @@ def etcd_prefix(etcd_cluster: EtcdCluster) -> Iterator[bytes]:
     test (best effort, through the HTTP/JSON gateway)."""
     prefix = f"/gnomon-test-{uuid.uuid4().hex}/".encode()
     yield prefix
-    body = json.dumps({"key": base64.b64encode(prefix).decode(),
-                       "range_end": base64.b64encode(_prefix_range_end(prefix)).decode()}).encode()
-    req = urllib.request.Request(f"{etcd_cluster.client_urls[0]}/v3/kv/deleterange", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "key": base64.b64encode(prefix).decode(),
+            "range_end": base64.b64encode(_prefix_range_end(prefix)).decode(),
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"{etcd_cluster.client_urls[0]}/v3/kv/deleterange",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         opener.open(req, timeout=2).read()

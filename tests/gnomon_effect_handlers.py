@@ -7,6 +7,7 @@ as ``gnomon_effect_handlers`` with the repository root and ``tests/`` on PYTHONP
 * ``long_steps``: a long job that sleeps in small steps, saves a progress checkpoint after each step
   and resumes from ``ctx.last_checkpoint``; records what it saw in ``$GNOMON_TEST_RECORD``.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from examples import external_api_effect, local_db_effect
 
 def _crash_on_first_attempt(ctx) -> None:
     if ctx.attempt == 1:
-        os._exit(1)          # no result, no release, no goodbye: the lease just stops being renewed
+        os._exit(1)  # no result, no release, no goodbye: the lease just stops being renewed
 
 
 def local_db_then_crash(ctx) -> None:
@@ -53,7 +54,7 @@ def long_steps(ctx) -> None:
             while time.monotonic() < end:
                 ctx.raise_if_cancelled()
                 time.sleep(0.05)
-            ctx.checkpoint(json.dumps({"done": i}).encode())     # also raises Cancelled if cancelled
+            ctx.checkpoint(json.dumps({"done": i}).encode())  # also raises Cancelled if cancelled
             _record(f"step {ctx.job} {ctx.attempt} {i}")
     except BaseException:
         _record(f"cancelled {ctx.job} {ctx.attempt} {ctx.cancel_reason}")

@@ -2,6 +2,7 @@
 with ``tests/`` on PYTHONPATH). Each execution appends one line to ``$GNOMON_TEST_RECORD``:
 ``<job name> <attempt> <idempotency key> <fencing token> <wall clock unix seconds> <worker pid>``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,9 @@ import time
 
 def record(ctx) -> None:
     """Records the execution (one O_APPEND write, atomic across processes for short lines)."""
-    line = f"{ctx.job} {ctx.attempt} {ctx.idempotency_key} {ctx.fencing_token} {time.time():.6f} {os.getpid()}\n"
+    line = (
+        f"{ctx.job} {ctx.attempt} {ctx.idempotency_key} {ctx.fencing_token} {time.time():.6f} {os.getpid()}\n"
+    )
     fd = os.open(os.environ["GNOMON_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -34,7 +37,8 @@ async def wait_for_cancel(ctx) -> None:
     """Runs until the job's cancellation reaches it (``ctx.cancelled``), then raises
     :class:`gnomon.sdk.Cancelled` (reported as a PERMANENT failure)."""
     from gnomon.sdk import Cancelled
-    while not ctx.cancelled:
+
+    while not ctx.cancelled:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     raise Cancelled(ctx.cancel_reason)
 
@@ -43,6 +47,7 @@ def fail_while_file(ctx) -> None:
     """Records the execution, then raises :class:`gnomon.sdk.TransientError` while the file named by
     ``$GNOMON_TEST_FAIL_FILE`` exists (a dependency that is down until the test removes it)."""
     from gnomon.sdk import TransientError
+
     record(ctx)
     if os.path.exists(os.environ["GNOMON_TEST_FAIL_FILE"]):
         raise TransientError("dependency down")
@@ -51,6 +56,7 @@ def fail_while_file(ctx) -> None:
 def permanent_failure(ctx) -> None:
     """Records the execution and fails PERMANENT."""
     from gnomon.sdk import PermanentError
+
     record(ctx)
     raise PermanentError("bad input")
 
@@ -64,6 +70,7 @@ def value_error(ctx) -> None:
 def throttle_first_attempt(ctx) -> None:
     """Records the execution; attempt 1 fails THROTTLED with retry_after 2 s, later attempts succeed."""
     from gnomon.sdk import ThrottledError
+
     record(ctx)
     if ctx.attempt == 1:
         raise ThrottledError(2.0, "rate limited")

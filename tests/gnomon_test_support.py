@@ -1,5 +1,6 @@
 """Helpers shared by the process-level tests (imported as ``gnomon_test_support``: pytest puts
 ``tests/`` on ``sys.path`` for its conftest)."""
+
 from __future__ import annotations
 
 import os

@@ -24,6 +24,7 @@ Usage::
 
     python tests/faults/faultproxy.py 127.0.0.1:5432 --listen 127.0.0.1:15432 --mode delay --delay-ms 100
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,9 @@ MODES = ("pass", "delay", "blackhole", "reset")
 class FaultProxy:
     """One listening socket forwarding to ``upstream`` (``host:port``) with a switchable fault mode."""
 
-    def __init__(self, upstream: str, listen: str = "127.0.0.1:0", *, mode: str = "pass", delay_ms: float = 0.0):
+    def __init__(
+        self, upstream: str, listen: str = "127.0.0.1:0", *, mode: str = "pass", delay_ms: float = 0.0
+    ):
         host, port = upstream.rsplit(":", 1)
         self.upstream = (host, int(port))
         lhost, lport = listen.rsplit(":", 1)
@@ -55,7 +58,7 @@ class FaultProxy:
 
     # -- control (any thread) ------------------------------------------------------------------
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         """Binds the listening socket (``self.address``) and starts forwarding."""
         self._thread.start()
         fut = asyncio.run_coroutine_threadsafe(self._start(), self._loop)
@@ -81,7 +84,7 @@ class FaultProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -92,7 +95,7 @@ class FaultProxy:
     async def _start(self) -> None:
         self._server = await asyncio.start_server(self._on_client, *self._listen)
         sock = self._server.sockets[0]
-        self.address = "%s:%d" % sock.getsockname()[:2]
+        self.address = "{}:{}".format(*sock.getsockname()[:2])
 
     async def _abort_all(self) -> None:
         for t in list(self._conns):
@@ -141,7 +144,7 @@ class FaultProxy:
                 wait = due - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                if self.mode == "blackhole":          # switched while the chunk waited
+                if self.mode == "blackhole":  # switched while the chunk waited
                     self.stats[f"dropped_{direction}"] += len(data)
                     continue
                 writer.write(data)
@@ -182,7 +185,10 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=float, default=0.0)
     a = ap.parse_args()
     p = FaultProxy(a.upstream, a.listen, mode=a.mode, delay_ms=a.delay_ms).start()
-    print(f"faultproxy {p.address} -> {a.upstream} mode {a.mode}; type pass|delay MS|blackhole|reset|quit", flush=True)
+    print(
+        f"faultproxy {p.address} -> {a.upstream} mode {a.mode}; type pass|delay MS|blackhole|reset|quit",
+        flush=True,
+    )
     try:
         for line in iter(input, "quit"):
             parts = line.split()

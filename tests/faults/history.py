@@ -26,6 +26,7 @@ Invariants checked (numbers from DESIGN.md section 4):
 
 This module is also a worker handler module (``history:run``, with ``tests/faults`` on PYTHONPATH).
 """
+
 from __future__ import annotations
 
 import collections
@@ -41,14 +42,16 @@ from psycopg.rows import dict_row
 
 from gnomon.common import states as S
 
-
 # -- the handler -------------------------------------------------------------------------------
+
 
 def run(ctx) -> None:
     """Records ``<job> <attempt> <key> <token> <wall s> <pid>`` to ``$GNOMON_TEST_RECORD`` at start,
     then sleeps ``payload.sleep`` seconds if the attempt is in ``payload.sleep_attempts`` (default
     [1]) and ``$GNOMON_TEST_SLEEP_OK`` is unset or names this worker (``GNOMON_TEST_WORKER``)."""
-    line = f"{ctx.job} {ctx.attempt} {ctx.idempotency_key} {ctx.fencing_token} {time.time():.6f} {os.getpid()}\n"
+    line = (
+        f"{ctx.job} {ctx.attempt} {ctx.idempotency_key} {ctx.fencing_token} {time.time():.6f} {os.getpid()}\n"
+    )
     fd = os.open(os.environ["GNOMON_TEST_RECORD"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -66,6 +69,7 @@ def run(ctx) -> None:
 
 # -- the history ---------------------------------------------------------------------------------
 
+
 @dataclass
 class Created:
     name: str
@@ -79,28 +83,37 @@ class History:
     """Client calls of one run plus, after :meth:`collect`, the database's and handler's view."""
 
     created_jobs: list[Created] = field(default_factory=list)
-    jobs: dict = field(default_factory=dict)          # job_id -> row dict
-    attempts: dict = field(default_factory=dict)      # job_id -> [row dict] by attempt
+    jobs: dict = field(default_factory=dict)  # job_id -> row dict
+    attempts: dict = field(default_factory=dict)  # job_id -> [row dict] by attempt
     executions: list[dict] = field(default_factory=list)
     notes: dict = field(default_factory=dict)
 
     def created(self, job, idempotent: bool = False) -> None:
         """Records a ``CreateJob`` reply (an SDK ``Job``)."""
-        self.created_jobs.append(Created(job.name, uuid.UUID(job.name.rsplit("/", 1)[1]), job.schedule_time,
-                                         idempotent))
+        self.created_jobs.append(
+            Created(job.name, uuid.UUID(job.name.rsplit("/", 1)[1]), job.schedule_time, idempotent)
+        )
 
-    def collect(self, db_url: str, record_path: str) -> "History":
+    def collect(self, db_url: str, record_path: str) -> History:
         """Reads jobs, attempts and handler executions (call after the run)."""
         ids = [c.job_id for c in self.created_jobs]
         with psycopg.connect(db_url.replace("postgresql+psycopg://", "postgresql://")) as c:
             cur = c.cursor(row_factory=dict_row)
-            self.jobs = {r["id"]: r for r in cur.execute(
-                "SELECT id, state, version, attempt, scheduled_at, dispatched_at, started_at, finished_at, "
-                "idempotent, failure_class FROM jobs WHERE id = ANY(%s)", (ids,))}
+            self.jobs = {
+                r["id"]: r
+                for r in cur.execute(
+                    "SELECT id, state, version, attempt, scheduled_at, dispatched_at, started_at, finished_at, "
+                    "idempotent, failure_class FROM jobs WHERE id = ANY(%s)",
+                    (ids,),
+                )
+            }
             self.attempts = collections.defaultdict(list)
-            for r in cur.execute("SELECT job_id, attempt, shard, token, state, dispatcher_id, worker_id, claimed_at, "
-                                 "accepted_at, lease_expires_at, finished_at, failure_class FROM attempts "
-                                 "WHERE job_id = ANY(%s) ORDER BY job_id, attempt", (ids,)):
+            for r in cur.execute(
+                "SELECT job_id, attempt, shard, token, state, dispatcher_id, worker_id, claimed_at, "
+                "accepted_at, lease_expires_at, finished_at, failure_class FROM attempts "
+                "WHERE job_id = ANY(%s) ORDER BY job_id, attempt",
+                (ids,),
+            ):
                 self.attempts[r["job_id"]].append(r)
         self.executions = []
         if os.path.exists(record_path):
@@ -108,13 +121,22 @@ class History:
                 for line in f:
                     p = line.split()
                     if len(p) >= 6:
-                        self.executions.append({"name": p[0], "job_id": uuid.UUID(p[0].rsplit("/", 1)[1]),
-                                                "attempt": int(p[1]), "key": p[2], "token": int(p[3]),
-                                                "wall": float(p[4]), "pid": int(p[5])})
+                        self.executions.append(
+                            {
+                                "name": p[0],
+                                "job_id": uuid.UUID(p[0].rsplit("/", 1)[1]),
+                                "attempt": int(p[1]),
+                                "key": p[2],
+                                "token": int(p[3]),
+                                "wall": float(p[4]),
+                                "pid": int(p[5]),
+                            }
+                        )
         return self
 
 
 # -- the checker ---------------------------------------------------------------------------------
+
 
 @dataclass
 class Report:
@@ -137,9 +159,9 @@ def _path(job: dict, atts: list[dict]) -> list[str]:
             path.append(S.RUNNING)
         st = a["state"]
         if st in (S.A_QUEUED, S.A_RUNNING):
-            continue                                   # still live: the job is QUEUED / RUNNING
+            continue  # still live: the job is QUEUED / RUNNING
         if not last or job["state"] == S.SCHEDULED:
-            path.append(S.SCHEDULED)                   # a retry (after FAILED/LOST)
+            path.append(S.SCHEDULED)  # a retry (after FAILED/LOST)
         else:
             path.append(job["state"])
     if not atts and job["state"] != S.SCHEDULED:
@@ -179,8 +201,14 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
             stats[f"attempt_{a['state']}"] += 1
             if a["claimed_at"] < c.scheduled_at:
                 v.append(f"EARLY: {tag} claimed {a['claimed_at']} < scheduled {c.scheduled_at}")
-            if i > 0 and atts[i - 1]["finished_at"] is not None and a["claimed_at"] < atts[i - 1]["finished_at"]:
-                v.append(f"EARLY RETRY: {tag} claimed {a['claimed_at']} before #{i} ended {atts[i - 1]['finished_at']}")
+            if (
+                i > 0
+                and atts[i - 1]["finished_at"] is not None
+                and a["claimed_at"] < atts[i - 1]["finished_at"]
+            ):
+                v.append(
+                    f"EARLY RETRY: {tag} claimed {a['claimed_at']} before #{i} ended {atts[i - 1]['finished_at']}"
+                )
             if a["accepted_at"] is not None and a["accepted_at"] < a["claimed_at"]:
                 v.append(f"ORDER: {tag} accepted before claimed")
             if i < len(atts) - 1 and a["state"] not in (S.A_FAILED, S.A_LOST):
@@ -188,18 +216,29 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
         if atts and job["state"] != S.SCHEDULED:
             last = atts[-1]
             if last["claimed_at"] < job["scheduled_at"]:
-                v.append(f"EARLY: {c.name} last attempt claimed {last['claimed_at']} < scheduled {job['scheduled_at']}")
-            want = {S.SUCCEEDED: {S.A_SUCCEEDED}, S.QUEUED: {S.A_QUEUED}, S.RUNNING: {S.A_RUNNING},
-                    S.CANCELLED: {S.A_CANCELLED, S.A_FAILED, S.A_LOST, S.A_SUCCEEDED},
-                    S.FAILED: {S.A_FAILED}, S.DEAD: {S.A_FAILED, S.A_LOST}}.get(job["state"])
+                v.append(
+                    f"EARLY: {c.name} last attempt claimed {last['claimed_at']} < scheduled {job['scheduled_at']}"
+                )
+            want = {
+                S.SUCCEEDED: {S.A_SUCCEEDED},
+                S.QUEUED: {S.A_QUEUED},
+                S.RUNNING: {S.A_RUNNING},
+                S.CANCELLED: {S.A_CANCELLED, S.A_FAILED, S.A_LOST, S.A_SUCCEEDED},
+                S.FAILED: {S.A_FAILED},
+                S.DEAD: {S.A_FAILED, S.A_LOST},
+            }.get(job["state"])
             if want is not None and last["state"] not in want:
                 v.append(f"MISMATCH: {c.name} is {job['state']} but its last attempt is {last['state']}")
         if sum(1 for a in atts if a["state"] == S.A_SUCCEEDED) > 1:
             v.append(f"DUPLICATE: {c.name} has two SUCCEEDED attempts")
         if sum(1 for a in atts if a["state"] in (S.A_QUEUED, S.A_RUNNING)) > 1:
-            v.append(f"DUPLICATE: {c.name} has two live attempts {[(a['attempt'], a['state']) for a in atts]}")
-        live = sorted((a for a in atts if a["accepted_at"] is not None and a["state"] != S.A_LOST),
-                      key=lambda a: a["accepted_at"])
+            v.append(
+                f"DUPLICATE: {c.name} has two live attempts {[(a['attempt'], a['state']) for a in atts]}"
+            )
+        live = sorted(
+            (a for a in atts if a["accepted_at"] is not None and a["state"] != S.A_LOST),
+            key=lambda a: a["accepted_at"],
+        )
         for x, y in zip(live, live[1:]):
             if x["finished_at"] is None or y["accepted_at"] < x["finished_at"]:
                 v.append(f"OVERLAP: {c.name} attempts {x['attempt']} and {y['attempt']} RUNNING at once")
@@ -223,19 +262,30 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
                 v.append(f"PHANTOM: {c.name} executed attempt {e['attempt']} that has no attempt row")
                 continue
             if e["token"] != a["token"]:
-                v.append(f"STALE TOKEN: {c.name}#{e['attempt']} ran under token {e['token']}, attempt has {a['token']}")
+                v.append(
+                    f"STALE TOKEN: {c.name}#{e['attempt']} ran under token {e['token']}, attempt has {a['token']}"
+                )
             if a["accepted_at"] is None:
                 v.append(f"UNACCEPTED: {c.name}#{e['attempt']} executed but never accepted")
             if e["wall"] < c.scheduled_at.timestamp() - skew_margin_s:
-                v.append(f"EARLY: {c.name}#{e['attempt']} started {e['wall']:.3f} < scheduled "
-                         f"{c.scheduled_at.timestamp():.3f} - {skew_margin_s}")
+                v.append(
+                    f"EARLY: {c.name}#{e['attempt']} started {e['wall']:.3f} < scheduled "
+                    f"{c.scheduled_at.timestamp():.3f} - {skew_margin_s}"
+                )
         if len(per_attempt) > 1:
             stats["jobs_executed_more_than_once"] += 1
             for n in per_attempt:
                 a = by_att.get(n)
                 if a is not None and n != max(per_attempt) and a["state"] not in (S.A_LOST, S.A_FAILED):
-                    v.append(f"DUPLICATE: {c.name} re-executed although attempt {n} is {a['state']} (not LOST/FAILED)")
-        if job["state"] == S.SUCCEEDED and not ex and h.executions is not None and h.notes.get("expect_executions", True):
+                    v.append(
+                        f"DUPLICATE: {c.name} re-executed although attempt {n} is {a['state']} (not LOST/FAILED)"
+                    )
+        if (
+            job["state"] == S.SUCCEEDED
+            and not ex
+            and h.executions is not None
+            and h.notes.get("expect_executions", True)
+        ):
             v.append(f"NO EXECUTION: {c.name} SUCCEEDED but the handler never recorded it")
     stats = {k: stats[k] for k in sorted(stats)}
     return Report(not v, v, stats)
@@ -243,8 +293,10 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
 
 def seeded_mix(rng, n: int, *, max_delay_s: float) -> list[timedelta]:
     """``n`` delays: a third due now, the rest uniform in (0, max_delay_s], from ``rng``."""
-    return [timedelta(0) if rng.random() < 1 / 3 else timedelta(seconds=round(rng.uniform(0.05, max_delay_s), 3))
-            for _ in range(n)]
+    return [
+        timedelta(0) if rng.random() < 1 / 3 else timedelta(seconds=round(rng.uniform(0.05, max_delay_s), 3))
+        for _ in range(n)
+    ]
 
 
 # -- shared helpers of the fault tests ------------------------------------------------------------
@@ -255,13 +307,17 @@ FAULTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def worker_env(record: str, **extra) -> dict:
     """Environment of a worker process running ``history:run``."""
-    return {"GNOMON_TEST_RECORD": record, "PYTHONPATH": os.pathsep.join([TESTS_DIR, FAULTS_DIR]),
-            **{k: str(v) for k, v in extra.items()}}
+    return {
+        "GNOMON_TEST_RECORD": record,
+        "PYTHONPATH": os.pathsep.join([TESTS_DIR, FAULTS_DIR]),
+        **{k: str(v) for k, v in extra.items()},
+    }
 
 
 def metric(address: str, name: str) -> float:
     """Sum of every sample of ``name`` on the Prometheus endpoint at ``address`` (0 if absent)."""
     import urllib.request
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     text = opener.open(f"http://{address}/metrics", timeout=5).read().decode()
     total = 0.0

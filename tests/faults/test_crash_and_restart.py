@@ -6,6 +6,7 @@
 4. PostgreSQL restarted with ``-m immediate`` while jobs are created, claimed and run: every job the
    API acknowledged is run, none is lost, none early, duplicates only where the protocol allows.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ from gnomon.sdk import Client, GnomonError
 from gnomon_test_support import sql, wait_for
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from history import History, check, worker_env  # noqa: E402
+from history import History, check, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 SEED = int(os.environ.get("GNOMON_FAULT_SEED", "7"))
@@ -33,8 +34,12 @@ ROUNDS = int(os.environ.get("GNOMON_FAULT_ROUNDS", "1"))
 
 def _all_terminal(url: str, h: History) -> bool:
     ids = [str(c.job_id) for c in h.created_jobs]
-    return sql(url, "SELECT count(*) FROM jobs WHERE id::text = ANY(%s) AND state IN "
-                    "('SUCCEEDED','DEAD','CANCELLED','EXPIRED')", ids) == [(len(ids),)]
+    return sql(
+        url,
+        "SELECT count(*) FROM jobs WHERE id::text = ANY(%s) AND state IN "
+        "('SUCCEEDED','DEAD','CANCELLED','EXPIRED')",
+        ids,
+    ) == [(len(ids),)]
 
 
 @pytest.mark.parametrize("round_", range(ROUNDS))
@@ -42,8 +47,12 @@ def test_dispatcher_killed_mid_claim_loses_nothing(pg_server, migrated_template,
     rng = random.Random(SEED + round_)
     name = f"mid_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path),
-              env={"GNOMON_ETCD_LEASE_TTL_S": "3", "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3"})
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path),
+        env={"GNOMON_ETCD_LEASE_TTL_S": "3", "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3"},
+    )
     try:
         s.start()
         doomed = s.start_service("dispatcher", env={"GNOMON_FAULTS": "crash_mid_claim"})
@@ -55,14 +64,18 @@ def test_dispatcher_killed_mid_claim_loses_nothing(pg_server, migrated_template,
         with Client(api=s.api_address) as c:
             for _ in range(60):
                 h.created(c.create_job("mid", b"{}", delay=timedelta(seconds=rng.uniform(0.5, 2.0))))
-        wait_for(lambda: doomed.popen.poll() is not None, 30, "the doomed dispatcher to kill itself mid-claim")
+        wait_for(
+            lambda: doomed.popen.poll() is not None, 30, "the doomed dispatcher to kill itself mid-claim"
+        )
         assert doomed.popen.returncode == -9
         wait_for(lambda: _all_terminal(url, h), 60, "every job to finish")
         s.stop_proc(w)
         report = check(h.collect(url, record))
         assert report.ok, report
         # the doomed claim never committed: no attempt carries its dispatcher id
-        assert sql(url, "SELECT count(*) FROM attempts WHERE dispatcher_id LIKE %s", f"%-{doomed.popen.pid}-%") == [(0,)]
+        assert sql(
+            url, "SELECT count(*) FROM attempts WHERE dispatcher_id LIKE %s", f"%-{doomed.popen.pid}-%"
+        ) == [(0,)]
     finally:
         s.stop()
         pg_server.drop_database(name)
@@ -83,10 +96,13 @@ def test_postgres_immediate_restart_under_load(tmp_path):
             with Client(api=s.api_address, timeout=5) as c:
                 while not stop.is_set():
                     try:
-                        h.created(c.create_job("pg", b'{"sleep": 0.2}', delay=timedelta(seconds=rng.uniform(0, 1))))
-                    except GnomonError as e:          # refused while the database is down: never acknowledged
+                        h.created(
+                            c.create_job("pg", b'{"sleep": 0.2}', delay=timedelta(seconds=rng.uniform(0, 1)))
+                        )
+                    except GnomonError as e:  # refused while the database is down: never acknowledged
                         errors.append(e.code.name)
                         time.sleep(0.05)
+
         t = threading.Thread(target=produce)
         t.start()
         wait_for(lambda: len(h.created_jobs) >= 100, 30, "load before the restart")
@@ -100,7 +116,7 @@ def test_postgres_immediate_restart_under_load(tmp_path):
         s.stop_proc(w)
         report = check(h.collect(url, record))
         assert report.ok, report
-        assert errors and set(errors) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}   # refused, not lost
+        assert errors and set(errors) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}  # refused, not lost
     finally:
         stop.set()
         s.stop()

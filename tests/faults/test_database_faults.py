@@ -12,6 +12,7 @@ data) and starts it again (:meth:`PostgresServer.stop_server` / :meth:`start_aga
 
 This module also serves as a worker handler module (``test_database_faults:slow_record``).
 """
+
 from __future__ import annotations
 
 import collections
@@ -65,12 +66,14 @@ def slow_record(ctx) -> None:
     """Worker handler: holds the job for ``$GNOMON_TEST_HOLD_S`` seconds, then records it like
     ``gnomon_test_handlers.record``."""
     import gnomon_test_handlers
+
     time.sleep(float(os.environ.get("GNOMON_TEST_HOLD_S", "0")))
     gnomon_test_handlers.record(ctx)
 
 
 def install_faults(url: str, p: float, seed: int = 1) -> None:
     import psycopg
+
     with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as c:
         c.execute(FAULT_SQL.format(seed=seed))
         c.execute("UPDATE gnomon_fault_40001 SET p = %s", (p,))
@@ -78,22 +81,28 @@ def install_faults(url: str, p: float, seed: int = 1) -> None:
 
 def set_fault_probability(url: str, p: float) -> None:
     from gnomon_test_support import sql
+
     sql(url, "UPDATE gnomon_fault_40001 SET p = %s RETURNING p", p)
 
 
 def injected(url: str, which: str = "") -> int:
     """Number of 40001s injected so far (``which``: e.g. ``"jobs_update"``; all by default)."""
     from gnomon_test_support import sql
-    [(last, called)] = sql(url, f"SELECT last_value, is_called FROM gnomon_fault_40001_hits{'_' + which if which else ''}")
+
+    [(last, called)] = sql(
+        url, f"SELECT last_value, is_called FROM gnomon_fault_40001_hits{'_' + which if which else ''}"
+    )
     return last if called else 0
 
 
 # -- run_transaction against the trigger ----------------------------------------------------------
 
+
 @pytest.fixture
 async def faulty(db_url):
     from gnomon.common.config import DatabaseSettings
     from gnomon.common.storage.engine import make_engine
+
     install_faults(db_url, 0.0)
     engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
     yield db_url, engine
@@ -102,11 +111,24 @@ async def faulty(db_url):
 
 def _new_job(queue: str):
     from gnomon.common.storage import jobs as jobs_store
+
     jid = uuid.uuid4()
-    return jobs_store.NewJob(id=jid, namespace="default", region="local", shard=0, queue=queue, payload=b"",
-                             schedule_at=None, delay=None, deadline=None, max_attempts=3,
-                             idempotency_key=str(jid), lease=timedelta(seconds=30), request_id=None,
-                             request_hash=None)
+    return jobs_store.NewJob(
+        id=jid,
+        namespace="default",
+        region="local",
+        shard=0,
+        queue=queue,
+        payload=b"",
+        schedule_at=None,
+        delay=None,
+        deadline=None,
+        max_attempts=3,
+        idempotency_key=str(jid),
+        lease=timedelta(seconds=30),
+        request_id=None,
+        request_hash=None,
+    )
 
 
 async def test_run_transaction_retries_injected_40001_and_writes_exactly_once(faulty, monkeypatch):
@@ -118,7 +140,9 @@ async def test_run_transaction_retries_injected_40001_and_writes_exactly_once(fa
     set_fault_probability(url, 0.5)
     bounds = []
     real_uniform = engine_mod.random.uniform
-    monkeypatch.setattr(engine_mod.random, "uniform", lambda a, b: bounds.append((a, b)) or real_uniform(a, b))
+    monkeypatch.setattr(
+        engine_mod.random, "uniform", lambda a, b: bounds.append((a, b)) or real_uniform(a, b)
+    )
     calls = collections.Counter()
     n = 40
     for _ in range(n):
@@ -131,9 +155,9 @@ async def test_run_transaction_retries_injected_40001_and_writes_exactly_once(fa
         row, created = await engine_mod.run_transaction(engine, tx, max_attempts=30, max_delay_s=0.02)
         assert created and row["id"] == new.id
     hits = injected(url)
-    assert sum(calls.values()) == n + hits            # every injected failure cost exactly one re-run
-    assert hits >= n // 4                             # ~50 % of attempts failed (deterministic draw)
-    assert max(calls.values()) >= 3                   # some needed several re-runs
+    assert sum(calls.values()) == n + hits  # every injected failure cost exactly one re-run
+    assert hits >= n // 4  # ~50 % of attempts failed (deterministic draw)
+    assert max(calls.values()) >= 3  # some needed several re-runs
     # every job written exactly once, nothing half-written by a failed attempt
     rows = sql(url, "SELECT id, count(*) FROM jobs WHERE queue = 'retry40001' GROUP BY id")
     assert {r[0] for r in rows} == set(calls) and {r[1] for r in rows} == {1}
@@ -168,21 +192,25 @@ async def test_run_transaction_gives_up_after_max_attempts_and_writes_nothing(fa
     assert not isinstance(ei.value, Unavailable)
     assert engine_mod.sqlstate(ei.value) == "40001"
     assert calls == 4 and injected(url) == 4
-    assert elapsed < 1.0                               # three sleeps, each <= 0.05 s
+    assert elapsed < 1.0  # three sleeps, each <= 0.05 s
     assert sql(url, "SELECT count(*) FROM jobs WHERE queue = 'always40001'")[0][0] == 0
     # the API maps the exhausted retry to a retryable status, not INTERNAL
     from gnomon.common.rpc.errors import classify
+
     assert classify(ei.value).code.name == "UNAVAILABLE"
 
 
 # -- real processes ---------------------------------------------------------------------------------
+
 
 def _worker_env(record: str, **extra) -> dict:
     return {"GNOMON_TEST_RECORD": record, "PYTHONPATH": os.pathsep.join([TESTS_DIR, FAULTS_DIR]), **extra}
 
 
 @pytest.mark.timeout(120)
-def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(pg_server, migrated_template, tmp_path):
+def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(
+    pg_server, migrated_template, tmp_path
+):
     from gnomon.cli.suite import Suite
     from gnomon.common.embedded import free_port
     from gnomon.sdk import Client
@@ -191,8 +219,12 @@ def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(pg_ser
     name = f"f40001_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     install_faults(url, 0.2, seed=7)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path),
-              env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"})
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path),
+        env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"},
+    )
     record = str(tmp_path / "r40001.txt")
     try:
         s.start()
@@ -200,20 +232,31 @@ def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(pg_ser
         with Client(api=s.api_address) as c:
             names = {c.create_job("r40001", b"").name for _ in range(200)}
         assert len(names) == 200
-        wait_for(lambda: sql(url, "SELECT count(*) FROM jobs WHERE queue = 'r40001' AND state = 'SUCCEEDED'")[0][0]
-                 == 200, 90, "200 jobs SUCCEEDED")
+        wait_for(
+            lambda: (
+                sql(url, "SELECT count(*) FROM jobs WHERE queue = 'r40001' AND state = 'SUCCEEDED'")[0][0]
+                == 200
+            ),
+            90,
+            "200 jobs SUCCEEDED",
+        )
         time.sleep(0.5)  # let any duplicate execution show up before counting
         counts = collections.Counter(r[0] for r in records(record))
         assert set(counts) == names and max(counts.values()) == 1
-        assert sql(url, "SELECT count(*), max(a.attempt) FROM attempts a JOIN jobs j ON j.id = a.job_id "
-                        "WHERE j.queue = 'r40001'")[0] == (200, 1)
+        assert sql(
+            url,
+            "SELECT count(*), max(a.attempt) FROM attempts a JOIN jobs j ON j.id = a.job_id "
+            "WHERE j.queue = 'r40001'",
+        )[0] == (200, 1)
         hits = injected(url)
-        per_op = {w: injected(url, w) for w in ("jobs_insert", "jobs_update", "attempts_insert", "attempts_update")}
+        per_op = {
+            w: injected(url, w) for w in ("jobs_insert", "jobs_update", "attempts_insert", "attempts_update")
+        }
         print(f"injected 40001s: {hits} {per_op}")
-        assert hits > 50                                  # the trigger really fired, often
+        assert hits > 50  # the trigger really fired, often
         # ... on creates (api), claims (dispatcher: jobs UPDATE + attempts INSERT) and results (attempts UPDATE)
         assert all(per_op.values()), per_op
-        for p in s.procs:                                 # no service died of a 40001
+        for p in s.procs:  # no service died of a 40001
             assert p.popen.poll() is None, f"{p.role} exited: see {p.log_path}"
     finally:
         s.stop()
@@ -222,6 +265,7 @@ def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(pg_ser
 
 def _health(address: str) -> int | None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
+
     with grpc.insecure_channel(address) as ch:
         try:
             return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
@@ -246,13 +290,25 @@ def test_database_outage_fails_fast_turns_not_serving_and_recovers(tmp_path):
     try:
         s.start()
         url = s.database_url
-        s.start_worker(["outage"], "test_database_faults:slow_record", concurrency=16,
-                       env=_worker_env(record, GNOMON_TEST_HOLD_S="3"))
+        s.start_worker(
+            ["outage"],
+            "test_database_faults:slow_record",
+            concurrency=16,
+            env=_worker_env(record, GNOMON_TEST_HOLD_S="3"),
+        )
         with Client(api=s.api_address, timeout=10) as c:
-            held = [c.create_job("outage", b"").name for _ in range(5)]           # running during the outage
-            later = [c.create_job("outage", b"", delay=timedelta(seconds=4)).name for _ in range(5)]  # due during it
-            wait_for(lambda: sql(url, "SELECT count(*) FROM jobs WHERE queue = 'outage' AND state = 'RUNNING'")[0][0]
-                     == 5, 15, "5 jobs held by the worker")
+            held = [c.create_job("outage", b"").name for _ in range(5)]  # running during the outage
+            later = [
+                c.create_job("outage", b"", delay=timedelta(seconds=4)).name for _ in range(5)
+            ]  # due during it
+            wait_for(
+                lambda: (
+                    sql(url, "SELECT count(*) FROM jobs WHERE queue = 'outage' AND state = 'RUNNING'")[0][0]
+                    == 5
+                ),
+                15,
+                "5 jobs held by the worker",
+            )
 
             t_down = time.monotonic()
             s.pg.stop_server("immediate")
@@ -273,7 +329,7 @@ def test_database_outage_fails_fast_turns_not_serving_and_recovers(tmp_path):
             figures["not_serving_after_s"] = round(time.monotonic() - t_down, 3)
             for p in s.procs:
                 if p.role in ("planner", "reaper"):
-                    wait_for(lambda: _health(p.address) == NOT_SERVING, 8, f"{p.role} NOT_SERVING")
+                    wait_for(lambda p=p: _health(p.address) == NOT_SERVING, 8, f"{p.role} NOT_SERVING")
             # workers finish what they hold: the handlers complete while the database is down
             wait_for(lambda: len(records(record)) >= 5, 10, "held jobs finished by the worker")
             time.sleep(1.0)  # keep the database down a little after the results were produced
@@ -285,14 +341,16 @@ def test_database_outage_fails_fast_turns_not_serving_and_recovers(tmp_path):
             t0 = time.monotonic()
             new = wait_for(lambda: _try_create(c, "outage"), 15, "CreateJob to succeed again")
             figures["create_ok_after_s"] = round(time.monotonic() - t_up, 3)
-            done = wait_for(lambda: (j := c.get_job(new.name)).state == "SUCCEEDED" and j, 30, "new job SUCCEEDED")
+            done = wait_for(
+                lambda: (j := c.get_job(new.name)).state == "SUCCEEDED" and j, 30, "new job SUCCEEDED"
+            )
             figures["new_job_succeeded_after_s"] = round(time.monotonic() - t_up, 3)
             assert done.attempt == 1
             for n in held + later:
-                wait_for(lambda: c.get_job(n).state == "SUCCEEDED", 45, f"{n} SUCCEEDED")
+                wait_for(lambda n=n: c.get_job(n).state == "SUCCEEDED", 45, f"{n} SUCCEEDED")
             figures["all_succeeded_after_s"] = round(time.monotonic() - t_up, 3)
         counts = collections.Counter(r[0] for r in records(record))
-        assert set(counts) == set(held + later + [new.name])                    # nothing lost, nothing extra
+        assert set(counts) == set(held + later + [new.name])  # nothing lost, nothing extra
         figures["executions"] = dict(collections.Counter(counts.values()))
         assert max(counts[n] for n in later + [new.name]) == 1
         # the 3 rejected creates left no rows
@@ -307,6 +365,7 @@ def test_database_outage_fails_fast_turns_not_serving_and_recovers(tmp_path):
 
 def _try_create(c, queue):
     from gnomon.sdk import GnomonError
+
     try:
         return c.create_job(queue, b"")
     except GnomonError as e:

@@ -12,6 +12,7 @@ endpoints and balances over them round-robin).
 3. Members 0 and 1 are restarted: the dispatchers open new sessions, take the shards with larger
    tokens, claims resume, every job finishes, and the history checker finds no violation.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,13 +22,12 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from history import History, check, db_now, seeded_mix, worker_env
 
 from gnomon.cli.suite import Suite, wait_healthy
 from gnomon.common.embedded import EtcdCluster, free_port
 from gnomon.sdk import Client
 from gnomon_test_support import sql, wait_for
-
-from history import History, check, db_now, seeded_mix, worker_env
 
 pytestmark = pytest.mark.faults
 
@@ -40,8 +40,9 @@ class ClusterSuite(Suite):
 
     external_etcd: EtcdCluster | None = None
 
-    def start(self) -> "ClusterSuite":
+    def start(self) -> ClusterSuite:
         from gnomon.common.storage.migrations import upgrade
+
         self._own_dir = False
         os.makedirs(self.base_dir, exist_ok=True)
         self.log_dir = os.path.join(self.base_dir, "logs")
@@ -58,7 +59,7 @@ class ClusterSuite(Suite):
         return self
 
     def stop(self) -> None:
-        self.etcd = None            # the caller stops its cluster
+        self.etcd = None  # the caller stops its cluster
         super().stop()
 
 
@@ -72,10 +73,20 @@ def test_member_loss_then_quorum_loss_then_recovery(pg_server, migrated_template
     name = f"etcd_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     cluster = EtcdCluster(3, str(tmp_path / "etcd")).start()
-    s = ClusterSuite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path), dispatchers=2,
-                     env={"GNOMON_ETCD_LEASE_TTL_S": str(TTL_S), "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3",
-                          "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5", "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
-                          "GNOMON_REAPER_INTERVAL_S": "0.3", "GNOMON_REAPER_SKEW_MARGIN_S": "0.5"})
+    s = ClusterSuite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path),
+        dispatchers=2,
+        env={
+            "GNOMON_ETCD_LEASE_TTL_S": str(TTL_S),
+            "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3",
+            "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
+            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
+            "GNOMON_REAPER_INTERVAL_S": "0.3",
+            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
+        },
+    )
     s.external_etcd = cluster
     record = str(tmp_path / "runs.txt")
     h = History()
@@ -84,12 +95,17 @@ def test_member_loss_then_quorum_loss_then_recovery(pg_server, migrated_template
         s.start()
         for _ in range(2):
             s.start_worker(["etcdq"], "history:run", concurrency=16, env=worker_env(record))
-        wait_for(lambda: sql(url, "SELECT count(DISTINCT owner), count(*) FROM shard_owners")[0] == (2, 64), 20,
-                 "two dispatchers sharing 64 shards")
+        wait_for(
+            lambda: sql(url, "SELECT count(DISTINCT owner), count(*) FROM shard_owners")[0] == (2, 64),
+            20,
+            "two dispatchers sharing 64 shards",
+        )
         with Client(api=s.api_address) as c:
             # 1. one member of three lost under load
-            phase1 = [c.create_job("etcdq", b"{}", delay=d, idempotent=True, lease_duration=timedelta(seconds=3))
-                      for d in seeded_mix(rng, 150, max_delay_s=6)]
+            phase1 = [
+                c.create_job("etcdq", b"{}", delay=d, idempotent=True, lease_duration=timedelta(seconds=3))
+                for d in seeded_mix(rng, 150, max_delay_s=6)
+            ]
             for j in phase1:
                 h.created(j, idempotent=True)
             cluster.kill_member(0)
@@ -99,23 +115,31 @@ def test_member_loss_then_quorum_loss_then_recovery(pg_server, migrated_template
             wait_for(lambda: pending(url, ids1) == 0, 30, "phase-1 jobs to finish with 2 of 3 members")
             figures["one_member_down_drain_s"] = time.monotonic() - t
             figures["claims_after_member_loss"] = sql(
-                url, "SELECT count(*) FROM attempts WHERE claimed_at > %s", killed1)[0][0]
+                url, "SELECT count(*) FROM attempts WHERE claimed_at > %s", killed1
+            )[0][0]
 
             # 2. quorum lost
             cluster.kill_member(1)
             lost = db_now(url)
             t_lost = time.monotonic()
-            mixed = [c.create_job("etcdq", b"{}", delay=d, idempotent=True, lease_duration=timedelta(seconds=3))
-                     for d in seeded_mix(rng, 30, max_delay_s=2)]      # due while the leases still run out
+            mixed = [
+                c.create_job("etcdq", b"{}", delay=d, idempotent=True, lease_duration=timedelta(seconds=3))
+                for d in seeded_mix(rng, 30, max_delay_s=2)
+            ]  # due while the leases still run out
             for j in mixed:
                 h.created(j, idempotent=True)
             disp = [p for p in s.procs if p.role == "dispatcher"]
-            wait_for(lambda: all("etcd lease not trusted any more" in open(p.log_path).read() for p in disp),
-                     TTL_S + 5, "every dispatcher to stop trusting its lease")
+            wait_for(
+                lambda: all("etcd lease not trusted any more" in open(p.log_path).read() for p in disp),
+                TTL_S + 5,
+                "every dispatcher to stop trusting its lease",
+            )
             figures["stop_trusting_s"] = time.monotonic() - t_lost
             n_before = len(h.created_jobs)
-            phase2 = [c.create_job("etcdq", b"{}", delay=d, idempotent=True, lease_duration=timedelta(seconds=3))
-                      for d in seeded_mix(rng, 60, max_delay_s=1)]     # created (API works) with no shard owner
+            phase2 = [
+                c.create_job("etcdq", b"{}", delay=d, idempotent=True, lease_duration=timedelta(seconds=3))
+                for d in seeded_mix(rng, 60, max_delay_s=1)
+            ]  # created (API works) with no shard owner
             for j in phase2:
                 h.created(j, idempotent=True)
             ids2 = [x.job_id for x in h.created_jobs[n_before:]]
@@ -127,7 +151,9 @@ def test_member_loss_then_quorum_loss_then_recovery(pg_server, migrated_template
                 assert late == 0, f"{late} attempts claimed more than {TTL_S} s after quorum loss"
                 time.sleep(0.2)
             figures["claims_during_outage_after_ttl"] = 0
-            waiting = sql(url, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND state = 'SCHEDULED'", ids2)[0][0]
+            waiting = sql(url, "SELECT count(*) FROM jobs WHERE id = ANY(%s) AND state = 'SCHEDULED'", ids2)[
+                0
+            ][0]
             figures["visibly_pending_in_outage"] = waiting
             assert waiting == len(phase2)
 
@@ -137,8 +163,11 @@ def test_member_loss_then_quorum_loss_then_recovery(pg_server, migrated_template
             t_restart = time.monotonic()
             cluster.wait_healthy(20)
             figures["quorum_back_s"] = time.monotonic() - t_restart
-            wait_for(lambda: sql(url, "SELECT count(*) FROM attempts WHERE claimed_at > %s", horizon)[0][0] > 0, 30,
-                     "claims to resume")
+            wait_for(
+                lambda: sql(url, "SELECT count(*) FROM attempts WHERE claimed_at > %s", horizon)[0][0] > 0,
+                30,
+                "claims to resume",
+            )
             figures["first_claim_after_restart_s"] = time.monotonic() - t_restart
             ids = [x.job_id for x in h.created_jobs]
             wait_for(lambda: pending(url, ids) == 0, 30, "every job to finish")
@@ -146,10 +175,13 @@ def test_member_loss_then_quorum_loss_then_recovery(pg_server, migrated_template
         tokens = sql(url, "SELECT min(acquired_at) > %s FROM shard_owners", lost)[0][0]
         h.collect(url, record)
         report = check(h)
-        print(f"\nseed {seed}: " + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}"
-                                            for k, v in figures.items()) + f"; shards re-acquired: {tokens}\n{report}")
+        print(
+            f"\nseed {seed}: "
+            + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items())
+            + f"; shards re-acquired: {tokens}\n{report}"
+        )
         assert figures["claims_after_member_loss"] > 0
-        assert tokens                                  # every shard was taken again after the outage
+        assert tokens  # every shard was taken again after the outage
         assert report.ok, report
     finally:
         s.stop()

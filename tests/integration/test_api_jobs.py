@@ -3,10 +3,11 @@
 The API server runs in the test's event loop (the same servicer and server bootstrap as
 ``gnomon api``); calls go through a real gRPC channel, errors are decoded from the rich status.
 """
+
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -15,7 +16,9 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from sqlalchemy import func, select
 
-from gnomon._proto.gnomon.v1 import job_pb2, job_service_pb2 as js, job_service_pb2_grpc as jg
+from gnomon._proto.gnomon.v1 import job_pb2
+from gnomon._proto.gnomon.v1 import job_service_pb2 as js
+from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.api.servicer import JobServicer
 from gnomon.common.config import DatabaseSettings
 from gnomon.common.rpc.server import GrpcServer
@@ -26,9 +29,16 @@ from gnomon.common.storage.schema import jobs
 @pytest.fixture
 async def api(db_url):
     engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    server = GrpcServer("127.0.0.1:0", [(jg.add_JobServiceServicer_to_server,
-                                         JobServicer(engine, region="local", shards=64, hints=None),
-                                         "gnomon.v1.JobService")])
+    server = GrpcServer(
+        "127.0.0.1:0",
+        [
+            (
+                jg.add_JobServiceServicer_to_server,
+                JobServicer(engine, region="local", shards=64, hints=None),
+                "gnomon.v1.JobService",
+            )
+        ],
+    )
     await server.start()
     await server.set_serving(True)
     channel = grpc.aio.insecure_channel(server.address)
@@ -66,16 +76,27 @@ BAD_INPUTS = [
     ("queue syntax", js.CreateJobRequest(queue="Bad Queue!"), "queue"),
     ("missing queue", js.CreateJobRequest(queue=""), "queue"),
     ("schedule_time before 1970", js.CreateJobRequest(queue="q", schedule_time=ts(-86400)), "schedule_time"),
-    ("schedule_time after 9999", js.CreateJobRequest(queue="q", schedule_time=ts(253402300800 + 86400)),
-     "schedule_time"),
+    (
+        "schedule_time after 9999",
+        js.CreateJobRequest(queue="q", schedule_time=ts(253402300800 + 86400)),
+        "schedule_time",
+    ),
     ("negative delay", js.CreateJobRequest(queue="q", delay=duration_pb2.Duration(seconds=-1)), "delay"),
-    ("schedule_time and delay", js.CreateJobRequest(queue="q", schedule_time=ts(2_000_000_000),
-                                                    delay=duration_pb2.Duration(seconds=1)), "delay"),
+    (
+        "schedule_time and delay",
+        js.CreateJobRequest(
+            queue="q", schedule_time=ts(2_000_000_000), delay=duration_pb2.Duration(seconds=1)
+        ),
+        "delay",
+    ),
     ("oversized payload", js.CreateJobRequest(queue="q", payload=b"x" * (256 * 1024 + 1)), "payload"),
     ("max_attempts 0", js.CreateJobRequest(queue="q", max_attempts=0), "max_attempts"),
     ("malformed request_id", js.CreateJobRequest(queue="q", request_id="not-a-uuid"), "request_id"),
-    ("deadline before schedule", js.CreateJobRequest(queue="q", schedule_time=ts(2_000_000_000),
-                                                     deadline=ts(1_999_999_999)), "deadline"),
+    (
+        "deadline before schedule",
+        js.CreateJobRequest(queue="q", schedule_time=ts(2_000_000_000), deadline=ts(1_999_999_999)),
+        "deadline",
+    ),
 ]
 
 
@@ -94,11 +115,13 @@ async def test_bad_input_is_invalid_argument_with_field_violation_and_writes_not
 
 async def test_deadline_checked_against_database_clock_with_delay(api):
     stub, engine = api
-    past = datetime.now(timezone.utc) - timedelta(hours=1)
+    past = datetime.now(UTC) - timedelta(hours=1)
     dl = timestamp_pb2.Timestamp()
     dl.FromDatetime(past)
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await stub.CreateJob(js.CreateJobRequest(queue="q", delay=duration_pb2.Duration(seconds=5), deadline=dl))
+        await stub.CreateJob(
+            js.CreateJobRequest(queue="q", delay=duration_pb2.Duration(seconds=5), deadline=dl)
+        )
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert [v.field for v in decode(e.value)[2].field_violations] == ["deadline"]
     assert await count_jobs(engine) == 0
@@ -107,9 +130,18 @@ async def test_deadline_checked_against_database_clock_with_delay(api):
 async def test_create_then_get_round_trips_fields(api):
     stub, _ = api
     when = ts(2_000_000_000)
-    job = (await stub.CreateJob(js.CreateJobRequest(parent="namespaces/acme", queue="emails", payload=b'{"x":1}',
-                                                    schedule_time=when, max_attempts=5,
-                                                    idempotency_key="order-42"))).job
+    job = (
+        await stub.CreateJob(
+            js.CreateJobRequest(
+                parent="namespaces/acme",
+                queue="emails",
+                payload=b'{"x":1}',
+                schedule_time=when,
+                max_attempts=5,
+                idempotency_key="order-42",
+            )
+        )
+    ).job
     assert job.name.startswith("namespaces/acme/jobs/")
     assert job.state == job_pb2.JOB_STATE_SCHEDULED and job.version == 1 and job.attempt == 0
     assert job.schedule_time.seconds == 2_000_000_000 and job.max_attempts == 5
@@ -150,8 +182,11 @@ async def test_request_id_same_request_returns_original_different_request_alread
     assert decode(e.value)[1].reason == "REQUEST_ID_REUSED"
     assert await count_jobs(engine) == 1
     # the same request_id in another namespace is a different job
-    other = (await stub.CreateJob(js.CreateJobRequest(parent="namespaces/x", queue="q", payload=b"a",
-                                                      request_id=rid))).job
+    other = (
+        await stub.CreateJob(
+            js.CreateJobRequest(parent="namespaces/x", queue="q", payload=b"a", request_id=rid)
+        )
+    ).job
     assert other.name != first.name
 
 
@@ -186,20 +221,30 @@ async def test_batch_create_is_atomic_and_names_the_bad_item(api):
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await stub.BatchCreateJobs(js.BatchCreateJobsRequest(requests=bad))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert [v.field for v in decode(e.value)[2].field_violations] == ["requests[5].queue", "requests[6].max_attempts"]
+    assert [v.field for v in decode(e.value)[2].field_violations] == [
+        "requests[5].queue",
+        "requests[6].max_attempts",
+    ]
     assert await count_jobs(engine) == 0
-    r = await stub.BatchCreateJobs(js.BatchCreateJobsRequest(parent="namespaces/acme", requests=good + [
-        js.CreateJobRequest(queue="bulk", delay=duration_pb2.Duration(seconds=60))]))
+    r = await stub.BatchCreateJobs(
+        js.BatchCreateJobsRequest(
+            parent="namespaces/acme",
+            requests=good + [js.CreateJobRequest(queue="bulk", delay=duration_pb2.Duration(seconds=60))],
+        )
+    )
     assert [j.payload for j in r.jobs[:5]] == [b"0", b"1", b"2", b"3", b"4"]
-    assert all(j.name.startswith("namespaces/acme/jobs/") and j.state == job_pb2.JOB_STATE_SCHEDULED for j in r.jobs)
+    assert all(
+        j.name.startswith("namespaces/acme/jobs/") and j.state == job_pb2.JOB_STATE_SCHEDULED for j in r.jobs
+    )
     assert r.jobs[5].schedule_time.ToDatetime() - r.jobs[5].create_time.ToDatetime() == timedelta(seconds=60)
     assert await count_jobs(engine) == 6
     # a reused request_id with a different request fails the whole batch
     rid = str(uuid.uuid4())
     await stub.CreateJob(js.CreateJobRequest(queue="bulk", request_id=rid))
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await stub.BatchCreateJobs(js.BatchCreateJobsRequest(requests=good + [
-            js.CreateJobRequest(queue="other", request_id=rid)]))
+        await stub.BatchCreateJobs(
+            js.BatchCreateJobsRequest(requests=good + [js.CreateJobRequest(queue="other", request_id=rid)])
+        )
     assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS
     assert await count_jobs(engine) == 7
     with pytest.raises(grpc.aio.AioRpcError) as e:

@@ -5,10 +5,11 @@ Attempts are driven with the data-plane storage functions (claim, accept, comple
 the dispatcher and reaper call them; the checkpoint path goes through the dispatcher's
 ``WorkerServicer`` and ``WriteBatcher`` (the same objects ``gnomon dispatcher`` runs), minus the stream.
 """
+
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -45,9 +46,16 @@ async def engine(db_url):
 
 @pytest.fixture
 async def api(engine):
-    server = GrpcServer("127.0.0.1:0", [(jg.add_JobServiceServicer_to_server,
-                                         JobServicer(engine, region="local", shards=64, hints=None),
-                                         "gnomon.v1.JobService")])
+    server = GrpcServer(
+        "127.0.0.1:0",
+        [
+            (
+                jg.add_JobServiceServicer_to_server,
+                JobServicer(engine, region="local", shards=64, hints=None),
+                "gnomon.v1.JobService",
+            )
+        ],
+    )
     await server.start()
     await server.set_serving(True)
     channel = grpc.aio.insecure_channel(server.address)
@@ -60,17 +68,39 @@ async def api(engine):
 
 async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=5) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(id=jid, namespace=namespace, region="local", shard=0, queue="q", payload=b"",
-                            schedule_at=None, delay=None, deadline=None, max_attempts=max_attempts,
-                            idempotency_key=str(jid), lease=timedelta(seconds=30), request_id=None,
-                            request_hash=None, idempotent=idempotent)
+    new = jobs_store.NewJob(
+        id=jid,
+        namespace=namespace,
+        region="local",
+        shard=0,
+        queue="q",
+        payload=b"",
+        schedule_at=None,
+        delay=None,
+        deadline=None,
+        max_attempts=max_attempts,
+        idempotency_key=str(jid),
+        lease=timedelta(seconds=30),
+        request_id=None,
+        request_hash=None,
+        idempotent=idempotent,
+    )
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid
 
 
 async def claim(engine, jid, namespace="default") -> store.Claimed:
-    claimed = await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={0: TOKEN}, targets=[(namespace, "q")], limit=100, dispatcher_id="disp-A"))
+    claimed = await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c,
+            region="local",
+            tokens={0: TOKEN},
+            targets=[(namespace, "q")],
+            limit=100,
+            dispatcher_id="disp-A",
+        ),
+    )
     [got] = [c for c in claimed if c.job_id == jid]
     return got
 
@@ -83,23 +113,36 @@ async def start(engine, jid, worker="w1", namespace="default") -> tuple[store.Cl
 
 
 async def finish(engine, key, ok: bool, failure_class="TRANSIENT", error=""):
-    res = await run_transaction(engine, lambda c: store.complete(
-        c, [store.Result(key=key, succeeded=ok, failure_class=failure_class, error=error)],
-        retry_delay_s=lambda r, a: 0))
+    res = await run_transaction(
+        engine,
+        lambda c: store.complete(
+            c,
+            [store.Result(key=key, succeeded=ok, failure_class=failure_class, error=error)],
+            retry_delay_s=lambda r, a: 0,
+        ),
+    )
     assert res == {(key.job_id, key.attempt): ""}
 
 
 async def lose(engine, jid):
     async with engine.begin() as c:
-        await c.execute(update(attempts).where(attempts.c.job_id == jid, attempts.c.state == "RUNNING").values(
-            lease_expires_at=datetime.now(timezone.utc) - timedelta(seconds=5)))
-    await run_transaction(engine, lambda c: reaping.reap_lost_leases(
-        c, region="local", skew_margin_s=0.5, limit=100, retry_delay_s=lambda a: 0))
+        await c.execute(
+            update(attempts)
+            .where(attempts.c.job_id == jid, attempts.c.state == "RUNNING")
+            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=5))
+        )
+    await run_transaction(
+        engine,
+        lambda c: reaping.reap_lost_leases(
+            c, region="local", skew_margin_s=0.5, limit=100, retry_delay_s=lambda a: 0
+        ),
+    )
 
 
 def reason(err: grpc.aio.AioRpcError) -> str:
     from google.rpc import error_details_pb2
     from grpc_status import rpc_status
+
     for d in rpc_status.from_call(err).details:
         if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
             info = error_details_pb2.ErrorInfo()
@@ -110,6 +153,7 @@ def reason(err: grpc.aio.AioRpcError) -> str:
 
 # -- attempt history ------------------------------------------------------------------------------
 
+
 async def test_history_lists_every_attempt_with_worker_token_state_and_failure(engine, api):
     jid = await new_job(engine)
     name = f"namespaces/default/jobs/{jid}"
@@ -117,14 +161,21 @@ async def test_history_lists_every_attempt_with_worker_token_state_and_failure(e
     _, k1 = await start(engine, jid, worker="w1")
     await finish(engine, k1, False, "TRANSIENT", "connection reset")
     await start(engine, jid, worker="w2")
-    await lose(engine, jid)                                          # lease expired while running
+    await lose(engine, jid)  # lease expired while running
     c3, k3 = await start(engine, jid, worker="w3")
     resp = await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=name))
     a1, a2, a3 = resp.attempts
     assert resp.next_page_token == ""
     assert [a.name for a in resp.attempts] == [f"{name}/attempts/{n}" for n in (1, 2, 3)]
-    assert (a1.attempt, a1.state, a1.worker_id, a1.dispatcher_id, a1.fencing_token, a1.failure_class, a1.error) == \
-        (1, job_pb2.ATTEMPT_STATE_FAILED, "w1", "disp-A", TOKEN, "TRANSIENT", "connection reset")
+    assert (
+        a1.attempt,
+        a1.state,
+        a1.worker_id,
+        a1.dispatcher_id,
+        a1.fencing_token,
+        a1.failure_class,
+        a1.error,
+    ) == (1, job_pb2.ATTEMPT_STATE_FAILED, "w1", "disp-A", TOKEN, "TRANSIENT", "connection reset")
     assert (a2.state, a2.worker_id, a2.failure_class) == (job_pb2.ATTEMPT_STATE_LOST, "w2", "AMBIGUOUS")
     assert "outcome unknown" in a2.error
     assert (a3.state, a3.worker_id, a3.version) == (job_pb2.ATTEMPT_STATE_RUNNING, "w3", c3.version)
@@ -138,7 +189,7 @@ async def test_history_lists_every_attempt_with_worker_token_state_and_failure(e
 
 
 async def test_history_pages_and_rejects_foreign_tokens(engine, api):
-    jid = await new_job(engine, max_attempts=3)                     # 3 failures: DEAD, no 4th attempt
+    jid = await new_job(engine, max_attempts=3)  # 3 failures: DEAD, no 4th attempt
     for _ in range(3):
         _, k = await start(engine, jid)
         await finish(engine, k, False)
@@ -147,26 +198,34 @@ async def test_history_pages_and_rejects_foreign_tokens(engine, api):
     name = f"namespaces/default/jobs/{jid}"
     seen, token = [], ""
     while True:
-        resp = await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=name, page_size=2, page_token=token))
+        resp = await api.ListJobAttempts(
+            js.ListJobAttemptsRequest(parent=name, page_size=2, page_token=token)
+        )
         seen += [a.attempt for a in resp.attempts]
         token = resp.next_page_token
         if not token:
             break
     assert seen == [1, 2, 3]
     first = await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=name, page_size=1))
-    with pytest.raises(grpc.aio.AioRpcError) as e:                  # a token of another job
-        await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=f"namespaces/default/jobs/{other}",
-                                                            page_token=first.next_page_token))
+    with pytest.raises(grpc.aio.AioRpcError) as e:  # a token of another job
+        await api.ListJobAttempts(
+            js.ListJobAttemptsRequest(
+                parent=f"namespaces/default/jobs/{other}", page_token=first.next_page_token
+            )
+        )
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    big = await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=name, page_size=5000))   # coerced to 100
+    big = await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=name, page_size=5000))  # coerced to 100
     assert [a.attempt for a in big.attempts] == [1, 2, 3]
 
 
-@pytest.mark.parametrize("parent,code,why", [
-    ("namespaces/default/jobs/not-a-uuid", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD"),
-    ("jobs/123", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD"),
-    (f"namespaces/default/jobs/{uuid.uuid4()}", grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND"),
-])
+@pytest.mark.parametrize(
+    "parent,code,why",
+    [
+        ("namespaces/default/jobs/not-a-uuid", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD"),
+        ("jobs/123", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD"),
+        (f"namespaces/default/jobs/{uuid.uuid4()}", grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND"),
+    ],
+)
 async def test_history_bad_parent(api, parent, code, why):
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=parent))
@@ -182,11 +241,14 @@ async def test_history_of_another_namespace_is_not_found(engine, api):
         await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=f"namespaces/default/jobs/{jid}"))
     assert e.value.code() == grpc.StatusCode.NOT_FOUND
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=f"namespaces/default/jobs/{jid}", page_size=-1))
+        await api.ListJobAttempts(
+            js.ListJobAttemptsRequest(parent=f"namespaces/default/jobs/{jid}", page_size=-1)
+        )
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 # -- checkpoints: storage -------------------------------------------------------------------------
+
 
 async def saved(engine, jid) -> bytes | None:
     async with engine.connect() as c:
@@ -201,25 +263,27 @@ async def test_checkpoint_is_saved_only_for_the_running_attempt_under_its_token(
     jid = await new_job(engine)
     c1, k1 = await start(engine, jid)
     assert await save(engine, cps.CheckpointWrite(jid, 1, TOKEN + 1, b"stale token")) == set()
-    assert await save(engine, cps.CheckpointWrite(jid, 1, TOKEN, b"a"), cps.CheckpointWrite(jid, 1, TOKEN, b"b")) \
-        == {(jid, 1, TOKEN)}
-    assert await saved(engine, jid) == b"b"                            # the last of one batch wins
+    assert await save(
+        engine, cps.CheckpointWrite(jid, 1, TOKEN, b"a"), cps.CheckpointWrite(jid, 1, TOKEN, b"b")
+    ) == {(jid, 1, TOKEN)}
+    assert await saved(engine, jid) == b"b"  # the last of one batch wins
     await finish(engine, k1, False)
     assert await save(engine, cps.CheckpointWrite(jid, 1, TOKEN, b"after result")) == set()
     c2 = await claim(engine, jid)
-    assert c2.attempt == 2 and c2.checkpoint == b"b"                 # handed to the next attempt
+    assert c2.attempt == 2 and c2.checkpoint == b"b"  # handed to the next attempt
     assert assignment(c2).checkpoint == b"b"
-    assert await save(engine, cps.CheckpointWrite(jid, 2, TOKEN, b"queued")) == set()   # not accepted yet
+    assert await save(engine, cps.CheckpointWrite(jid, 2, TOKEN, b"queued")) == set()  # not accepted yet
     key2 = store.AttemptKey(jid, 2, c2.version, c2.token)
     await run_transaction(engine, lambda c: store.accept(c, [key2], "w2"))
     assert await save(engine, cps.CheckpointWrite(jid, 1, TOKEN, b"old attempt")) == set()
     assert await save(engine, cps.CheckpointWrite(jid, 2, TOKEN, b"")) == {(jid, 2, TOKEN)}
-    assert await saved(engine, jid) is None                          # empty clears it
+    assert await saved(engine, jid) is None  # empty clears it
     with pytest.raises(ValueError):
         await save(engine, cps.CheckpointWrite(jid, 2, TOKEN, b"x" * (cps.MAX_CHECKPOINT_BYTES + 1)))
 
 
 # -- checkpoints: the dispatcher's stream handler and write batcher -----------------------------
+
 
 async def test_dispatcher_saves_checkpoints_and_refuses_oversized_ones_whole(engine):
     jid = await new_job(engine)
@@ -227,22 +291,39 @@ async def test_dispatcher_saves_checkpoints_and_refuses_oversized_ones_whole(eng
     writes = WriteBatcher(engine, max_batch=100, flushers=2)
     writes.start()
     registry = SessionRegistry()
-    servicer = WorkerServicer(registry, writes, dispatcher_id="disp-A", region="local", heartbeat_interval_s=1,
-                              on_credits=lambda: None)
+    servicer = WorkerServicer(
+        registry,
+        writes,
+        dispatcher_id="disp-A",
+        region="local",
+        heartbeat_interval_s=1,
+        on_credits=lambda: None,
+    )
     s = registry.add("w1", "default", ["q"], 1)
-    ref = wpb.AttemptRef(job=f"namespaces/default/jobs/{jid}", attempt=1, version=c1.version, fencing_token=TOKEN)
+    ref = wpb.AttemptRef(
+        job=f"namespaces/default/jobs/{jid}", attempt=1, version=c1.version, fencing_token=TOKEN
+    )
     stale = wpb.AttemptRef(job=ref.job, attempt=1, version=c1.version, fencing_token=TOKEN - 1)
     try:
-        servicer._checkpoints(s, [wpb.Checkpoint(attempt=ref, data=b"x" * (64 * 1024 + 1)),
-                                  wpb.Checkpoint(attempt=ref, data=b"step=7"),
-                                  wpb.Checkpoint(attempt=stale, data=b"stale")])
+        servicer._checkpoints(
+            s,
+            [
+                wpb.Checkpoint(attempt=ref, data=b"x" * (64 * 1024 + 1)),
+                wpb.Checkpoint(attempt=ref, data=b"step=7"),
+                wpb.Checkpoint(attempt=stale, data=b"stale"),
+            ],
+        )
         acks = []
         while len(acks) < 3:
             msg = await s.out.get()
             acks += list(msg.acks.acks)
         by = {(a.attempt.fencing_token, a.ok, a.reason) for a in acks}
         assert all(a.kind == wpb.ACK_KIND_CHECKPOINT for a in acks)
-        assert by == {(TOKEN, False, "CHECKPOINT_TOO_LARGE"), (TOKEN, True, ""), (TOKEN - 1, False, "STALE_ATTEMPT")}
-        assert await saved(engine, jid) == b"step=7"                # the oversized one was not even truncated in
+        assert by == {
+            (TOKEN, False, "CHECKPOINT_TOO_LARGE"),
+            (TOKEN, True, ""),
+            (TOKEN - 1, False, "STALE_ATTEMPT"),
+        }
+        assert await saved(engine, jid) == b"step=7"  # the oversized one was not even truncated in
     finally:
         await writes.stop()

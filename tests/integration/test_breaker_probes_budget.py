@@ -5,6 +5,7 @@ run: every due job of the failing queue was a retry, the retry budget (60 retrie
 default) was spent, so the claim took no probe and the breaker could not close until the budget
 window slid. Here the budget is tiny (6 retries a minute) so that state is certain.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,12 +28,22 @@ OPEN_S = 3
 def suite(pg_server, migrated_template, tmp_path):
     name = f"prb_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path),
-              env={"GNOMON_BREAKER_WINDOW_S": "10", "GNOMON_BREAKER_MIN_RESULTS": "5",
-                   "GNOMON_BREAKER_FAILURE_RATIO": "0.5", "GNOMON_BREAKER_OPEN_S": str(OPEN_S),
-                   "GNOMON_BREAKER_PROBES": "2", "GNOMON_BREAKER_EVAL_INTERVAL_S": "0.2",
-                   "GNOMON_RETRY_BUDGET_RATIO": "0", "GNOMON_RETRY_BUDGET_MIN_PER_S": "0.1",
-                   "GNOMON_RETRY_BUDGET_WINDOW_S": "60"})
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path),
+        env={
+            "GNOMON_BREAKER_WINDOW_S": "10",
+            "GNOMON_BREAKER_MIN_RESULTS": "5",
+            "GNOMON_BREAKER_FAILURE_RATIO": "0.5",
+            "GNOMON_BREAKER_OPEN_S": str(OPEN_S),
+            "GNOMON_BREAKER_PROBES": "2",
+            "GNOMON_BREAKER_EVAL_INTERVAL_S": "0.2",
+            "GNOMON_RETRY_BUDGET_RATIO": "0",
+            "GNOMON_RETRY_BUDGET_MIN_PER_S": "0.1",
+            "GNOMON_RETRY_BUDGET_WINDOW_S": "60",
+        },
+    )
     s.start()
     yield s
     s.stop()
@@ -42,28 +53,47 @@ def suite(pg_server, migrated_template, tmp_path):
 def test_half_open_probes_pass_an_exhausted_retry_budget(suite):
     fail_file = os.path.join(suite.base_dir, "down")
     open(fail_file, "w").close()
-    w = suite.start_worker(["prb"], "gnomon_test_handlers:fail_while_file", concurrency=8,
-                           env={"GNOMON_TEST_RECORD": os.path.join(suite.base_dir, "prb.txt"), "PYTHONPATH": TESTS_DIR,
-                                "GNOMON_TEST_FAIL_FILE": fail_file})
+    w = suite.start_worker(
+        ["prb"],
+        "gnomon_test_handlers:fail_while_file",
+        concurrency=8,
+        env={
+            "GNOMON_TEST_RECORD": os.path.join(suite.base_dir, "prb.txt"),
+            "PYTHONPATH": TESTS_DIR,
+            "GNOMON_TEST_FAIL_FILE": fail_file,
+        },
+    )
     try:
         # the breaker counts results from the moment the dispatcher first evaluates the queue (its
         # queue_state row): create the jobs after that, or a fast burst of failures may go uncounted
-        wait_for(lambda: sql(suite.database_url, "SELECT count(*) FROM queue_state WHERE queue = 'prb'") == [(1,)],
-                 30, "the dispatcher to evaluate the queue's breaker")
+        wait_for(
+            lambda: sql(suite.database_url, "SELECT count(*) FROM queue_state WHERE queue = 'prb'") == [(1,)],
+            30,
+            "the dispatcher to evaluate the queue's breaker",
+        )
         with Client(api=suite.api_address) as c:
             policy = RetryPolicy(initial_backoff=0.1, max_backoff=0.5)
             for _ in range(20):
                 c.create_job("prb", b"", max_attempts=30, retry_policy=policy)
             wait_for(lambda: c.get_queue("prb").breaker_state == "OPEN", 30, "breaker OPEN")
-            wait_for(lambda: (q := c.get_queue("prb")).retry_budget.used >= q.retry_budget.allowed, 30,
-                     "the retry budget to be spent")
-            os.remove(fail_file)                                   # the dependency recovers
-            wait_for(lambda: c.get_queue("prb").breaker_state == "HALF_OPEN", OPEN_S + 10, "breaker HALF_OPEN")
+            wait_for(
+                lambda: (q := c.get_queue("prb")).retry_budget.used >= q.retry_budget.allowed,
+                30,
+                "the retry budget to be spent",
+            )
+            os.remove(fail_file)  # the dependency recovers
+            wait_for(
+                lambda: c.get_queue("prb").breaker_state == "HALF_OPEN", OPEN_S + 10, "breaker HALF_OPEN"
+            )
             half_open = time.monotonic()
-            wait_for(lambda: c.get_queue("prb").breaker_state == "CLOSED", 15, "breaker CLOSED (probes claimed)")
-            assert time.monotonic() - half_open < 15              # well inside the 60 s budget window
-        probes = sql(suite.database_url, "SELECT count(*) FROM attempts WHERE queue = 'prb' AND attempt > 1 AND "
-                                         "state = 'SUCCEEDED'")[0][0]
-        assert probes >= 2                                         # the probes were retries, and they ran
+            wait_for(
+                lambda: c.get_queue("prb").breaker_state == "CLOSED", 15, "breaker CLOSED (probes claimed)"
+            )
+            assert time.monotonic() - half_open < 15  # well inside the 60 s budget window
+        probes = sql(
+            suite.database_url,
+            "SELECT count(*) FROM attempts WHERE queue = 'prb' AND attempt > 1 AND state = 'SUCCEEDED'",
+        )[0][0]
+        assert probes >= 2  # the probes were retries, and they ran
     finally:
         suite.stop_proc(w)

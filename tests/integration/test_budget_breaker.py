@@ -2,11 +2,12 @@
 claim takes at most the budget's retries and pushes the rest back without using attempts; breaker
 state changes are compare-and-set (two evaluators agree), OPEN stops claims, HALF_OPEN lets a
 bounded number of probes through."""
+
 from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select, update
@@ -28,7 +29,11 @@ Q = ("default", "q")
 async def engine(request, db_url):
     """Every statement runs through both dialects (the cockroachdb+psycopg dialect runs against
     PostgreSQL as well)."""
-    url = db_url if request.param == "postgresql" else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    url = (
+        db_url
+        if request.param == "postgresql"
+        else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    )
     e = make_engine(DatabaseSettings(url=url), pool_size=4)
     await run_transaction(e, lambda c: store.record_ownership(c, "local", 0, TOKEN, "A"))
     yield e
@@ -39,25 +44,51 @@ async def new_jobs(engine, n, queue="q") -> list[uuid.UUID]:
     batch = []
     for _ in range(n):
         jid = uuid.uuid4()
-        batch.append(jobs_store.NewJob(id=jid, namespace="default", region="local", shard=0, queue=queue,
-                                       payload=b"", schedule_at=None, delay=None, deadline=None, max_attempts=10,
-                                       idempotency_key=str(jid), lease=timedelta(seconds=30), request_id=None,
-                                       request_hash=None))
+        batch.append(
+            jobs_store.NewJob(
+                id=jid,
+                namespace="default",
+                region="local",
+                shard=0,
+                queue=queue,
+                payload=b"",
+                schedule_at=None,
+                delay=None,
+                deadline=None,
+                max_attempts=10,
+                idempotency_key=str(jid),
+                lease=timedelta(seconds=30),
+                request_id=None,
+                request_hash=None,
+            )
+        )
     await run_transaction(engine, lambda c: jobs_store.insert_jobs(c, batch))
     return [b.id for b in batch]
 
 
 async def claim(engine, limit=1000, **kw) -> list[store.Claimed]:
-    return await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={0: TOKEN}, targets=[Q], limit=limit, dispatcher_id="A", **kw))
+    return await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c, region="local", tokens={0: TOKEN}, targets=[Q], limit=limit, dispatcher_id="A", **kw
+        ),
+    )
 
 
 async def run_and_finish(engine, claimed, *, ok: bool, failure_class="TRANSIENT"):
     keys = [store.AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed]
     await run_transaction(engine, lambda c: store.accept(c, keys, "w1"))
-    res = await run_transaction(engine, lambda c: store.complete(c, [
-        store.Result(key=k, succeeded=ok, failure_class=failure_class, error="RuntimeError: down") for k in keys],
-        retry_delay_s=lambda r, a: 0))
+    res = await run_transaction(
+        engine,
+        lambda c: store.complete(
+            c,
+            [
+                store.Result(key=k, succeeded=ok, failure_class=failure_class, error="RuntimeError: down")
+                for k in keys
+            ],
+            retry_delay_s=lambda r, a: 0,
+        ),
+    )
     assert set(res.values()) <= {""}
 
 
@@ -65,78 +96,99 @@ async def test_claim_takes_at_most_the_budget_and_pushes_the_other_retries_back(
     ids = await new_jobs(engine, 20)
     first = await claim(engine)
     assert len(first) == 20
-    await run_and_finish(engine, first, ok=False)              # 20 retries due now
-    fresh = await new_jobs(engine, 1)                          # a first attempt queued behind them
+    await run_and_finish(engine, first, ok=False)  # 20 retries due now
+    fresh = await new_jobs(engine, 1)  # a first attempt queued behind them
     budget = RetryBudget(RetryBudgetSettings(ratio=0.2, window_s=60, min_per_s=0.05), region="local")
     caps = await run_transaction(engine, lambda c: budget.caps(c, [Q]))
     cap = caps[Q]
     assert (cap.allowed, cap.used, cap.retries) == (4, 0, 4)  # max(0.2 * 20, 0.05 * 60)
-    assert cap.spacing_s == pytest.approx(15.0)               # 60 s / 4 retries
+    assert cap.spacing_s == pytest.approx(15.0)  # 60 s / 4 retries
     got = await claim(engine, retry_cap=cap.retries, defer_step_s=cap.spacing_s)
     retries = [c for c in got if c.attempt == 2]
     assert len(retries) == 4 and [c.job_id for c in got if c.attempt == 1] == fresh
     budget.spent(Q, len(retries), cap)
     async with engine.connect() as c:
-        held = (await c.execute(select(jobs.c.attempt, jobs.c.state, jobs.c.version,
-                                       func.extract("epoch", jobs.c.scheduled_at - func.now()))
-                                .where(jobs.c.id.in_(ids), jobs.c.attempt == 1))).all()
+        held = (
+            await c.execute(
+                select(
+                    jobs.c.attempt,
+                    jobs.c.state,
+                    jobs.c.version,
+                    func.extract("epoch", jobs.c.scheduled_at - func.now()),
+                ).where(jobs.c.id.in_(ids), jobs.c.attempt == 1)
+            )
+        ).all()
     assert len(held) == 16
-    assert all(r[1] == "SCHEDULED" for r in held)              # waiting, no attempt used
+    assert all(r[1] == "SCHEDULED" for r in held)  # waiting, no attempt used
     waits = sorted(float(r[3]) for r in held)
-    assert waits[0] >= 14 and waits[-1] <= 16 * 15 + 1        # k-th excess retry: k * 15 s
-    assert len({round(w) for w in waits}) == 16               # spread, not one burst
+    assert waits[0] >= 14 and waits[-1] <= 16 * 15 + 1  # k-th excess retry: k * 15 s
+    assert len({round(w) for w in waits}) == 16  # spread, not one burst
     # this dispatcher's own use counts at once; after the cache period the database says the same
     assert (await run_transaction(engine, lambda c: budget.caps(c, [Q])))[Q].retries == 0
     budget._windows.clear()
     again = (await run_transaction(engine, lambda c: budget.caps(c, [Q])))[Q]
     assert (again.used, again.retries) == (4, 0)
-    counts = await run_transaction(engine, lambda c: qstore.budget_counts(
-        c, region="local", namespace="default", queue="q", window_s=60))
+    counts = await run_transaction(
+        engine, lambda c: qstore.budget_counts(c, region="local", namespace="default", queue="q", window_s=60)
+    )
     assert (counts.first_attempts, counts.retries) == (21, 4)
-    async with engine.connect() as c:                          # attempts carry their queue
-        assert (await c.execute(select(func.count()).where(attempts.c.queue == "q",
-                                                           attempts.c.namespace == "default"))).scalar() == 25
+    async with engine.connect() as c:  # attempts carry their queue
+        assert (
+            await c.execute(
+                select(func.count()).where(attempts.c.queue == "q", attempts.c.namespace == "default")
+            )
+        ).scalar() == 25
 
 
 async def test_budget_counts_are_bounded_and_extrapolated(engine):
     await new_jobs(engine, 30)
     await claim(engine)
-    c = await run_transaction(engine, lambda c: qstore.budget_counts(
-        c, region="local", namespace="default", queue="q", window_s=60, cap=10))
+    c = await run_transaction(
+        engine,
+        lambda c: qstore.budget_counts(
+            c, region="local", namespace="default", queue="q", window_s=60, cap=10
+        ),
+    )
     assert c.estimated and c.first_attempts >= 10 and c.retries == 0
 
 
 def breakers(engine, **kw) -> Breakers:
-    s = BreakerSettings(**{"window_s": 30, "min_results": 5, "failure_ratio": 0.5, "open_s": 1, "probes": 2, **kw})
+    s = BreakerSettings(
+        **{"window_s": 30, "min_results": 5, "failure_ratio": 0.5, "open_s": 1, "probes": 2, **kw}
+    )
     return Breakers(engine, s, region="local", targets=lambda: {Q})
 
 
 async def state_row(engine):
-    return await run_transaction(engine, lambda c: qstore.get_state(c, region="local", namespace="default", queue="q"))
+    return await run_transaction(
+        engine, lambda c: qstore.get_state(c, region="local", namespace="default", queue="q")
+    )
 
 
 async def age_open(engine, seconds=5):
     async with engine.begin() as c:
-        await c.execute(update(queue_state).values(opened_at=queue_state.c.opened_at - timedelta(seconds=seconds)))
+        await c.execute(
+            update(queue_state).values(opened_at=queue_state.c.opened_at - timedelta(seconds=seconds))
+        )
 
 
 async def test_breaker_opens_once_for_two_evaluators_and_stops_claims(engine):
     a, b = breakers(engine), breakers(engine)
     await new_jobs(engine, 6)
-    assert await a.evaluate_once() == []                       # creates the CLOSED row, nothing finished yet
+    assert await a.evaluate_once() == []  # creates the CLOSED row, nothing finished yet
     got = await claim(engine)
     await run_and_finish(engine, got[:2], ok=True)
-    await run_and_finish(engine, got[2:], ok=False)            # 4 failures of 6 results: 0.67 >= 0.5
+    await run_and_finish(engine, got[2:], ok=False)  # 4 failures of 6 results: 0.67 >= 0.5
     made = await asyncio.gather(a.evaluate_once(), b.evaluate_once())
-    assert sum(len(m) for m in made) == 1                      # compare-and-set: one transition, one log line
+    assert sum(len(m) for m in made) == 1  # compare-and-set: one transition, one log line
     [tr] = [t for m in made for t in m]
     assert (tr.from_state, tr.to_state, tr.results) == ("CLOSED", "OPEN", 6)
     assert tr.failure_ratio == pytest.approx(4 / 6)
     assert a.state(Q) == b.state(Q) == "OPEN"
     row = await state_row(engine)
     assert (row["state"], row["opened_count"]) == ("OPEN", 1) and row["opened_at"] is not None
-    assert await claim(engine) == []                           # 4 retries due, but the breaker is open
-    assert await a.evaluate_once() == []                       # open period (1 s) not over yet
+    assert await claim(engine) == []  # 4 retries due, but the breaker is open
+    assert await a.evaluate_once() == []  # open period (1 s) not over yet
 
 
 async def test_half_open_lets_the_probes_through_then_closes(engine):
@@ -147,20 +199,32 @@ async def test_half_open_lets_the_probes_through_then_closes(engine):
     assert [t.to_state for t in await br.evaluate_once()] == ["OPEN"]
     await age_open(engine)
     assert [t.to_state for t in await br.evaluate_once()] == ["HALF_OPEN"]
-    assert await claim(engine) == []                           # a CLOSED-mode claim takes nothing
+    assert await claim(engine) == []  # a CLOSED-mode claim takes nothing
 
     async def probe_claim(conn):
         n = await br.probe_allowance(conn, Q)
-        return await store.claim_due(conn, region="local", tokens={0: TOKEN}, targets=[Q], limit=n,
-                                     dispatcher_id="A", breaker_state="HALF_OPEN") if n else []
+        return (
+            await store.claim_due(
+                conn,
+                region="local",
+                tokens={0: TOKEN},
+                targets=[Q],
+                limit=n,
+                dispatcher_id="A",
+                breaker_state="HALF_OPEN",
+            )
+            if n
+            else []
+        )
+
     probes = await run_transaction(engine, probe_claim)
-    assert len(probes) == 2                                    # GNOMON_BREAKER_PROBES
-    assert await run_transaction(engine, probe_claim) == []    # both still live
+    assert len(probes) == 2  # GNOMON_BREAKER_PROBES
+    assert await run_transaction(engine, probe_claim) == []  # both still live
     await run_and_finish(engine, probes[:1], ok=True)
-    assert await br.evaluate_once() == []                      # 1 of 2 probes succeeded so far
+    assert await br.evaluate_once() == []  # 1 of 2 probes succeeded so far
     await run_and_finish(engine, probes[1:], ok=True)
     assert [t.to_state for t in await br.evaluate_once()] == ["CLOSED"]
-    assert len(await claim(engine)) == 8                       # dispatching again
+    assert len(await claim(engine)) == 8  # dispatching again
     # the failures from before it closed do not re-open it
     assert await br.evaluate_once() == []
 
@@ -170,11 +234,22 @@ async def test_a_failed_probe_reopens_and_permanent_failures_do_not_count(engine
     await new_jobs(engine, 12)
     await br.evaluate_once()
     got = await claim(engine)
-    await run_and_finish(engine, got[:6], ok=False, failure_class="PERMANENT")   # bad input, not the dependency
+    await run_and_finish(
+        engine, got[:6], ok=False, failure_class="PERMANENT"
+    )  # bad input, not the dependency
     await run_and_finish(engine, got[6:], ok=True)
     assert await br.evaluate_once() == []
-    total, failed = await run_transaction(engine, lambda c: qstore.failure_stats(
-        c, region="local", namespace="default", queue="q", window_s=30, since=datetime(1970, 1, 1, tzinfo=timezone.utc)))
+    total, failed = await run_transaction(
+        engine,
+        lambda c: qstore.failure_stats(
+            c,
+            region="local",
+            namespace="default",
+            queue="q",
+            window_s=30,
+            since=datetime(1970, 1, 1, tzinfo=UTC),
+        ),
+    )
     assert (total, failed) == (6, 0)
     ids = await new_jobs(engine, 6)
     await run_and_finish(engine, await claim(engine), ok=False)
@@ -182,8 +257,18 @@ async def test_a_failed_probe_reopens_and_permanent_failures_do_not_count(engine
     first_open = (await state_row(engine))["opened_at"]
     await age_open(engine)
     assert [t.to_state for t in await br.evaluate_once()] == ["HALF_OPEN"]
-    probes = await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={0: TOKEN}, targets=[Q], limit=1, dispatcher_id="A", breaker_state="HALF_OPEN"))
+    probes = await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c,
+            region="local",
+            tokens={0: TOKEN},
+            targets=[Q],
+            limit=1,
+            dispatcher_id="A",
+            breaker_state="HALF_OPEN",
+        ),
+    )
     await run_and_finish(engine, probes, ok=False)
     [tr] = await br.evaluate_once()
     assert (tr.from_state, tr.to_state) == ("HALF_OPEN", "OPEN")

@@ -6,13 +6,14 @@ Races are forced, not hoped for: one transaction is left open holding a row lock
 cancel runs, and the test waits (polling ``pg_stat_activity``) until the cancel is blocked on it
 before committing.
 """
+
 from __future__ import annotations
 
 import asyncio
 import os
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -21,7 +22,9 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from sqlalchemy import func, select, text
 
-from gnomon._proto.gnomon.v1 import job_pb2, job_service_pb2 as js, job_service_pb2_grpc as jg
+from gnomon._proto.gnomon.v1 import job_pb2
+from gnomon._proto.gnomon.v1 import job_service_pb2 as js
+from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.api.servicer import JobServicer
 from gnomon.common import states as S
 from gnomon.common.config import DatabaseSettings
@@ -43,14 +46,25 @@ async def env(db_url, request):
     """(stub, engine, address): JobService in this event loop, and an engine owning every shard;
     through both dialects, PostgreSQL and the production ``cockroachdb+psycopg`` (which also runs
     against PostgreSQL, as in test_fencing.py)."""
-    url = db_url if request.param == "postgresql" else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    url = (
+        db_url
+        if request.param == "postgresql"
+        else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    )
     engine = make_engine(DatabaseSettings(url=url), pool_size=4)
     assert engine.dialect.name == request.param
     for s in range(SHARDS):
         await run_transaction(engine, lambda c, s=s: store.record_ownership(c, "local", s, TOKEN, "D"))
-    server = GrpcServer("127.0.0.1:0", [(jg.add_JobServiceServicer_to_server,
-                                         JobServicer(engine, region="local", shards=SHARDS, hints=None),
-                                         "gnomon.v1.JobService")])
+    server = GrpcServer(
+        "127.0.0.1:0",
+        [
+            (
+                jg.add_JobServiceServicer_to_server,
+                JobServicer(engine, region="local", shards=SHARDS, hints=None),
+                "gnomon.v1.JobService",
+            )
+        ],
+    )
     await server.start()
     await server.set_serving(True)
     channel = grpc.aio.insecure_channel(server.address)
@@ -92,8 +106,12 @@ async def create(stub, **kw) -> job_pb2.Job:
 
 
 async def claim(engine, limit: int = 100) -> list[store.Claimed]:
-    return await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens=TOKENS, targets=[("default", "q")], limit=limit, dispatcher_id="D"))
+    return await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c, region="local", tokens=TOKENS, targets=[("default", "q")], limit=limit, dispatcher_id="D"
+        ),
+    )
 
 
 def key(c: store.Claimed) -> store.AttemptKey:
@@ -116,8 +134,11 @@ async def row(engine, jid: uuid.UUID) -> dict:
 
 async def attempt_row(engine, jid: uuid.UUID, attempt: int = 1) -> dict:
     async with engine.connect() as c:
-        return dict((await c.execute(select(attempts).where(attempts.c.job_id == jid,
-                                                            attempts.c.attempt == attempt))).mappings().one())
+        return dict(
+            (await c.execute(select(attempts).where(attempts.c.job_id == jid, attempts.c.attempt == attempt)))
+            .mappings()
+            .one()
+        )
 
 
 async def cancel(stub, job: job_pb2.Job, expected_version: int | None = None) -> js.CancelJobResponse:
@@ -145,7 +166,7 @@ def complete(engine, results):
 
 async def test_cancel_scheduled_job_is_cancelled_and_never_claimed(env):
     stub, engine, _ = env
-    job = await create(stub)                                  # due now
+    job = await create(stub)  # due now
     resp = await cancel(stub, job)
     assert resp.outcome == OUT.CANCEL_OUTCOME_CANCELLED
     assert resp.job.state == job_pb2.JOB_STATE_CANCELLED and resp.job.version == 2
@@ -163,8 +184,9 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
     c1 = claimed[job_id(job)]
     assert (await row(engine, c1.job_id))["state"] == S.QUEUED
     # before the cancel the relay's recovery scan would re-deliver both unaccepted attempts
-    before = await run_transaction(engine, lambda c: store.pending_outbox(
-        c, region="local", tokens=TOKENS, exclude=set(), limit=10))
+    before = await run_transaction(
+        engine, lambda c: store.pending_outbox(c, region="local", tokens=TOKENS, exclude=set(), limit=10)
+    )
     assert {c.job_id for c in before} == set(claimed)
 
     resp = await cancel(stub, job)
@@ -173,15 +195,18 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
     a = await attempt_row(engine, c1.job_id)
     assert a["state"] == S.A_CANCELLED and a["finished_at"] is not None
     async with engine.connect() as c:
-        published = (await c.execute(select(outbox.c.published_at).where(outbox.c.job_id == c1.job_id))).scalar_one()
+        published = (
+            await c.execute(select(outbox.c.published_at).where(outbox.c.job_id == c1.job_id))
+        ).scalar_one()
     assert published is not None
 
     # a worker accepting the message already in flight is refused, and so is its heartbeat
     assert await run_transaction(engine, lambda c: store.accept(c, [key(c1)], "W")) == {}
     assert await run_transaction(engine, lambda c: store.heartbeat(c, [key(c1)])) == {}
     # the relay re-delivers only the other job
-    pending = await run_transaction(engine, lambda c: store.pending_outbox(
-        c, region="local", tokens=TOKENS, exclude=set(), limit=10))
+    pending = await run_transaction(
+        engine, lambda c: store.pending_outbox(c, region="local", tokens=TOKENS, exclude=set(), limit=10)
+    )
     assert [c.job_id for c in pending] == [job_id(other)]
     r = await row(engine, c1.job_id)
     assert (r["state"], r["version"], r["started_at"]) == (S.CANCELLED, 3, None)
@@ -190,7 +215,7 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
 async def test_cancel_running_requests_it_then_no_retry_whatever_the_failure_class(env):
     stub, engine, _ = env
     classes = ["TRANSIENT", "THROTTLED", "PERMANENT", "AMBIGUOUS"]
-    created, keys = await running(stub, engine, len(classes) + 2)   # the last two: success, untouched
+    created, keys = await running(stub, engine, len(classes) + 2)  # the last two: success, untouched
     for j in created[:-1]:
         resp = await cancel(stub, j)
         assert resp.outcome == OUT.CANCEL_OUTCOME_CANCEL_REQUESTED
@@ -205,12 +230,15 @@ async def test_cancel_running_requests_it_then_no_retry_whatever_the_failure_cla
     hb = await run_transaction(engine, lambda c: store.heartbeat(c, keys))
     assert {k.job_id: hb[(k.job_id, 1)][1] for k in keys} == {k.job_id: k is not keys[-1] for k in keys}
     pairs = [(k.job_id, k.attempt) for k in keys]
-    assert await run_transaction(engine, lambda c: cancel_store.cancel_requested_attempts(c, pairs)) \
-        == set(pairs[:-1])
+    assert await run_transaction(engine, lambda c: cancel_store.cancel_requested_attempts(c, pairs)) == set(
+        pairs[:-1]
+    )
 
     # every failure class (all retryable here but PERMANENT, max_attempts 3) ends CANCELLED
-    results = [store.Result(key=k, succeeded=False, failure_class=cls, error="stopped")
-               for k, cls in zip(keys, classes)]
+    results = [
+        store.Result(key=k, succeeded=False, failure_class=cls, error="stopped")
+        for k, cls in zip(keys, classes)
+    ]
     results.append(store.Result(key=keys[len(classes)], succeeded=True))
     assert set((await complete(engine, results)).values()) == {""}
     for k, cls in zip(keys, classes):
@@ -237,18 +265,27 @@ async def test_cancel_of_a_terminal_job_is_already_finished_and_changes_nothing(
     cancelled = await create(stub)
     await cancel(stub, cancelled)
     resp = await cancel(stub, cancelled)
-    assert resp.outcome == OUT.CANCEL_OUTCOME_ALREADY_FINISHED and resp.job.state == job_pb2.JOB_STATE_CANCELLED
+    assert (
+        resp.outcome == OUT.CANCEL_OUTCOME_ALREADY_FINISHED and resp.job.state == job_pb2.JOB_STATE_CANCELLED
+    )
 
 
 async def test_expected_version_mismatch_is_stale_version_and_changes_nothing(env):
     stub, engine, _ = env
     job = await create(stub)
     before = await row(engine, job_id(job))
-    assert await rpc_error(cancel(stub, job, expected_version=7)) == \
-        (grpc.StatusCode.FAILED_PRECONDITION, "STALE_VERSION", [])
-    assert await rpc_error(stub.RescheduleJob(js.RescheduleJobRequest(
-        name=job.name, delay=duration_pb2.Duration(seconds=60), expected_version=0))) == \
-        (grpc.StatusCode.FAILED_PRECONDITION, "STALE_VERSION", [])
+    assert await rpc_error(cancel(stub, job, expected_version=7)) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "STALE_VERSION",
+        [],
+    )
+    assert await rpc_error(
+        stub.RescheduleJob(
+            js.RescheduleJobRequest(
+                name=job.name, delay=duration_pb2.Duration(seconds=60), expected_version=0
+            )
+        )
+    ) == (grpc.StatusCode.FAILED_PRECONDITION, "STALE_VERSION", [])
     assert await row(engine, job_id(job)) == before
     # the right version works
     resp = await cancel(stub, job, expected_version=1)
@@ -257,13 +294,19 @@ async def test_expected_version_mismatch_is_stale_version_and_changes_nothing(en
 
 async def test_cancel_of_unknown_job_or_bad_name(env):
     stub, _, _ = env
-    assert (await rpc_error(stub.CancelJob(js.CancelJobRequest(name=f"namespaces/default/jobs/{uuid.uuid4()}"))))[:2] \
-        == (grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND")
-    assert await rpc_error(stub.CancelJob(js.CancelJobRequest(name="jobs/x"))) == \
-        (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", ["name"])
+    assert (
+        await rpc_error(stub.CancelJob(js.CancelJobRequest(name=f"namespaces/default/jobs/{uuid.uuid4()}")))
+    )[:2] == (grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND")
+    assert await rpc_error(stub.CancelJob(js.CancelJobRequest(name="jobs/x"))) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_FIELD",
+        ["name"],
+    )
     job = await create(stub)
     other_ns = job.name.replace("namespaces/default/", "namespaces/other/")
-    assert (await rpc_error(stub.CancelJob(js.CancelJobRequest(name=other_ns))))[0] == grpc.StatusCode.NOT_FOUND
+    assert (await rpc_error(stub.CancelJob(js.CancelJobRequest(name=other_ns))))[
+        0
+    ] == grpc.StatusCode.NOT_FOUND
 
 
 # -- races: each side wins once ---------------------------------------------------------------------
@@ -271,7 +314,9 @@ async def test_cancel_of_unknown_job_or_bad_name(env):
 
 async def wait_blocked(engine, n: int = 1) -> None:
     """Until ``n`` backends of this database wait for a lock (no sleeping on a guess)."""
-    q = text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
+    q = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
     deadline = time.monotonic() + 10
     while True:
         async with engine.connect() as c:
@@ -287,12 +332,12 @@ async def test_cancel_racing_an_accept_retries_its_compare_and_set_and_requests_
     [c1] = await claim(engine)
     async with engine.connect() as held:
         tx = await held.begin()
-        assert await store.accept(held, [key(c1)], "W")              # QUEUED -> RUNNING, not committed
-        task = asyncio.create_task(cancel(stub, job))                 # reads QUEUED v2, blocks on the row
+        assert await store.accept(held, [key(c1)], "W")  # QUEUED -> RUNNING, not committed
+        task = asyncio.create_task(cancel(stub, job))  # reads QUEUED v2, blocks on the row
         await wait_blocked(engine)
         await tx.commit()
     resp = await task
-    assert resp.outcome == OUT.CANCEL_OUTCOME_CANCEL_REQUESTED     # second try: RUNNING v3
+    assert resp.outcome == OUT.CANCEL_OUTCOME_CANCEL_REQUESTED  # second try: RUNNING v3
     assert resp.job.state == job_pb2.JOB_STATE_RUNNING and resp.job.version == 4
     assert (await attempt_row(engine, c1.job_id))["cancel_requested"] is True
 
@@ -303,11 +348,11 @@ async def test_cancel_racing_a_failed_result_cancels_the_retry_instead(env):
     async with engine.connect() as held:
         tx = await held.begin()
         await store.complete(held, [store.Result(key=k, succeeded=False)], retry_delay_s=lambda r, a: 0)
-        task = asyncio.create_task(cancel(stub, job))                 # reads RUNNING v3, blocks on the attempt
+        task = asyncio.create_task(cancel(stub, job))  # reads RUNNING v3, blocks on the attempt
         await wait_blocked(engine)
-        await tx.commit()                                             # -> SCHEDULED v4 (a retry)
+        await tx.commit()  # -> SCHEDULED v4 (a retry)
     resp = await task
-    assert resp.outcome == OUT.CANCEL_OUTCOME_CANCELLED            # second try: SCHEDULED -> CANCELLED
+    assert resp.outcome == OUT.CANCEL_OUTCOME_CANCELLED  # second try: SCHEDULED -> CANCELLED
     assert resp.job.state == job_pb2.JOB_STATE_CANCELLED and resp.job.version == 5
     assert await claim(engine) == []
 
@@ -329,19 +374,19 @@ async def test_concurrent_cancels_and_worker_writes_agree_and_never_retry_a_canc
     async def try_cancel(j):
         try:
             return (await cancel(stub, j)).outcome
-        except grpc.aio.AioRpcError as e:   # lost two compare-and-sets in a row: told, nothing done
+        except grpc.aio.AioRpcError as e:  # lost two compare-and-sets in a row: told, nothing done
             assert e.code() == grpc.StatusCode.ABORTED and decode(e)[0].reason == "CONCURRENT_MODIFICATION"
             return None
 
     outs = await asyncio.gather(*[asyncio.gather(worker(j), try_cancel(j)) for j in created])
     for j, (accepted, outcome) in zip(created, outs):
         r = await row(engine, job_id(j))
-        if not accepted:                     # the cancel won: the message was refused, never started
+        if not accepted:  # the cancel won: the message was refused, never started
             assert outcome == OUT.CANCEL_OUTCOME_CANCELLED and r["started_at"] is None
             assert (await attempt_row(engine, job_id(j)))["state"] == S.A_CANCELLED
         if outcome is None:
-            assert r["state"] == S.SCHEDULED and r["cancel_requested_at"] is None   # an ordinary retry
-        else:                                # cancelled or requested: a failed attempt is never retried
+            assert r["state"] == S.SCHEDULED and r["cancel_requested_at"] is None  # an ordinary retry
+        else:  # cancelled or requested: a failed attempt is never retried
             assert r["state"] == S.CANCELLED
 
 
@@ -350,21 +395,24 @@ async def test_concurrent_cancels_and_worker_writes_agree_and_never_retry_a_canc
 
 async def test_reschedule_moves_a_scheduled_job_and_it_is_not_claimed_before(env):
     stub, engine, _ = env
-    job = await create(stub)                                   # due now
-    resp = await stub.RescheduleJob(js.RescheduleJobRequest(name=job.name, delay=duration_pb2.Duration(seconds=60)))
+    job = await create(stub)  # due now
+    resp = await stub.RescheduleJob(
+        js.RescheduleJobRequest(name=job.name, delay=duration_pb2.Duration(seconds=60))
+    )
     moved = resp.job
     assert moved.version == 2 and moved.state == job_pb2.JOB_STATE_SCHEDULED
     async with engine.connect() as c:
         now = (await c.execute(select(func.now()))).scalar_one()
-    sched = moved.schedule_time.ToDatetime(tzinfo=timezone.utc)
+    sched = moved.schedule_time.ToDatetime(tzinfo=UTC)
     assert timedelta(seconds=50) < sched - now <= timedelta(seconds=60)
     assert await claim(engine) == []
     # an absolute instant, to the microsecond
-    at = timestamp_pb2.Timestamp(seconds=4_102_444_800, nanos=123_456_000)   # 2100-01-01
-    moved = (await stub.RescheduleJob(js.RescheduleJobRequest(name=job.name, schedule_time=at,
-                                                              expected_version=2))).job
+    at = timestamp_pb2.Timestamp(seconds=4_102_444_800, nanos=123_456_000)  # 2100-01-01
+    moved = (
+        await stub.RescheduleJob(js.RescheduleJobRequest(name=job.name, schedule_time=at, expected_version=2))
+    ).job
     assert moved.schedule_time == at and moved.version == 3
-    assert (await row(engine, job_id(job)))["scheduled_at"] == datetime(2100, 1, 1, 0, 0, 0, 123456, timezone.utc)
+    assert (await row(engine, job_id(job)))["scheduled_at"] == datetime(2100, 1, 1, 0, 0, 0, 123456, UTC)
     # neither field: now; then it is claimed
     moved = (await stub.RescheduleJob(js.RescheduleJobRequest(name=job.name))).job
     assert moved.version == 4
@@ -376,34 +424,63 @@ async def test_reschedule_of_a_dispatched_or_finished_job_is_refused(env):
     job = await create(stub)
     await claim(engine)
     req = js.RescheduleJobRequest(name=job.name, delay=duration_pb2.Duration(seconds=5))
-    assert await rpc_error(stub.RescheduleJob(req)) == \
-        (grpc.StatusCode.FAILED_PRECONDITION, "JOB_NOT_RESCHEDULABLE", [])
+    assert await rpc_error(stub.RescheduleJob(req)) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "JOB_NOT_RESCHEDULABLE",
+        [],
+    )
     await cancel(stub, job)
     assert (await rpc_error(stub.RescheduleJob(req)))[1] == "JOB_NOT_RESCHEDULABLE"
     assert (await row(engine, job_id(job)))["version"] == 3
 
 
 BAD_RESCHEDULES = [
-    ("schedule_time and delay", dict(schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_000),
-                                     delay=duration_pb2.Duration(seconds=1)), "delay"),
-    ("schedule_time before 1970", dict(schedule_time=timestamp_pb2.Timestamp(seconds=-86400)), "schedule_time"),
-    ("schedule_time after 9999", dict(schedule_time=timestamp_pb2.Timestamp(seconds=253402300800)), "schedule_time"),
+    (
+        "schedule_time and delay",
+        dict(
+            schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_000),
+            delay=duration_pb2.Duration(seconds=1),
+        ),
+        "delay",
+    ),
+    (
+        "schedule_time before 1970",
+        dict(schedule_time=timestamp_pb2.Timestamp(seconds=-86400)),
+        "schedule_time",
+    ),
+    (
+        "schedule_time after 9999",
+        dict(schedule_time=timestamp_pb2.Timestamp(seconds=253402300800)),
+        "schedule_time",
+    ),
     ("negative delay", dict(delay=duration_pb2.Duration(seconds=-1)), "delay"),
     ("delay over 100 years", dict(delay=duration_pb2.Duration(seconds=36501 * 86400)), "delay"),
-    ("after the deadline", dict(schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_200)), "schedule_time"),
-    ("delay past the deadline", dict(delay=duration_pb2.Duration(seconds=10 ** 9)), "delay"),
+    (
+        "after the deadline",
+        dict(schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_200)),
+        "schedule_time",
+    ),
+    ("delay past the deadline", dict(delay=duration_pb2.Duration(seconds=10**9)), "delay"),
     ("at the deadline", dict(schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_100)), "schedule_time"),
 ]
 
 
 @pytest.mark.parametrize("label,fields,field", BAD_RESCHEDULES, ids=[b[0] for b in BAD_RESCHEDULES])
-async def test_bad_reschedule_is_invalid_argument_with_the_field_and_changes_nothing(env, label, fields, field):
+async def test_bad_reschedule_is_invalid_argument_with_the_field_and_changes_nothing(
+    env, label, fields, field
+):
     stub, engine, _ = env
-    job = await create(stub, schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_000),
-                       deadline=timestamp_pb2.Timestamp(seconds=2_000_000_100))
+    job = await create(
+        stub,
+        schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_000),
+        deadline=timestamp_pb2.Timestamp(seconds=2_000_000_100),
+    )
     before = await row(engine, job_id(job))
-    assert await rpc_error(stub.RescheduleJob(js.RescheduleJobRequest(name=job.name, **fields))) == \
-        (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", [field])
+    assert await rpc_error(stub.RescheduleJob(js.RescheduleJobRequest(name=job.name, **fields))) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "INVALID_FIELD",
+        [field],
+    )
     assert await row(engine, job_id(job)) == before
 
 
@@ -429,10 +506,10 @@ async def test_sdk_and_cli_cancel_and_reschedule(env):
     assert (code, out) == (0, "2100-01-01T00:00:00Z")
     code, out = await cli("reschedule", job_id(job).hex, "--in", "2h", "--expected-version", "1")
     assert code == 1 and "FAILED_PRECONDITION" in out
-    assert (await cli("reschedule", job.name))[0] == 2                       # neither --at nor --in
+    assert (await cli("reschedule", job.name))[0] == 2  # neither --at nor --in
     code, out = await cli("reschedule", job.name, "--at", "1969-12-31T00:00:00Z")
     assert code == 1 and "schedule_time" in out
-    assert await cli("cancel", str(job_id(job))) == (0, "cancelled")      # a bare id: default namespace
+    assert await cli("cancel", str(job_id(job))) == (0, "cancelled")  # a bare id: default namespace
     assert await cli("cancel", job.name) == (0, "already finished: CANCELLED")
 
     [running_job], _ = await running(stub, engine, 1)
@@ -443,10 +520,11 @@ async def test_sdk_and_cli_cancel_and_reschedule(env):
             j = c.create_job("q", delay=60)
             moved = c.reschedule_job(j.name, delay=120, expected_version=1)
             try:
-                c.reschedule_job(j.name, schedule_time=datetime(2100, 1, 1, tzinfo=timezone.utc), expected_version=1)
+                c.reschedule_job(j.name, schedule_time=datetime(2100, 1, 1, tzinfo=UTC), expected_version=1)
             except GnomonError as e:
                 stale = (e.code, e.reason)
             return moved, c.cancel_job(j.id), c.cancel_job(j.name), stale
+
     moved, first, again, stale = await asyncio.to_thread(sync_calls)
     assert moved.version == 2 and moved.state == "SCHEDULED"
     assert (first[0], first[1].state, first[1].version) == ("CANCELLED", "CANCELLED", 3)
@@ -455,7 +533,7 @@ async def test_sdk_and_cli_cancel_and_reschedule(env):
 
     async with AsyncClient(api=address) as ac:
         j = await ac.create_job("q", delay=60)
-        at = datetime(2100, 1, 1, 0, 0, 1, tzinfo=timezone.utc)
+        at = datetime(2100, 1, 1, 0, 0, 1, tzinfo=UTC)
         assert (await ac.reschedule_job(j.id, schedule_time=at)).schedule_time == at
         outcome, cancelled = await ac.cancel_job(j.name, expected_version=2)
         assert (outcome, cancelled.state) == ("CANCELLED", "CANCELLED")
@@ -468,13 +546,19 @@ async def test_sdk_and_cli_cancel_and_reschedule(env):
 
 # Each way of telling the worker, alone: the dispatcher's push (workers heartbeat only every 30 s),
 # or the heartbeat ack (the push looks only every 60 s, after its first, empty pass at start).
-DELIVERY = {"push": {"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "30"},
-            "heartbeat": {"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
-                          "GNOMON_DISPATCHER_CANCEL_PUSH_INTERVAL_S": "60"}}
+DELIVERY = {
+    "push": {"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "30"},
+    "heartbeat": {
+        "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
+        "GNOMON_DISPATCHER_CANCEL_PUSH_INTERVAL_S": "60",
+    },
+}
 
 
 @pytest.mark.parametrize("delivery", list(DELIVERY))
-def test_cancel_reaches_a_running_handler_through_real_processes(pg_server, migrated_template, tmp_path, delivery):
+def test_cancel_reaches_a_running_handler_through_real_processes(
+    pg_server, migrated_template, tmp_path, delivery
+):
     """api, dispatcher, planner, reaper and a worker as processes; the handler loops until
     ``ctx.cancelled`` and raises Cancelled: the job ends CANCELLED within 10 s of CancelJob."""
     from gnomon.cli.suite import Suite
@@ -483,12 +567,20 @@ def test_cancel_reaches_a_running_handler_through_real_processes(pg_server, migr
 
     name = f"cancel_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path),
-              env=DELIVERY[delivery])
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path),
+        env=DELIVERY[delivery],
+    )
     try:
         s.start()
-        s.start_worker(["cancelme"], "gnomon_test_handlers:wait_for_cancel", concurrency=2,
-                       env={"PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))})
+        s.start_worker(
+            ["cancelme"],
+            "gnomon_test_handlers:wait_for_cancel",
+            concurrency=2,
+            env={"PYTHONPATH": os.pathsep.join(filter(None, [TESTS_DIR, os.environ.get("PYTHONPATH")]))},
+        )
         with Client(api=s.api_address) as c:
             job = c.create_job("cancelme", b"", lease_duration=120)
             wait_for(lambda: c.get_job(job.name).state == "RUNNING", 30, "the job to run")

@@ -1,6 +1,7 @@
 """``gnomon schedule ...`` as a subprocess against the real suite (api, planner, dispatcher, reaper as
 processes): preview of unsaved rules across a DST gap, rule errors, and a create/get/pause/resume/
 trigger/history/delete round trip; the async SDK client. One suite for the module."""
+
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import os
 import subprocess
 import sys
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -34,8 +35,13 @@ def suite(pg_server, migrated_template, tmp_path_factory):
 
 def gnomon(suite, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, GNOMON_API=suite.api_address, COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "gnomon.cli.main", "schedule", *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "gnomon.cli.main", "schedule", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def ok(suite, *args: str) -> str:
@@ -45,8 +51,21 @@ def ok(suite, *args: str) -> str:
 
 
 def preview(suite, gap: str) -> list[dict]:
-    out = ok(suite, "preview", "--cron", "0 2 * * *", "--tz", "America/New_York", "--dst-gap", gap,
-             "--from", "2013-03-09T12:00:00Z", "--count", "2", "--json")
+    out = ok(
+        suite,
+        "preview",
+        "--cron",
+        "0 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--dst-gap",
+        gap,
+        "--from",
+        "2013-03-09T12:00:00Z",
+        "--count",
+        "2",
+        "--json",
+    )
     return json.loads(out)
 
 
@@ -56,7 +75,7 @@ def test_preview_spring_forward_gap_skip(suite):
     assert fired[0]["fire_time"] == "2013-03-11T06:00:00Z"
     assert fired[0]["local_time"] == "2013-03-11T02:00:00-04:00"
     assert len(fired) == 2
-    before = items[:items.index(fired[0])]
+    before = items[: items.index(fired[0])]
     assert all(i["skipped"] for i in before) and all("note" in i for i in items)
     assert [i["fire_time"][:10] for i in before] in ([], ["2013-03-10"])
 
@@ -70,8 +89,18 @@ def test_preview_spring_forward_gap_shift_forward(suite):
 
 
 def test_preview_of_a_rule_that_never_fires_fails(suite):
-    r = gnomon(suite, "preview", "--cron", "0 0 31 4 *", "--tz", "UTC", "--from", "2025-01-01T00:00:00Z",
-               "--count", "1")
+    r = gnomon(
+        suite,
+        "preview",
+        "--cron",
+        "0 0 31 4 *",
+        "--tz",
+        "UTC",
+        "--from",
+        "2025-01-01T00:00:00Z",
+        "--count",
+        "1",
+    )
     assert r.returncode != 0
     assert "RULE_NEVER_FIRES" in r.stderr or "never" in r.stderr
 
@@ -90,8 +119,25 @@ def test_preview_of_an_unknown_zone_fails_naming_time_zone(suite):
 
 def test_schedule_round_trip(suite):
     sid = f"cli-{uuid.uuid4().hex[:8]}"
-    name = ok(suite, "create", "--id", sid, "--queue", "cli-sched", "--cron", "0 3 * * *", "--tz", "Europe/Berlin",
-              "--misfire", "coalesce", "--overlap", "allow", "--payload", '{"k":1}', "--idempotent").strip()
+    name = ok(
+        suite,
+        "create",
+        "--id",
+        sid,
+        "--queue",
+        "cli-sched",
+        "--cron",
+        "0 3 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--misfire",
+        "coalesce",
+        "--overlap",
+        "allow",
+        "--payload",
+        '{"k":1}',
+        "--idempotent",
+    ).strip()
     assert name == f"namespaces/default/schedules/{sid}"
 
     got = json.loads(ok(suite, "get", sid, "--json"))
@@ -110,7 +156,11 @@ def test_schedule_round_trip(suite):
 
     out = ok(suite, "update", sid, "--cron", "30 4 * * *", "--json")
     upd = json.loads(out)
-    assert upd["cron"] == "30 4 * * *" and upd["time_zone"] == "Europe/Berlin" and upd["version"] > got["version"]
+    assert (
+        upd["cron"] == "30 4 * * *"
+        and upd["time_zone"] == "Europe/Berlin"
+        and upd["version"] > got["version"]
+    )
 
     trig = json.loads(ok(suite, "trigger", sid, "--json"))
     assert trig["decision"] == "FIRED" and trig["source"] == "TRIGGER"
@@ -140,11 +190,17 @@ def test_create_with_bad_rule_fails_and_usage_errors_exit_2(suite):
 
 async def test_async_client_schedule_methods(suite):
     async with AsyncClient(api=suite.api_address) as c:
-        fts = await c.preview_schedule(cron="0 2 * * *", time_zone="America/New_York", dst_gap="SHIFT_FORWARD",
-                                       from_time=datetime(2013, 3, 9, 12, tzinfo=timezone.utc), count=1)
+        fts = await c.preview_schedule(
+            cron="0 2 * * *",
+            time_zone="America/New_York",
+            dst_gap="SHIFT_FORWARD",
+            from_time=datetime(2013, 3, 9, 12, tzinfo=UTC),
+            count=1,
+        )
         assert fts[0].local_time == "2013-03-10T03:00:00-04:00"
-        s = await c.create_schedule("async-q", every=3600, start_time=datetime(2030, 1, 1, tzinfo=timezone.utc),
-                                    paused=True)
+        s = await c.create_schedule(
+            "async-q", every=3600, start_time=datetime(2030, 1, 1, tzinfo=UTC), paused=True
+        )
         assert s.paused and s.interval.seconds == 3600
         assert s.name in [x.name async for x in c.list_schedules(paused=True)]
         s2 = await c.update_schedule(s.name, etag=s.etag, max_attempts=7, overlap_policy="buffer_all")

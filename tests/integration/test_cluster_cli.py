@@ -1,6 +1,7 @@
 """Shard ownership through the API and the CLI (``ListShards``, ``gnomon shards``) and the dev
 suite's process listing (``gnomon dev --regions``, ``gnomon dev status``), with real processes.
 """
+
 from __future__ import annotations
 
 import collections
@@ -30,17 +31,26 @@ def balanced(shards: list[dict], owners: set[str]) -> bool:
     """All shards owned by exactly ``owners``, about evenly, each token recorded in the database."""
     counts = collections.Counter(s["owner"] for s in shards if s["owned"])
     lo, hi = SHARDS / len(owners) - 2, SHARDS / len(owners) + 2
-    return (len(shards) == SHARDS and all(s["owned"] for s in shards) and set(counts) == owners
-            and all(lo <= n <= hi for n in counts.values())
-            and all(s["fencing_token"] == s["recorded_token"] > 0 for s in shards))
+    return (
+        len(shards) == SHARDS
+        and all(s["owned"] for s in shards)
+        and set(counts) == owners
+        and all(lo <= n <= hi for n in counts.values())
+        and all(s["fencing_token"] == s["recorded_token"] > 0 for s in shards)
+    )
 
 
 @pytest.fixture
 def suite(pg_server, migrated_template, tmp_path):
     name = f"shards_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path), dispatchers=3,
-              env={"GNOMON_ETCD_LEASE_TTL_S": "2", "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3"})
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path),
+        dispatchers=3,
+        env={"GNOMON_ETCD_LEASE_TTL_S": "2", "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3"},
+    )
     try:
         s.start()
         yield s
@@ -53,30 +63,42 @@ def test_list_shards_shows_owners_and_tokens_and_the_hand_over_after_kill_9(suit
     with Client(api=suite.api_address) as c:
         dispatchers = {d.dispatcher_id: d.address for d in c.list_dispatchers()}
         assert len(dispatchers) == 3
-        shards = wait_for(lambda: (x := c.list_shards()) and balanced(x, set(dispatchers)) and x, 30,
-                          "64 shards owned by the 3 dispatchers, balanced, tokens recorded")
+        shards = wait_for(
+            lambda: (x := c.list_shards()) and balanced(x, set(dispatchers)) and x,
+            30,
+            "64 shards owned by the 3 dispatchers, balanced, tokens recorded",
+        )
         assert [s["shard"] for s in shards] == list(range(SHARDS))
         assert {s["region"] for s in shards} == {"local"}
         assert all(s["acquire_time"] is not None for s in shards)
-        assert len({s["fencing_token"] for s in shards}) == SHARDS      # one etcd revision per key
+        assert len({s["fencing_token"] for s in shards}) == SHARDS  # one etcd revision per key
 
         out = cli("shards", "--json", "--api", suite.api_address)
         assert out.returncode == 0, out.stderr
         printed = json.loads(out.stdout)
-        assert [{k: p[k] for k in ("region", "shard", "owner", "fencing_token", "recorded_token", "owned")}
-                for p in printed] == [{k: s[k] for k in ("region", "shard", "owner", "fencing_token",
-                                                         "recorded_token", "owned")} for s in shards]
+        assert [
+            {k: p[k] for k in ("region", "shard", "owner", "fencing_token", "recorded_token", "owned")}
+            for p in printed
+        ] == [
+            {k: s[k] for k in ("region", "shard", "owner", "fencing_token", "recorded_token", "owned")}
+            for s in shards
+        ]
         table = cli("shards", "--api", suite.api_address)
         assert table.returncode == 0 and "64/64 shards owned by 3 dispatcher(s)" in table.stdout
 
         victim_id = sorted(dispatchers)[0]
-        victim = next(p for p in suite.procs if p.role == "dispatcher" and p.address == dispatchers[victim_id])
+        victim = next(
+            p for p in suite.procs if p.role == "dispatcher" and p.address == dispatchers[victim_id]
+        )
         before = {s["shard"]: s["fencing_token"] for s in shards if s["owner"] == victim_id}
         victim.popen.send_signal(signal.SIGKILL)
         victim.popen.wait(10)
         survivors = set(dispatchers) - {victim_id}
-        after = wait_for(lambda: (x := c.list_shards()) and balanced(x, survivors) and x, 30,
-                         "the victim's shards re-owned by the survivors")
+        after = wait_for(
+            lambda: (x := c.list_shards()) and balanced(x, survivors) and x,
+            30,
+            "the victim's shards re-owned by the survivors",
+        )
         for s in after:
             if s["shard"] in before:
                 assert s["owner"] in survivors and s["fencing_token"] > before[s["shard"]]
@@ -93,9 +115,25 @@ def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(pg_server, mig
     data = tmp_path / "dev"
     api = f"127.0.0.1:{free_port()}"
     log = open(tmp_path / "dev.log", "wb")
-    dev = subprocess.Popen([*GNOMON, "dev", "--data-dir", str(data), "--api", api, "--dispatchers", "2",
-                            "--regions", "eu,us", "--database-url", url],
-                           stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    dev = subprocess.Popen(
+        [
+            *GNOMON,
+            "dev",
+            "--data-dir",
+            str(data),
+            "--api",
+            api,
+            "--dispatchers",
+            "2",
+            "--regions",
+            "eu,us",
+            "--database-url",
+            url,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     pids: list[int] = []
     try:
         wait_for(lambda: (data / "status.json").exists() or dev.poll() is not None, 60, "status.json")
@@ -106,10 +144,18 @@ def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(pg_server, mig
         assert st["running"] and st["pid"] == dev.pid and st["api"] == api and st["regions"] == ["eu", "us"]
         procs = st["processes"]
         by = collections.Counter((p["region"], p["role"]) for p in procs)
-        assert by == {(r, role): n for r in ("eu", "us")
-                      for role, n in (("api", 1), ("dispatcher", 2), ("planner", 1), ("reaper", 1))}
-        assert all(p["alive"] and p["pid"] > 0 and p["address"].startswith("127.0.0.1:")
-                   and p["metrics"].startswith("127.0.0.1:") for p in procs)
+        assert by == {
+            (r, role): n
+            for r in ("eu", "us")
+            for role, n in (("api", 1), ("dispatcher", 2), ("planner", 1), ("reaper", 1))
+        }
+        assert all(
+            p["alive"]
+            and p["pid"] > 0
+            and p["address"].startswith("127.0.0.1:")
+            and p["metrics"].startswith("127.0.0.1:")
+            for p in procs
+        )
         assert len({p["address"] for p in procs}) == len(procs) == len({p["metrics"] for p in procs})
         pids = [p["pid"] for p in procs]
         eu_api = next(p["address"] for p in procs if p["role"] == "api" and p["region"] == "eu")
@@ -127,7 +173,10 @@ def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(pg_server, mig
         def us_shards():
             r = cli("shards", "--region", "us", "--json", "--api", eu_api)
             return r.returncode == 0 and (x := json.loads(r.stdout)) and balanced(x, us_ids) and x
-        assert {s["region"] for s in wait_for(us_shards, 30, "us shards owned by the us dispatchers")} == {"us"}
+
+        assert {s["region"] for s in wait_for(us_shards, 30, "us shards owned by the us dispatchers")} == {
+            "us"
+        }
 
         dev.send_signal(signal.SIGINT)
         assert dev.wait(60) == 0, (tmp_path / "dev.log").read_text()

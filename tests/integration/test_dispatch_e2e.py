@@ -4,6 +4,7 @@
 Executions are recorded by the workers' handler (tests/gnomon_test_handlers.py) in a file; the
 database is read directly to check the timeline (scheduled_at, dispatched_at by the DB clock).
 """
+
 from __future__ import annotations
 
 import collections
@@ -28,8 +29,12 @@ def suite(pg_server, migrated_template, tmp_path_factory):
     name = f"e2e_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     base = tmp_path_factory.mktemp("suite")
-    s = Suite(api_listen="127.0.0.1:0", database_url=url, base_dir=str(base),
-              env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"})
+    s = Suite(
+        api_listen="127.0.0.1:0",
+        database_url=url,
+        base_dir=str(base),
+        env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"},
+    )
     s.api_listen = f"127.0.0.1:{__import__('gnomon.common.embedded', fromlist=['free_port']).free_port()}"
     s.start()
     s.record_dir = str(base)
@@ -40,8 +45,10 @@ def suite(pg_server, migrated_template, tmp_path_factory):
 
 def start_workers(suite: Suite, queue: str, n: int, record: str, concurrency: int = 32):
     env = {"GNOMON_TEST_RECORD": record, "PYTHONPATH": TESTS_DIR}
-    return [suite.start_worker([queue], "gnomon_test_handlers:record", concurrency=concurrency, env=env)
-            for _ in range(n)]
+    return [
+        suite.start_worker([queue], "gnomon_test_handlers:record", concurrency=concurrency, env=env)
+        for _ in range(n)
+    ]
 
 
 def test_job_due_in_one_second_is_not_dispatched_early_and_finishes(suite):
@@ -51,14 +58,18 @@ def test_job_due_in_one_second_is_not_dispatched_early_and_finishes(suite):
         with Client(api=suite.api_address) as c:
             job = c.create_job("due1s", b"{}", delay=timedelta(seconds=1))
             assert job.state == "SCHEDULED"
-            done = wait_for(lambda: (j := c.get_job(job.name)).state == "SUCCEEDED" and j, 30, "job to succeed")
+            done = wait_for(
+                lambda: (j := c.get_job(job.name)).state == "SUCCEEDED" and j, 30, "job to succeed"
+            )
         assert done.attempt == 1
         job_id = job.name.rsplit("/", 1)[1]
         [(sched, disp, started, finished)] = sql(
-            suite.database_url, "SELECT scheduled_at, dispatched_at, started_at, finished_at FROM jobs WHERE id = %s",
-            job_id)
-        assert disp >= sched and started >= sched and finished >= started          # never early (DB clock)
-        assert disp - sched < timedelta(seconds=5)                                  # and not stuck
+            suite.database_url,
+            "SELECT scheduled_at, dispatched_at, started_at, finished_at FROM jobs WHERE id = %s",
+            job_id,
+        )
+        assert disp >= sched and started >= sched and finished >= started  # never early (DB clock)
+        assert disp - sched < timedelta(seconds=5)  # and not stuck
         assert sched - done.create_time == timedelta(seconds=1)
         assert [r[0] for r in records(record)] == [job.name]
     finally:
@@ -80,11 +91,24 @@ def test_thousand_jobs_due_now_finish_exactly_once(suite, n_workers):
         counts = collections.Counter(r[0] for r in records(record))
         assert set(counts) == names
         assert max(counts.values()) == 1
-        wait_for(lambda: sql(suite.database_url,
-                             "SELECT count(*) FROM jobs WHERE queue = %s AND state = 'SUCCEEDED'", queue)[0][0] == 1000,
-                 30, "all jobs SUCCEEDED")
-        assert sql(suite.database_url, "SELECT count(*), max(a.attempt) FROM attempts a JOIN jobs j ON j.id = a.job_id "
-                                       "WHERE j.queue = %s", queue)[0] == (1000, 1)
+        wait_for(
+            lambda: (
+                sql(
+                    suite.database_url,
+                    "SELECT count(*) FROM jobs WHERE queue = %s AND state = 'SUCCEEDED'",
+                    queue,
+                )[0][0]
+                == 1000
+            ),
+            30,
+            "all jobs SUCCEEDED",
+        )
+        assert sql(
+            suite.database_url,
+            "SELECT count(*), max(a.attempt) FROM attempts a JOIN jobs j ON j.id = a.job_id "
+            "WHERE j.queue = %s",
+            queue,
+        )[0] == (1000, 1)
         # the dispatcher's Prometheus endpoint counted every claim and its dispatch lag
         disp = next(p for p in suite.procs if p.role == "dispatcher")
         scraped = urllib.request.urlopen(f"http://{disp.metrics_address}/metrics", timeout=5).read().decode()
@@ -98,18 +122,29 @@ def test_thousand_jobs_due_now_finish_exactly_once(suite, n_workers):
 
 
 def test_kill_9_between_claim_commit_and_delivery_redelivers_under_the_next_owner(
-        pg_server, migrated_template, tmp_path):
+    pg_server, migrated_template, tmp_path
+):
     name = f"kill_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     from gnomon.common.embedded import free_port
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path), dispatchers=0,
-              env={"GNOMON_ETCD_LEASE_TTL_S": "2", "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
-                   "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.5"})
+
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path),
+        dispatchers=0,
+        env={
+            "GNOMON_ETCD_LEASE_TTL_S": "2",
+            "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
+            "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.5",
+        },
+    )
     record = str(tmp_path / "kill.txt")
     try:
         s.start()
         first = s.start_service("dispatcher", env={"GNOMON_FAULTS": "crash_after_claim"})
         from gnomon.cli.suite import wait_healthy
+
         wait_healthy(first.address)
         workers = start_workers(s, "kill", 1, record)
         with Client(api=s.api_address) as c:
@@ -123,12 +158,12 @@ def test_kill_9_between_claim_commit_and_delivery_redelivers_under_the_next_owne
             assert published is None and records(record) == []
             second = s.start_service("dispatcher")
             done = wait_for(lambda: (x := c.get_job(job.name)).state == "SUCCEEDED" and x, 60, "re-delivery")
-        assert done.attempt == 1                      # the same attempt, re-delivered, not a retry
+        assert done.attempt == 1  # the same attempt, re-delivered, not a retry
         [(t2, count)] = sql(url, "SELECT token, publish_count FROM outbox WHERE job_id = %s", job_id)
-        assert t2 > t1 and count >= 1                # re-fenced under the new owner's larger token
+        assert t2 > t1 and count >= 1  # re-fenced under the new owner's larger token
         runs = [r for r in records(record) if r[0] == job.name]
         assert 1 <= len(runs) <= 2
-        assert {r[2] for r in runs} == {job_id}      # same idempotency key every time
+        assert {r[2] for r in runs} == {job_id}  # same idempotency key every time
         assert second.popen.poll() is None
         for w in workers:
             s.stop_proc(w)

@@ -1,4 +1,5 @@
 """The embedded servers themselves: real PostgreSQL and etcd, checked with real values."""
+
 from __future__ import annotations
 
 import base64
@@ -24,16 +25,20 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _gw(endpoint: str, path: str, body: dict) -> dict:
-    req = urllib.request.Request(f"http://{endpoint}/v3/{path}", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://{endpoint}/v3/{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with _OPENER.open(req, timeout=5) as r:
         return json.loads(r.read())
 
 
 def kv_put(endpoint: str, key: bytes, value: bytes) -> int:
     """Put through the HTTP/JSON gateway; returns the new cluster revision."""
-    out = _gw(endpoint, "kv/put", {"key": base64.b64encode(key).decode(),
-                                   "value": base64.b64encode(value).decode()})
+    out = _gw(
+        endpoint, "kv/put", {"key": base64.b64encode(key).decode(), "value": base64.b64encode(value).decode()}
+    )
     return int(out["header"]["revision"])
 
 
@@ -64,6 +69,7 @@ def test_free_port_is_bindable_and_distinct() -> None:
     ports = [free_port() for _ in range(20)]
     assert len(set(ports)) == 20
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports[0]))
 
@@ -73,11 +79,19 @@ def test_postgres_accepts_connections(pg_server: PostgresServer) -> None:
     assert pg_server.database_url("x") == f"postgresql+psycopg://app@127.0.0.1:{pg_server.port}/x"
     with psycopg.connect(pg_server.conninfo()) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
-        settings = dict(conn.execute(
-            "select name, setting from pg_settings where name in "
-            "('max_connections','fsync','synchronous_commit','full_page_writes','listen_addresses')").fetchall())
-    assert settings == {"max_connections": "300", "fsync": "off", "synchronous_commit": "on",
-                        "full_page_writes": "off", "listen_addresses": "127.0.0.1"}
+        settings = dict(
+            conn.execute(
+                "select name, setting from pg_settings where name in "
+                "('max_connections','fsync','synchronous_commit','full_page_writes','listen_addresses')"
+            ).fetchall()
+        )
+    assert settings == {
+        "max_connections": "300",
+        "fsync": "off",
+        "synchronous_commit": "on",
+        "full_page_writes": "off",
+        "listen_addresses": "127.0.0.1",
+    }
     engine = sa.create_engine(pg_server.url)
     try:
         with engine.connect() as conn:
@@ -112,7 +126,9 @@ def test_create_database_from_template_copies_table(pg_server: PostgresServer) -
         pg_server.drop_database(src)
         pg_server.drop_database(dst)
     with psycopg.connect(pg_server.conninfo()) as conn:
-        left = conn.execute("select count(*) from pg_database where datname in (%s, %s)", (src, dst)).fetchone()
+        left = conn.execute(
+            "select count(*) from pg_database where datname in (%s, %s)", (src, dst)
+        ).fetchone()
     assert left == (0,)
 
 
@@ -198,5 +214,8 @@ def test_servers_do_not_outlive_a_killed_parent() -> None:
         proc.wait()
     _wait(lambda: not _alive(info["etcd_pid"]), 10, "etcd outlived its parent")
     _wait(lambda: not _alive(info["pg_pid"]), 10, "postgres outlived its parent")
-    _wait(lambda: not os.path.exists(info["pg_dir"]) and not os.path.exists(info["etcd_dir"]), 10,
-          "temp dirs left behind")
+    _wait(
+        lambda: not os.path.exists(info["pg_dir"]) and not os.path.exists(info["etcd_dir"]),
+        10,
+        "temp dirs left behind",
+    )

@@ -3,6 +3,7 @@
 The server is started here (module scope) rather than by shared fixtures, so this file depends on
 nothing but the etcd binary in the venv. Every test works under its own random key prefix.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -79,14 +80,28 @@ def etcd_server() -> Iterator[EtcdServer]:
     data_dir = tempfile.mkdtemp(prefix="gnomon-etcd-")
     cport, pport = _free_port(), _free_port()
     cmd = [
-        _etcd_binary(), "--name", "t0", "--data-dir", data_dir,
-        "--listen-client-urls", f"http://127.0.0.1:{cport}",
-        "--advertise-client-urls", f"http://127.0.0.1:{cport}",
-        "--listen-peer-urls", f"http://127.0.0.1:{pport}",
-        "--initial-advertise-peer-urls", f"http://127.0.0.1:{pport}",
-        "--initial-cluster", f"t0=http://127.0.0.1:{pport}",
-        "--heartbeat-interval", "10", "--election-timeout", "100",
-        "--unsafe-no-fsync", "--log-level", "error",
+        _etcd_binary(),
+        "--name",
+        "t0",
+        "--data-dir",
+        data_dir,
+        "--listen-client-urls",
+        f"http://127.0.0.1:{cport}",
+        "--advertise-client-urls",
+        f"http://127.0.0.1:{cport}",
+        "--listen-peer-urls",
+        f"http://127.0.0.1:{pport}",
+        "--initial-advertise-peer-urls",
+        f"http://127.0.0.1:{pport}",
+        "--initial-cluster",
+        f"t0=http://127.0.0.1:{pport}",
+        "--heartbeat-interval",
+        "10",
+        "--election-timeout",
+        "100",
+        "--unsafe-no-fsync",
+        "--log-level",
+        "error",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     server = EtcdServer(endpoint=f"127.0.0.1:{cport}", port=cport, proc=proc)
@@ -207,7 +222,9 @@ async def test_create_if_absent_first_wins_and_token_increases(client: EtcdClien
     assert all(b > a + 1 for a, b in zip(tokens, tokens[1:])), tokens  # noise put in between each time
 
 
-async def test_create_if_absent_concurrent_contenders_exactly_one_wins(client: EtcdClient, prefix: bytes) -> None:
+async def test_create_if_absent_concurrent_contenders_exactly_one_wins(
+    client: EtcdClient, prefix: bytes
+) -> None:
     key = prefix + b"contended"
     results = await asyncio.gather(*(client.create_if_absent(key, b"c%d" % i) for i in range(8)))
     winners = [kv for ok, kv in results if ok]
@@ -215,7 +232,9 @@ async def test_create_if_absent_concurrent_contenders_exactly_one_wins(client: E
     assert all(kv == winners[0] for _, kv in results)
 
 
-async def test_create_if_absent_with_unknown_lease_raises_not_found(client: EtcdClient, prefix: bytes) -> None:
+async def test_create_if_absent_with_unknown_lease_raises_not_found(
+    client: EtcdClient, prefix: bytes
+) -> None:
     lease = await client.lease_grant(5)
     await client.lease_revoke(lease)
     with pytest.raises(EtcdError) as ei:
@@ -261,7 +280,7 @@ async def test_lease_keeper_keeps_ttl2_key_alive(client: EtcdClient, prefix: byt
     keeper = LeaseKeeper(client, ttl_s=2)
     assert keeper.safety_margin_s == 1.0
     with pytest.raises(RuntimeError):
-        keeper.lease_id
+        keeper.lease_id  # noqa: B018
     lease = await keeper.start()
     assert keeper.lease_id == lease and keeper.granted_ttl_s == 2
     assert keeper.valid() and 0.5 < keeper.remaining() <= 1.0
@@ -459,7 +478,9 @@ async def test_unreachable_endpoint_raises_etcd_error() -> None:
                 pass
 
 
-async def test_several_endpoints_round_robin_skips_dead_member(etcd_server: EtcdServer, prefix: bytes) -> None:
+async def test_several_endpoints_round_robin_skips_dead_member(
+    etcd_server: EtcdServer, prefix: bytes
+) -> None:
     dead = f"127.0.0.1:{_free_port()}"
     async with EtcdClient([dead, etcd_server.endpoint], timeout=2.0) as c:
         assert c._target == f"ipv4:{dead},{etcd_server.endpoint}"

@@ -2,6 +2,7 @@
 
 Real etcd issues the tokens (create revisions of the ownership key); real PostgreSQL enforces them.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -26,7 +27,11 @@ SHARDS = 4
 async def engine(db_url, request):
     """The same queries through both dialects: PostgreSQL (default) and the production
     ``cockroachdb+psycopg`` dialect (which also runs against PostgreSQL, STACK.md section 5)."""
-    url = db_url if request.param == "postgresql" else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    url = (
+        db_url
+        if request.param == "postgresql"
+        else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    )
     e = make_engine(DatabaseSettings(url=url), pool_size=2)
     assert e.dialect.name == request.param
     yield e
@@ -35,9 +40,22 @@ async def engine(db_url, request):
 
 async def make_job(engine, shard: int) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(id=jid, namespace="default", region="local", shard=shard, queue="q", payload=b"",
-                            schedule_at=None, delay=None, deadline=None, max_attempts=3, idempotency_key=str(jid),
-                            lease=timedelta(seconds=30), request_id=None, request_hash=None)
+    new = jobs_store.NewJob(
+        id=jid,
+        namespace="default",
+        region="local",
+        shard=shard,
+        queue="q",
+        payload=b"",
+        schedule_at=None,
+        delay=None,
+        deadline=None,
+        max_attempts=3,
+        idempotency_key=str(jid),
+        lease=timedelta(seconds=30),
+        request_id=None,
+        request_hash=None,
+    )
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid
 
@@ -70,8 +88,17 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
     jid = await make_job(engine, 0)
     # A's forged claim with its old token is rejected and changes nothing.
     with pytest.raises(StaleFencingToken) as e:
-        await run_transaction(engine, lambda c: store.claim_due(
-            c, region="local", tokens={0: token_a}, targets=[("default", "q")], limit=10, dispatcher_id="A"))
+        await run_transaction(
+            engine,
+            lambda c: store.claim_due(
+                c,
+                region="local",
+                tokens={0: token_a},
+                targets=[("default", "q")],
+                limit=10,
+                dispatcher_id="A",
+            ),
+        )
     assert e.value.metadata["shards"] == "0"
     assert tuple(await state_of(engine, jid)) == ("SCHEDULED", 1)
     async with engine.connect() as c:
@@ -81,37 +108,73 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
     with pytest.raises(StaleFencingToken):
         await run_transaction(engine, lambda c: store.record_ownership(c, "local", 0, token_a, "A"))
     # B's claim with the current token commits: state, attempt and outbox row together.
-    claimed = await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={0: token_b}, targets=[("default", "q")], limit=10, dispatcher_id="B"))
+    claimed = await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c, region="local", tokens={0: token_b}, targets=[("default", "q")], limit=10, dispatcher_id="B"
+        ),
+    )
     assert [(c.job_id, c.attempt, c.token) for c in claimed] == [(jid, 1, token_b)]
     assert tuple(await state_of(engine, jid)) == ("QUEUED", 2)
     async with engine.connect() as c:
-        row = (await c.execute(select(outbox.c.token, outbox.c.published_at).where(outbox.c.job_id == jid))).one()
+        row = (
+            await c.execute(select(outbox.c.token, outbox.c.published_at).where(outbox.c.job_id == jid))
+        ).one()
     assert row.token == token_b and row.published_at is None
 
 
 async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):
     await run_transaction(engine, lambda c: store.record_ownership(c, "local", 1, 7, "A"))
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(id=jid, namespace="default", region="local", shard=1, queue="q", payload=b"",
-                            schedule_at=None, delay=timedelta(seconds=30), deadline=None, max_attempts=3,
-                            idempotency_key="k", lease=timedelta(seconds=30), request_id=None, request_hash=None)
+    new = jobs_store.NewJob(
+        id=jid,
+        namespace="default",
+        region="local",
+        shard=1,
+        queue="q",
+        payload=b"",
+        schedule_at=None,
+        delay=timedelta(seconds=30),
+        deadline=None,
+        max_attempts=3,
+        idempotency_key="k",
+        lease=timedelta(seconds=30),
+        request_id=None,
+        request_hash=None,
+    )
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
-    claimed = await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={1: 7}, targets=[("default", "q")], limit=10, dispatcher_id="A"))
+    claimed = await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c, region="local", tokens={1: 7}, targets=[("default", "q")], limit=10, dispatcher_id="A"
+        ),
+    )
     assert claimed == []
-    wait = await run_transaction(engine, lambda c: store.next_due_in(
-        c, region="local", shards=[1], targets=[("default", "q")], horizon_s=60))
+    wait = await run_transaction(
+        engine,
+        lambda c: store.next_due_in(c, region="local", shards=[1], targets=[("default", "q")], horizon_s=60),
+    )
     assert 25 < wait <= 30
-    assert await run_transaction(engine, lambda c: store.next_due_in(
-        c, region="local", shards=[1], targets=[("default", "q")], horizon_s=10)) is None
+    assert (
+        await run_transaction(
+            engine,
+            lambda c: store.next_due_in(
+                c, region="local", shards=[1], targets=[("default", "q")], horizon_s=10
+            ),
+        )
+        is None
+    )
 
 
 async def test_completion_is_idempotent_per_attempt_and_token_and_stale_token_is_refused(engine):
     await run_transaction(engine, lambda c: store.record_ownership(c, "local", 2, 11, "A"))
     jid = await make_job(engine, 2)
-    [c1] = await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={2: 11}, targets=[("default", "q")], limit=1, dispatcher_id="A"))
+    [c1] = await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c, region="local", tokens={2: 11}, targets=[("default", "q")], limit=1, dispatcher_id="A"
+        ),
+    )
     key = store.AttemptKey(jid, c1.attempt, c1.version, c1.token)
     accepted = await run_transaction(engine, lambda c: store.accept(c, [key], "w1"))
     assert set(accepted) == {(jid, 1)} and accepted[(jid, 1)] > c1.dispatched_at
@@ -121,10 +184,13 @@ async def test_completion_is_idempotent_per_attempt_and_token_and_stale_token_is
     assert await run_transaction(engine, lambda c: store.accept(c, [key], "w2")) == {}
     ok = store.Result(key=key, succeeded=True)
     stale = store.Result(key=store.AttemptKey(jid, 1, c1.version, 10), succeeded=True)
-    assert await run_transaction(engine, lambda c: store.complete(c, [stale], retry_delay_s=lambda r, a: 1)) \
-        == {(jid, 1): "STALE_FENCING_TOKEN"}
-    assert await run_transaction(engine, lambda c: store.complete(c, [ok], retry_delay_s=lambda r, a: 1)) \
-        == {(jid, 1): ""}
-    assert await run_transaction(engine, lambda c: store.complete(c, [ok], retry_delay_s=lambda r, a: 1)) \
-        == {(jid, 1): ""}
+    assert await run_transaction(
+        engine, lambda c: store.complete(c, [stale], retry_delay_s=lambda r, a: 1)
+    ) == {(jid, 1): "STALE_FENCING_TOKEN"}
+    assert await run_transaction(engine, lambda c: store.complete(c, [ok], retry_delay_s=lambda r, a: 1)) == {
+        (jid, 1): ""
+    }
+    assert await run_transaction(engine, lambda c: store.complete(c, [ok], retry_delay_s=lambda r, a: 1)) == {
+        (jid, 1): ""
+    }
     assert tuple(await state_of(engine, jid)) == ("SUCCEEDED", 4)

@@ -9,6 +9,7 @@
 
 The handler is ``gnomon_effect_handlers.long_steps`` (records each start, step and end).
 """
+
 from __future__ import annotations
 
 import json
@@ -35,9 +36,16 @@ def suite(pg_server, migrated_template, tmp_path_factory):
     name = f"long_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     base = tmp_path_factory.mktemp("long")
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(base / "suite"),
-              env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5", "GNOMON_REAPER_INTERVAL_S": "0.2",
-                   "GNOMON_REAPER_SKEW_MARGIN_S": "0.5"})
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(base / "suite"),
+        env={
+            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
+            "GNOMON_REAPER_INTERVAL_S": "0.2",
+            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
+        },
+    )
     try:
         s.start()
         s.work_dir = str(base)
@@ -75,35 +83,62 @@ def test_worker_paused_past_its_lease_loses_the_attempt_and_drops_it_without_a_r
         dead = c.create_job("pause", payload, lease_duration=LEASE_S, idempotent=False, max_attempts=3)
         ids = [job_id(retried.name), job_id(dead.name)]
         # both running, each with a checkpoint saved through the heartbeat path
-        wait_for(lambda: sql(suite.database_url, "SELECT count(*) FROM jobs WHERE id = ANY(%s::uuid[]) AND "
-                                                 "state = 'RUNNING' AND checkpoint IS NOT NULL", ids)[0][0] == 2,
-                 30, "both jobs running with a checkpoint")
+        wait_for(
+            lambda: (
+                sql(
+                    suite.database_url,
+                    "SELECT count(*) FROM jobs WHERE id = ANY(%s::uuid[]) AND "
+                    "state = 'RUNNING' AND checkpoint IS NOT NULL",
+                    ids,
+                )[0][0]
+                == 2
+            ),
+            30,
+            "both jobs running with a checkpoint",
+        )
         w.popen.send_signal(signal.SIGSTOP)
         stopped_at = time.monotonic()
         try:
-            wait_for(lambda: sql(suite.database_url, "SELECT count(*) FROM attempts WHERE job_id = ANY(%s::uuid[]) "
-                                                     "AND attempt = 1 AND state = 'LOST'", ids)[0][0] == 2,
-                     30, "the reaper to declare both leases lost")
-            assert time.monotonic() - stopped_at > LEASE_S        # not before the lease could have ended
+            wait_for(
+                lambda: (
+                    sql(
+                        suite.database_url,
+                        "SELECT count(*) FROM attempts WHERE job_id = ANY(%s::uuid[]) "
+                        "AND attempt = 1 AND state = 'LOST'",
+                        ids,
+                    )[0][0]
+                    == 2
+                ),
+                30,
+                "the reaper to declare both leases lost",
+            )
+            assert time.monotonic() - stopped_at > LEASE_S  # not before the lease could have ended
         finally:
             w.popen.send_signal(signal.SIGCONT)
         done = wait_for(lambda: (j := c.get_job(retried.name)).terminal and j, 60, "the retry to finish")
         gone = wait_for(lambda: (j := c.get_job(dead.name)).terminal and j, 30, "the other job to end")
-        wait_for(lambda: sum(1 for r in records(record) if r[0] == "cancelled") == 2, 30,
-                 "both paused handlers to see the cancellation")
+        wait_for(
+            lambda: sum(1 for r in records(record) if r[0] == "cancelled") == 2,
+            30,
+            "both paused handlers to see the cancellation",
+        )
         h_retried, h_dead = c.list_job_attempts(retried.name), c.list_job_attempts(dead.name)
 
     # the database: attempt 1 LOST (by the reaper, never by a result), then the flag decides
     assert (done.state, done.attempt) == ("SUCCEEDED", 2)
-    assert [(a.attempt, a.state, a.failure_class) for a in h_retried] == [(1, "LOST", "AMBIGUOUS"), (2, "SUCCEEDED", "")]
+    assert [(a.attempt, a.state, a.failure_class) for a in h_retried] == [
+        (1, "LOST", "AMBIGUOUS"),
+        (2, "SUCCEEDED", ""),
+    ]
     assert (gone.state, gone.attempt, gone.failure_class) == ("DEAD", 1, "AMBIGUOUS")
     assert [(a.attempt, a.state) for a in h_dead] == [(1, "LOST")]
-    assert "outcome unknown" in h_dead[0].error                     # the reaper's text, not a worker's result
+    assert "outcome unknown" in h_dead[0].error  # the reaper's text, not a worker's result
 
     # the SDK: after SIGCONT the handlers were cancelled for lease loss and the attempts dropped unreported
     recs = records(record)
-    assert sorted((r[1], r[2], r[3]) for r in recs if r[0] == "cancelled") == \
-        sorted([(retried.name, "1", "lease_lost"), (dead.name, "1", "lease_lost")])
+    assert sorted((r[1], r[2], r[3]) for r in recs if r[0] == "cancelled") == sorted(
+        [(retried.name, "1", "lease_lost"), (dead.name, "1", "lease_lost")]
+    )
     with open(w.log_path) as f:
         log = f.read()
     for name in (retried.name, dead.name):
@@ -115,7 +150,7 @@ def test_worker_paused_past_its_lease_loses_the_attempt_and_drops_it_without_a_r
     [start2] = [r for r in recs if r[0] == "start" and r[1] == retried.name and r[2] == "2"]
     steps1 = [int(r[3]) for r in recs if r[0] == "step" and r[1] == retried.name and r[2] == "1"]
     assert start2[4] != "-" and 1 <= int(start2[4]) <= max(steps1)
-    assert w.popen.poll() is None                                   # the worker itself lived on
+    assert w.popen.poll() is None  # the worker itself lived on
 
 
 @pytest.mark.timeout(240)
@@ -126,10 +161,13 @@ def test_a_job_longer_than_its_lease_survives_on_heartbeats(suite, long_job):
         history = c.list_job_attempts(name)
     assert (done.state, done.attempt) == ("SUCCEEDED", 1)
     assert [(a.attempt, a.state) for a in history] == [(1, "SUCCEEDED")]
-    [(ran_s, checkpoint)] = sql(suite.database_url, "SELECT extract(epoch FROM finished_at - started_at), checkpoint "
-                                                    "FROM jobs WHERE id = %s", job_id(name))
-    assert ran_s >= 60                                              # thirty leases long, by the database clock
+    [(ran_s, checkpoint)] = sql(
+        suite.database_url,
+        "SELECT extract(epoch FROM finished_at - started_at), checkpoint FROM jobs WHERE id = %s",
+        job_id(name),
+    )
+    assert ran_s >= 60  # thirty leases long, by the database clock
     # checkpoints were saved all along (the last one or two may not travel: they ride on heartbeats)
     assert json.loads(bytes(checkpoint))["done"] >= 115
     recs = [r for r in records(record) if r[1] == name]
-    assert [r[0] for r in recs if r[0] != "step"] == ["start", "done"]   # never cancelled, never restarted
+    assert [r[0] for r in recs if r[0] != "step"] == ["start", "done"]  # never cancelled, never restarted

@@ -1,5 +1,6 @@
 """Three dispatchers, workers connected unevenly (ADR 0003: the SDK connects to every dispatcher of
 its region): every shard's jobs reach the workers whichever dispatcher owns them, exactly once."""
+
 from __future__ import annotations
 
 import collections
@@ -22,8 +23,13 @@ TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def suite(pg_server, migrated_template, tmp_path):
     name = f"md_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path), dispatchers=1,
-              env={"GNOMON_DISPATCHER_SHARD_SCAN_S": "0.2"})
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path),
+        dispatchers=1,
+        env={"GNOMON_DISPATCHER_SHARD_SCAN_S": "0.2"},
+    )
     s.start()
     yield s
     s.stop()
@@ -33,6 +39,7 @@ def suite(pg_server, migrated_template, tmp_path):
 def _streams(metrics_address: str) -> float:
     """The dispatcher's gnomon_connected_worker_streams gauge (0 if not scraped yet)."""
     import urllib.request
+
     try:
         text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=2).read().decode()
     except OSError:
@@ -51,26 +58,36 @@ def test_uneven_workers_get_jobs_of_every_shard_from_three_dispatchers(suite):
     for _ in range(2):
         wait_healthy(suite.start_service("dispatcher").address)
     started = time.monotonic()
-    wait_for(lambda: sql(suite.database_url, "SELECT count(DISTINCT owner) FROM shard_owners") == [(3,)], 30,
-             "shards rebalanced over 3 dispatchers")
+    wait_for(
+        lambda: sql(suite.database_url, "SELECT count(DISTINCT owner) FROM shard_owners") == [(3,)],
+        30,
+        "shards rebalanced over 3 dispatchers",
+    )
     handover_s = time.monotonic() - started
     small = suite.start_worker(["uneven"], "gnomon_test_handlers:record_then_sleep", concurrency=1, env=env)
     dispatchers = [p for p in suite.procs if p.role == "dispatcher"]
-    wait_for(lambda: all(_streams(p.metrics_address) == 2 for p in dispatchers), 30,
-             "both workers connected to all three dispatchers")
+    wait_for(
+        lambda: all(_streams(p.metrics_address) == 2 for p in dispatchers),
+        30,
+        "both workers connected to all three dispatchers",
+    )
     try:
         with Client(api=suite.api_address) as c:
             names = {c.create_job("uneven", b"").name for _ in range(300)}
         wait_for(lambda: len(records(record)) >= 300, 90, "300 executions")
         time.sleep(0.5)
         counts = collections.Counter(r[0] for r in records(record))
-        assert set(counts) == names and set(counts.values()) == {1}          # every job once
-        per_dispatcher = dict(sql(suite.database_url, "SELECT dispatcher_id, count(*) FROM attempts GROUP BY 1"))
-        assert len(per_dispatcher) == 3 and min(per_dispatcher.values()) > 0   # jobs came from all three
-        shards = {r[0] for r in sql(suite.database_url, "SELECT DISTINCT shard FROM jobs WHERE queue = 'uneven'")}
-        assert len(shards) > 50                                               # spread over (almost) all 64 shards
+        assert set(counts) == names and set(counts.values()) == {1}  # every job once
+        per_dispatcher = dict(
+            sql(suite.database_url, "SELECT dispatcher_id, count(*) FROM attempts GROUP BY 1")
+        )
+        assert len(per_dispatcher) == 3 and min(per_dispatcher.values()) > 0  # jobs came from all three
+        shards = {
+            r[0] for r in sql(suite.database_url, "SELECT DISTINCT shard FROM jobs WHERE queue = 'uneven'")
+        }
+        assert len(shards) > 50  # spread over (almost) all 64 shards
         pids = collections.Counter(r[5] for r in records(record))
-        assert set(pids) == {str(big.popen.pid), str(small.popen.pid)}        # both workers ran jobs
+        assert set(pids) == {str(big.popen.pid), str(small.popen.pid)}  # both workers ran jobs
         assert handover_s < 15
     finally:
         suite.stop_proc(small)

@@ -3,6 +3,7 @@ real ``gnomon api/dispatcher/planner/reaper/worker`` processes, a real PostgreSQ
 
 Names checked are the ones docs/operations.md ("Metrics (Prometheus)") documents.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,9 +27,17 @@ def suite(pg_server, migrated_template, tmp_path_factory):
     name = f"metrics_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     base = tmp_path_factory.mktemp("suite")
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(base),
-              env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1", "GNOMON_METRICS_BACKLOG_INTERVAL_S": "0.3",
-                   "GNOMON_REAPER_INTERVAL_S": "0.2", "GNOMON_REAPER_SKEW_MARGIN_S": "0.5"})
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(base),
+        env={
+            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1",
+            "GNOMON_METRICS_BACKLOG_INTERVAL_S": "0.3",
+            "GNOMON_REAPER_INTERVAL_S": "0.2",
+            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
+        },
+    )
     s.start()
     s.record_dir = str(base)
     yield s
@@ -39,8 +48,11 @@ def suite(pg_server, migrated_template, tmp_path_factory):
 def scrape(proc) -> dict[tuple[str, frozenset], float]:
     """``(sample name, labels) -> value`` of one process's ``/metrics``."""
     text = urllib.request.urlopen(f"http://{proc.metrics_address}/metrics", timeout=5).read().decode()
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+    }
 
 
 def value(samples, name: str, **labels) -> float | None:
@@ -56,8 +68,12 @@ def proc(suite, role):
 
 
 def worker(suite, queue, handler, record, concurrency=8):
-    return suite.start_worker([queue], f"gnomon_test_handlers:{handler}", concurrency=concurrency,
-                              env={"GNOMON_TEST_RECORD": record, "PYTHONPATH": TESTS_DIR})
+    return suite.start_worker(
+        [queue],
+        f"gnomon_test_handlers:{handler}",
+        concurrency=concurrency,
+        env={"GNOMON_TEST_RECORD": record, "PYTHONPATH": TESTS_DIR},
+    )
 
 
 def test_every_service_serves_metrics(suite):
@@ -66,7 +82,7 @@ def test_every_service_serves_metrics(suite):
             continue
         assert p.metrics_address, p.role
         got = scrape(p)
-        assert value(got, "gnomon_fenced_writes_total") == 0.0, p.role     # label-less counters start at 0
+        assert value(got, "gnomon_fenced_writes_total") == 0.0, p.role  # label-less counters start at 0
         assert value(got, "gnomon_expired_jobs_total") == 0.0, p.role
     disp = scrape(proc(suite, "dispatcher"))
     assert value(disp, "gnomon_owned_shards") > 0
@@ -76,19 +92,34 @@ def test_every_service_serves_metrics(suite):
 def test_dispatch_publication_and_throttling_metrics(suite):
     ok_rec = os.path.join(suite.record_dir, "m_ok.txt")
     thr_rec = os.path.join(suite.record_dir, "m_thr.txt")
-    workers = [worker(suite, "m_ok", "record", ok_rec), worker(suite, "m_thr", "throttle_first_attempt", thr_rec)]
+    workers = [
+        worker(suite, "m_ok", "record", ok_rec),
+        worker(suite, "m_thr", "throttle_first_attempt", thr_rec),
+    ]
     try:
         with Client(api=suite.api_address) as c:
             for _ in range(20):
                 c.create_job("m_ok", b"")
             for _ in range(3):
                 c.create_job("m_thr", b"")
-        wait_for(lambda: sql(suite.database_url, "SELECT count(*) FROM jobs WHERE queue IN ('m_ok', 'm_thr') "
-                                                 "AND state = 'SUCCEEDED'")[0][0] == 23, 60, "all jobs SUCCEEDED")
-        assert len(records(ok_rec)) == 20 and len(records(thr_rec)) == 6   # throttled once, then succeeded
+        wait_for(
+            lambda: (
+                sql(
+                    suite.database_url,
+                    "SELECT count(*) FROM jobs WHERE queue IN ('m_ok', 'm_thr') AND state = 'SUCCEEDED'",
+                )[0][0]
+                == 23
+            ),
+            60,
+            "all jobs SUCCEEDED",
+        )
+        assert len(records(ok_rec)) == 20 and len(records(thr_rec)) == 6  # throttled once, then succeeded
         d = proc(suite, "dispatcher")
-        got = wait_for(lambda: (g := scrape(d)) and value(g, "gnomon_in_flight_attempts") == 0 and g, 10,
-                       "in-flight back to 0")
+        got = wait_for(
+            lambda: (g := scrape(d)) and value(g, "gnomon_in_flight_attempts") == 0 and g,
+            10,
+            "in-flight back to 0",
+        )
         assert value(got, "gnomon_claimed_attempts_total", queue="m_ok") == 20
         assert value(got, "gnomon_dispatch_lag_seconds_count", queue="m_ok") == 20
         assert value(got, "gnomon_dispatch_lag_seconds_count", queue="m_thr") == 6
@@ -102,8 +133,15 @@ def test_dispatch_publication_and_throttling_metrics(suite):
         assert value(got, "gnomon_fenced_writes_total") == 0
         assert value(got, "gnomon_connected_worker_streams") == 2
         # served queues with nothing due
-        got = wait_for(lambda: (g := scrape(d)) and value(g, "gnomon_queue_depth", namespace="default",
-                                                           queue="m_ok") == 0 and g, 10, "queue depth 0")
+        got = wait_for(
+            lambda: (
+                (g := scrape(d))
+                and value(g, "gnomon_queue_depth", namespace="default", queue="m_ok") == 0
+                and g
+            ),
+            10,
+            "queue depth 0",
+        )
         assert value(got, "gnomon_queue_oldest_due_age_seconds", namespace="default", queue="m_ok") == 0
     finally:
         for w in workers:
@@ -125,20 +163,35 @@ def test_backlog_in_flight_and_lease_expiry_metrics(suite):
 
         def backlog():
             g = scrape(d)
-            return (value(g, "gnomon_queue_depth", namespace="default", queue="m_held") == 5
-                    and value(g, "gnomon_queue_oldest_due_age_seconds", namespace="default", queue="m_held") > 0.3
-                    and g)
+            return (
+                value(g, "gnomon_queue_depth", namespace="default", queue="m_held") == 5
+                and value(g, "gnomon_queue_oldest_due_age_seconds", namespace="default", queue="m_held") > 0.3
+                and g
+            )
+
         got = wait_for(backlog, 15, "queue depth 5 with an aging oldest due job")
         assert value(got, "gnomon_in_flight_attempts") == 1
-        assert sql(suite.database_url, "SELECT count(*) FROM jobs WHERE queue = 'm_held' AND state = 'SCHEDULED' "
-                                       "AND scheduled_at <= now()")[0][0] == 5
+        assert (
+            sql(
+                suite.database_url,
+                "SELECT count(*) FROM jobs WHERE queue = 'm_held' AND state = 'SCHEDULED' "
+                "AND scheduled_at <= now()",
+            )[0][0]
+            == 5
+        )
 
         w.popen.send_signal(signal.SIGKILL)
         w.popen.wait(10)
-        got = wait_for(lambda: (g := scrape(reaper)) and value(g, "gnomon_leases_lost_total", outcome="SCHEDULED")
-                       and g, 30, "the reaper to count the lost lease")
+        got = wait_for(
+            lambda: (g := scrape(reaper)) and value(g, "gnomon_leases_lost_total", outcome="SCHEDULED") and g,
+            30,
+            "the reaper to count the lost lease",
+        )
         assert value(got, "gnomon_leases_lost_total", outcome="SCHEDULED") == 1
         # the queue is no longer served by this dispatcher's workers: its gauges go away
-        wait_for(lambda: value(scrape(d), "gnomon_queue_depth", namespace="default", queue="m_held") is None,
-                 10, "queue gauges dropped")
+        wait_for(
+            lambda: value(scrape(d), "gnomon_queue_depth", namespace="default", queue="m_held") is None,
+            10,
+            "queue gauges dropped",
+        )
         assert value(scrape(d), "gnomon_in_flight_attempts") == 0

@@ -1,4 +1,5 @@
 """Migrating an empty database to head yields exactly the SQLAlchemy models."""
+
 from __future__ import annotations
 
 from alembic.autogenerate import compare_metadata
@@ -20,7 +21,20 @@ def test_migrate_from_empty_equals_models(pg_server):
             tables = set(inspect(conn).get_table_names())
         engine.dispose()
         assert diff == []
-        assert tables == {"jobs", "attempts", "outbox", "shard_owners", "audit_log", "dlq_replays", "queue_state",
-                          "schedules", "schedule_occurrences", "catchup_budget", "queue_limits", "region_owners", "alembic_version"}
+        assert tables == {
+            "jobs",
+            "attempts",
+            "outbox",
+            "shard_owners",
+            "audit_log",
+            "dlq_replays",
+            "queue_state",
+            "schedules",
+            "schedule_occurrences",
+            "catchup_budget",
+            "queue_limits",
+            "region_owners",
+            "alembic_version",
+        }
     finally:
         pg_server.drop_database("migrate_from_empty")

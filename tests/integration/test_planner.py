@@ -4,22 +4,24 @@ DST folds, misfire policies, the catch-up budget, hand-over, overlap across a re
 Schedules are created through the ScheduleService servicer (the same code gRPC calls) and then
 "rewound" in SQL to a creation instant in the past, so hours of schedule time take milliseconds.
 """
+
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
 
-from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2 as pb
+from gnomon._proto.gnomon.v1 import schedule_pb2
+from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
 from gnomon.api.schedules import ScheduleServicer
 from gnomon.common.config import DatabaseSettings, PlannerSettings
 from gnomon.common.storage.engine import make_engine
 from gnomon.planner.planning import Planner
 
 pytestmark = pytest.mark.integration
-UTC = timezone.utc
+UTC = UTC
 
 
 def T(s: str) -> datetime:
@@ -43,10 +45,18 @@ async def create(engine, api, sid: str, *, cron: str, tz: str = "UTC", created: 
     sched = schedule_pb2.Schedule(cron=cron, time_zone=tz, job_template=template, **fields)
     await api.CreateSchedule(pb.CreateScheduleRequest(schedule_id=sid, schedule=sched), None)
     async with engine.begin() as c:
-        await c.execute(text("UPDATE schedules SET planned_through = :t, plan_at = :t, next_fire_at = :t "
-                             "WHERE schedule_id = :s"), {"t": T(created), "s": sid})
-        return dict((await c.execute(text("SELECT * FROM schedules WHERE schedule_id = :s"), {"s": sid}))
-                    .mappings().one())
+        await c.execute(
+            text(
+                "UPDATE schedules SET planned_through = :t, plan_at = :t, next_fire_at = :t "
+                "WHERE schedule_id = :s"
+            ),
+            {"t": T(created), "s": sid},
+        )
+        return dict(
+            (await c.execute(text("SELECT * FROM schedules WHERE schedule_id = :s"), {"s": sid}))
+            .mappings()
+            .one()
+        )
 
 
 async def rows(engine, q: str, **params) -> list[dict]:
@@ -63,31 +73,48 @@ async def plan_until(p: Planner, now: datetime) -> None:
 
 
 async def occurrences(engine, sid: str) -> list[dict]:
-    return await rows(engine, "SELECT o.* FROM schedule_occurrences o JOIN schedules s ON s.uid = o.schedule_uid "
-                              "WHERE s.schedule_id = :s ORDER BY o.nominal_time", s=sid)
+    return await rows(
+        engine,
+        "SELECT o.* FROM schedule_occurrences o JOIN schedules s ON s.uid = o.schedule_uid "
+        "WHERE s.schedule_id = :s ORDER BY o.nominal_time",
+        s=sid,
+    )
 
 
 async def jobs_of(engine, sid: str) -> list[dict]:
     return await rows(engine, "SELECT * FROM jobs WHERE schedule_id = :s ORDER BY nominal_time", s=sid)
 
 
-@pytest.mark.parametrize("fold,expected", [
-    (schedule_pb2.DST_FOLD_POLICY_FIRST, ["2023-10-29T00:00:00+00:00"]),
-    (schedule_pb2.DST_FOLD_POLICY_SECOND, ["2023-10-29T01:00:00+00:00"]),
-    (schedule_pb2.DST_FOLD_POLICY_BOTH, ["2023-10-29T00:00:00+00:00", "2023-10-29T01:00:00+00:00"]),
-])
+@pytest.mark.parametrize(
+    "fold,expected",
+    [
+        (schedule_pb2.DST_FOLD_POLICY_FIRST, ["2023-10-29T00:00:00+00:00"]),
+        (schedule_pb2.DST_FOLD_POLICY_SECOND, ["2023-10-29T01:00:00+00:00"]),
+        (schedule_pb2.DST_FOLD_POLICY_BOTH, ["2023-10-29T00:00:00+00:00", "2023-10-29T01:00:00+00:00"]),
+    ],
+)
 async def test_case1_berlin_fold_policies_and_replay_creates_none(env, fold, expected):
     engine, api = env
-    await create(engine, api, "berlin", cron="0 2 * * *", tz="Europe/Berlin", created="2023-10-28T12:00:00Z",
-                 dst_fold=fold, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    await create(
+        engine,
+        api,
+        "berlin",
+        cron="0 2 * * *",
+        tz="Europe/Berlin",
+        created="2023-10-28T12:00:00Z",
+        dst_fold=fold,
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+    )
     p = planner(engine, lookahead_s=0)
-    for minutes in range(0, 24 * 60, 10):                  # the planner runs through the day
+    for minutes in range(0, 24 * 60, 10):  # the planner runs through the day
         await plan_until(p, T("2023-10-28T12:00:00Z") + timedelta(minutes=minutes))
     js = await jobs_of(engine, "berlin")
     assert [j["nominal_time"].isoformat() for j in js] == expected
     # replaying planning for the same window writes nothing new
     async with engine.begin() as c:
-        await c.execute(text("UPDATE schedules SET planned_through = :t, plan_at = :t"), {"t": T("2023-10-28T12:00:00Z")})
+        await c.execute(
+            text("UPDATE schedules SET planned_through = :t, plan_at = :t"), {"t": T("2023-10-28T12:00:00Z")}
+        )
     for minutes in range(0, 24 * 60, 10):
         await plan_until(p, T("2023-10-28T12:00:00Z") + timedelta(minutes=minutes))
     assert len(await jobs_of(engine, "berlin")) == len(expected)
@@ -96,10 +123,17 @@ async def test_case1_berlin_fold_policies_and_replay_creates_none(env, fold, exp
 
 async def test_case5_coalesce_after_outage_every_minute(env):
     engine, api = env
-    await create(engine, api, "minutely", cron="* * * * *", created="2026-12-01T08:28:30Z",
-                 misfire_policy=schedule_pb2.MISFIRE_POLICY_COALESCE, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    await create(
+        engine,
+        api,
+        "minutely",
+        cron="* * * * *",
+        created="2026-12-01T08:28:30Z",
+        misfire_policy=schedule_pb2.MISFIRE_POLICY_COALESCE,
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+    )
     p = planner(engine, lookahead_s=0)
-    await plan_until(p, T("2026-12-01T08:28:31Z"))          # planned up to 08:28:31: nothing due yet
+    await plan_until(p, T("2026-12-01T08:28:31Z"))  # planned up to 08:28:31: nothing due yet
     # down from 08:29 to 10:21: the planner comes back at 10:21:00.5
     await plan_until(p, T("2026-12-01T10:21:00.5Z"))
     occ = await occurrences(engine, "minutely")
@@ -112,24 +146,42 @@ async def test_case5_coalesce_after_outage_every_minute(env):
     assert len(skipped) == 111 and all("coalesced into" in o["note"] for o in skipped)
     js = await jobs_of(engine, "minutely")
     assert [(j["nominal_time"], j["coalesced_count"]) for j in js] == [
-        (T("2026-12-01T10:20:00Z"), 112), (T("2026-12-01T10:21:00Z"), None)]
+        (T("2026-12-01T10:20:00Z"), 112),
+        (T("2026-12-01T10:21:00Z"), None),
+    ]
     # ... and the schedule keeps firing afterwards
     await plan_until(p, T("2026-12-01T10:23:00.2Z"))
     assert [j["nominal_time"] for j in await jobs_of(engine, "minutely")][-2:] == [
-        T("2026-12-01T10:22:00Z"), T("2026-12-01T10:23:00Z")]
+        T("2026-12-01T10:22:00Z"),
+        T("2026-12-01T10:23:00Z"),
+    ]
 
 
-@pytest.mark.parametrize("policy,runs,skipped", [
-    (schedule_pb2.MISFIRE_POLICY_SKIP, ["2026-12-01T10:21:00+00:00"], 112),
-    (schedule_pb2.MISFIRE_POLICY_RUN_LATEST, ["2026-12-01T10:20:00+00:00", "2026-12-01T10:21:00+00:00"], 111),
-])
+@pytest.mark.parametrize(
+    "policy,runs,skipped",
+    [
+        (schedule_pb2.MISFIRE_POLICY_SKIP, ["2026-12-01T10:21:00+00:00"], 112),
+        (
+            schedule_pb2.MISFIRE_POLICY_RUN_LATEST,
+            ["2026-12-01T10:20:00+00:00", "2026-12-01T10:21:00+00:00"],
+            111,
+        ),
+    ],
+)
 async def test_case5_other_misfire_policies(env, policy, runs, skipped):
     engine, api = env
-    await create(engine, api, "m", cron="* * * * *", created="2026-12-01T08:28:30Z", misfire_policy=policy,
-                 overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    await create(
+        engine,
+        api,
+        "m",
+        cron="* * * * *",
+        created="2026-12-01T08:28:30Z",
+        misfire_policy=policy,
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+    )
     p = planner(engine, lookahead_s=0)
     await plan_until(p, T("2026-12-01T08:28:31Z"))
-    await plan_until(p, T("2026-12-01T10:21:00.5Z"))         # down from 08:29 to 10:21
+    await plan_until(p, T("2026-12-01T10:21:00.5Z"))  # down from 08:29 to 10:21
     occ = await occurrences(engine, "m")
     assert sum(o["decision"] == "SKIPPED_MISFIRE" for o in occ) == skipped
     assert [j["nominal_time"].isoformat() for j in await jobs_of(engine, "m")] == runs
@@ -137,41 +189,70 @@ async def test_case5_other_misfire_policies(env, policy, runs, skipped):
 
 async def test_misfire_backlog_larger_than_a_step_is_worked_off(env):
     engine, api = env
-    await create(engine, api, "big", cron="* * * * * *", created="2026-12-01T00:00:00Z",
-                 misfire_policy=schedule_pb2.MISFIRE_POLICY_COALESCE, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    await create(
+        engine,
+        api,
+        "big",
+        cron="* * * * * *",
+        created="2026-12-01T00:00:00Z",
+        misfire_policy=schedule_pb2.MISFIRE_POLICY_COALESCE,
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+    )
     p = planner(engine, lookahead_s=0, max_step_occurrences=1000)
-    await plan_until(p, T("2026-12-01T01:00:00.5Z"))        # 3,600 missed seconds, steps of 1,000
+    await plan_until(p, T("2026-12-01T01:00:00.5Z"))  # 3,600 missed seconds, steps of 1,000
     js = await jobs_of(engine, "big")
     # missed: 00:00:01 .. 00:59:00 (older than now - 60 s grace) -> one coalesced run; then 60 on time
     assert len(js) == 1 + 60
     c = js[0]
     assert (c["coalesced_count"], c["coalesced_first"], c["coalesced_last"], c["nominal_time"]) == (
-        3540, T("2026-12-01T00:00:01Z"), T("2026-12-01T00:59:00Z"), T("2026-12-01T00:59:00Z"))
-    assert [j["nominal_time"] for j in js[1:]] == [T("2026-12-01T00:59:01Z") + timedelta(seconds=i) for i in range(60)]
+        3540,
+        T("2026-12-01T00:00:01Z"),
+        T("2026-12-01T00:59:00Z"),
+        T("2026-12-01T00:59:00Z"),
+    )
+    assert [j["nominal_time"] for j in js[1:]] == [
+        T("2026-12-01T00:59:01Z") + timedelta(seconds=i) for i in range(60)
+    ]
 
 
 async def test_case6_run_all_catchup_is_released_under_the_global_budget(env):
     engine, api = env
     for i in range(200):
-        await create(engine, api, f"s{i:03d}", cron="* * * * *", created="2026-12-01T09:54:30Z",
-                     misfire_policy=schedule_pb2.MISFIRE_POLICY_RUN_ALL, max_catchup=3,
-                     overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+        await create(
+            engine,
+            api,
+            f"s{i:03d}",
+            cron="* * * * *",
+            created="2026-12-01T09:54:30Z",
+            misfire_policy=schedule_pb2.MISFIRE_POLICY_RUN_ALL,
+            max_catchup=3,
+            overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+        )
     now = T("2026-12-01T10:00:30Z")
     p = planner(engine, lookahead_s=0, catchup_rate=50.0, catchup_burst=10)
     await plan_until(p, now)
     # missed (older than now - 60 s grace): 09:55 .. 09:59 -> the latest 3 run; 10:00 is on time
-    on_time = await rows(engine, "SELECT nominal_time, scheduled_at FROM jobs WHERE nominal_time = :t",
-                         t=T("2026-12-01T10:00:00Z"))
+    on_time = await rows(
+        engine,
+        "SELECT nominal_time, scheduled_at FROM jobs WHERE nominal_time = :t",
+        t=T("2026-12-01T10:00:00Z"),
+    )
     assert len(on_time) == 200 and {j["scheduled_at"] for j in on_time} == {T("2026-12-01T10:00:00Z")}
-    late = await rows(engine, "SELECT nominal_time, scheduled_at FROM jobs WHERE nominal_time < :t "
-                              "ORDER BY scheduled_at", t=T("2026-12-01T10:00:00Z"))
+    late = await rows(
+        engine,
+        "SELECT nominal_time, scheduled_at FROM jobs WHERE nominal_time < :t ORDER BY scheduled_at",
+        t=T("2026-12-01T10:00:00Z"),
+    )
     assert len(late) == 600
-    assert {j["nominal_time"] for j in late} == {T("2026-12-01T09:57:00Z"), T("2026-12-01T09:58:00Z"),
-                                                T("2026-12-01T09:59:00Z")}
+    assert {j["nominal_time"] for j in late} == {
+        T("2026-12-01T09:57:00Z"),
+        T("2026-12-01T09:58:00Z"),
+        T("2026-12-01T09:59:00Z"),
+    }
     times = [j["scheduled_at"] for j in late]
-    assert times[0] >= now and times[:10] == [now] * 10     # the burst goes at once ...
+    assert times[0] >= now and times[:10] == [now] * 10  # the burst goes at once ...
     span = (times[-1] - times[0]).total_seconds()
-    assert span == pytest.approx((600 - 10) / 50.0, abs=0.05)   # ... the rest at 50 per second
+    assert span == pytest.approx((600 - 10) / 50.0, abs=0.05)  # ... the rest at 50 per second
     gaps = [(b - a).total_seconds() for a, b in zip(times[10:], times[11:])]
     assert max(gaps) <= 0.0201 and min(gaps) >= 0.0199
 
@@ -179,12 +260,14 @@ async def test_case6_run_all_catchup_is_released_under_the_global_budget(env):
 @pytest.mark.parametrize("overlap", [schedule_pb2.OVERLAP_POLICY_ALLOW, schedule_pb2.OVERLAP_POLICY_SKIP])
 async def test_case7_hand_over_around_the_fire_time_plans_exactly_one(env, overlap):
     engine, api = env
-    await create(engine, api, "ten", cron="0 10 * * *", created="2026-12-01T09:00:00Z", overlap_policy=overlap)
+    await create(
+        engine, api, "ten", cron="0 10 * * *", created="2026-12-01T09:00:00Z", overlap_policy=overlap
+    )
     a = planner(engine, lookahead_s=30)
-    await plan_until(a, T("2026-12-01T09:59:57Z"))          # planner A plans, then is killed
-    b = planner(engine, lookahead_s=30)                     # a fresh process: nothing in memory
+    await plan_until(a, T("2026-12-01T09:59:57Z"))  # planner A plans, then is killed
+    b = planner(engine, lookahead_s=30)  # a fresh process: nothing in memory
     await plan_until(b, T("2026-12-01T10:00:01Z"))
-    await plan_until(a, T("2026-12-01T10:00:02Z"))          # even if A came back, it finds nothing to do
+    await plan_until(a, T("2026-12-01T10:00:02Z"))  # even if A came back, it finds nothing to do
     js = await jobs_of(engine, "ten")
     assert [j["nominal_time"] for j in js] == [T("2026-12-01T10:00:00Z")]
     assert len(await occurrences(engine, "ten")) == 1
@@ -193,67 +276,107 @@ async def test_case7_hand_over_around_the_fire_time_plans_exactly_one(env, overl
 async def test_case8_concurrent_planners_never_duplicate(env):
     engine, api = env
     for i in range(20):
-        await create(engine, api, f"c{i}", cron="* * * * * *", created="2026-12-01T10:00:00Z",
-                     overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+        await create(
+            engine,
+            api,
+            f"c{i}",
+            cron="* * * * * *",
+            created="2026-12-01T10:00:00Z",
+            overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+        )
     ps = [planner(engine, lookahead_s=0, batch=3) for _ in range(4)]
     now = T("2026-12-01T10:00:30.5Z")
     for _ in range(30):
         await asyncio.gather(*(p.plan_once(now) for p in ps))
-    dup = await rows(engine, "SELECT schedule_id, nominal_time, count(*) n FROM jobs GROUP BY 1, 2 HAVING count(*) > 1")
+    dup = await rows(
+        engine, "SELECT schedule_id, nominal_time, count(*) n FROM jobs GROUP BY 1, 2 HAVING count(*) > 1"
+    )
     assert dup == []
     assert (await rows(engine, "SELECT count(*) n FROM jobs"))[0]["n"] == 20 * 30
 
 
 async def _set_state(engine, sid: str, state: str) -> None:
     async with engine.begin() as c:
-        await c.execute(text("UPDATE jobs SET state = :st, version = version + 1 WHERE schedule_id = :s "
-                             "AND state NOT IN ('SUCCEEDED', 'CANCELLED')"), {"st": state, "s": sid})
+        await c.execute(
+            text(
+                "UPDATE jobs SET state = :st, version = version + 1 WHERE schedule_id = :s "
+                "AND state NOT IN ('SUCCEEDED', 'CANCELLED')"
+            ),
+            {"st": state, "s": sid},
+        )
 
 
 async def test_case9_skip_overlap_holds_across_a_planner_restart(env):
     engine, api = env
-    await create(engine, api, "x51", cron="51 * * * *", created="2026-12-01T10:00:00Z",
-                 overlap_policy=schedule_pb2.OVERLAP_POLICY_SKIP)
+    await create(
+        engine,
+        api,
+        "x51",
+        cron="51 * * * *",
+        created="2026-12-01T10:00:00Z",
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_SKIP,
+    )
     await plan_until(planner(engine), T("2026-12-01T10:51:00.2Z"))
-    await _set_state(engine, "x51", "RUNNING")             # the 10:51 run is still running ...
+    await _set_state(engine, "x51", "RUNNING")  # the 10:51 run is still running ...
     # ... when the planner process crashes; a new one plans 11:51 from the database state alone
     await plan_until(planner(engine), T("2026-12-01T11:51:00.3Z"))
     occ = await occurrences(engine, "x51")
     assert [(o["nominal_time"], o["decision"]) for o in occ] == [
-        (T("2026-12-01T10:51:00Z"), "FIRED"), (T("2026-12-01T11:51:00Z"), "SKIPPED_OVERLAP")]
+        (T("2026-12-01T10:51:00Z"), "FIRED"),
+        (T("2026-12-01T11:51:00Z"), "SKIPPED_OVERLAP"),
+    ]
     assert len(await jobs_of(engine, "x51")) == 1
 
 
 async def test_case9_buffer_one_runs_after_the_active_one_finishes(env):
     engine, api = env
-    await create(engine, api, "b51", cron="51 * * * *", created="2026-12-01T10:00:00Z",
-                 overlap_policy=schedule_pb2.OVERLAP_POLICY_BUFFER_ONE)
+    await create(
+        engine,
+        api,
+        "b51",
+        cron="51 * * * *",
+        created="2026-12-01T10:00:00Z",
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_BUFFER_ONE,
+    )
     await plan_until(planner(engine), T("2026-12-01T10:51:00.2Z"))
     await _set_state(engine, "b51", "RUNNING")
-    p = planner(engine)                                      # restarted
-    await plan_until(p, T("2026-12-01T12:51:00.3Z"))        # 11:51 buffered, 12:51 skipped (buffer full)
+    p = planner(engine)  # restarted
+    await plan_until(p, T("2026-12-01T12:51:00.3Z"))  # 11:51 buffered, 12:51 skipped (buffer full)
     occ = {o["nominal_time"]: o["decision"] for o in await occurrences(engine, "b51")}
-    assert occ == {T("2026-12-01T10:51:00Z"): "FIRED", T("2026-12-01T11:51:00Z"): "BUFFERED",
-                   T("2026-12-01T12:51:00Z"): "SKIPPED_OVERLAP"}
+    assert occ == {
+        T("2026-12-01T10:51:00Z"): "FIRED",
+        T("2026-12-01T11:51:00Z"): "BUFFERED",
+        T("2026-12-01T12:51:00Z"): "SKIPPED_OVERLAP",
+    }
     st = await p.release_once(T("2026-12-01T12:55:00Z"))
-    assert st.jobs == 0                                      # still running: nothing released
+    assert st.jobs == 0  # still running: nothing released
     await _set_state(engine, "b51", "SUCCEEDED")
     st = await p.release_once(T("2026-12-01T12:56:00Z"))
     assert st.jobs == 1
     js = await jobs_of(engine, "b51")
-    assert [(j["nominal_time"], j["scheduled_at"]) for j in js][-1] == (T("2026-12-01T11:51:00Z"),
-                                                                        T("2026-12-01T12:56:00Z"))
+    assert [(j["nominal_time"], j["scheduled_at"]) for j in js][-1] == (
+        T("2026-12-01T11:51:00Z"),
+        T("2026-12-01T12:56:00Z"),
+    )
     occ = {o["nominal_time"]: o["decision"] for o in await occurrences(engine, "b51")}
     assert occ[T("2026-12-01T11:51:00Z")] == "LATE"
 
 
 async def test_paused_times_are_recorded_skipped_paused(env):
     engine, api = env
-    row = await create(engine, api, "p", cron="*/10 * * * *", created="2026-12-01T10:00:00Z",
-                       overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    row = await create(
+        engine,
+        api,
+        "p",
+        cron="*/10 * * * *",
+        created="2026-12-01T10:00:00Z",
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+    )
     async with engine.begin() as c:
-        await c.execute(text("UPDATE schedules SET skip_through = :t WHERE uid = :u"),
-                        {"t": T("2026-12-01T10:35:00Z"), "u": row["uid"]})
+        await c.execute(
+            text("UPDATE schedules SET skip_through = :t WHERE uid = :u"),
+            {"t": T("2026-12-01T10:35:00Z"), "u": row["uid"]},
+        )
     await plan_until(planner(engine, lookahead_s=0), T("2026-12-01T10:40:00.1Z"))
     occ = [(o["nominal_time"].minute, o["decision"]) for o in await occurrences(engine, "p")]
     assert occ == [(10, "SKIPPED_PAUSED"), (20, "SKIPPED_PAUSED"), (30, "SKIPPED_PAUSED"), (40, "FIRED")]
@@ -262,40 +385,62 @@ async def test_paused_times_are_recorded_skipped_paused(env):
 async def test_jitter_is_deterministic_and_never_early(env):
     engine, api = env
     from google.protobuf import duration_pb2
-    await create(engine, api, "j", cron="* * * * *", created="2026-12-01T10:00:00Z",
-                 overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW, jitter=duration_pb2.Duration(seconds=20),
-                 misfire_grace=duration_pb2.Duration(seconds=3600))
+
+    await create(
+        engine,
+        api,
+        "j",
+        cron="* * * * *",
+        created="2026-12-01T10:00:00Z",
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+        jitter=duration_pb2.Duration(seconds=20),
+        misfire_grace=duration_pb2.Duration(seconds=3600),
+    )
     await plan_until(planner(engine, lookahead_s=0), T("2026-12-01T10:10:00.5Z"))
     js = await jobs_of(engine, "j")
     delays = [(j["scheduled_at"] - j["nominal_time"]).total_seconds() for j in js]
     assert len(js) == 10 and all(0 <= d < 20 for d in delays) and len(set(delays)) > 1
 
 
-@pytest.mark.parametrize("cron,tz,start,fold,gap", [
-    ("0 2 * * *", "Europe/Berlin", "2023-10-27T00:00:00Z", "BOTH", "SKIP"),
-    ("30 2 * * *", "America/New_York", "2013-03-08T00:00:00Z", "FIRST", "SHIFT_FORWARD"),
-    ("0 * * * *", "America/Los_Angeles", "2026-10-31T20:00:00Z", "FIRST", "SHIFT_FORWARD"),
-    ("*/20 * * * *", "Australia/Lord_Howe", "2026-04-04T10:00:00Z", "SECOND", "SKIP"),
-    ("0 */2 * * *", "Africa/Cairo", "2025-04-24T12:00:00Z", "FIRST", "SHIFT_FORWARD"),
-    ("15 1,2,3 * * 0", "Europe/London", "2026-10-20T00:00:00Z", "BOTH", "SHIFT_FORWARD"),
-])
+@pytest.mark.parametrize(
+    "cron,tz,start,fold,gap",
+    [
+        ("0 2 * * *", "Europe/Berlin", "2023-10-27T00:00:00Z", "BOTH", "SKIP"),
+        ("30 2 * * *", "America/New_York", "2013-03-08T00:00:00Z", "FIRST", "SHIFT_FORWARD"),
+        ("0 * * * *", "America/Los_Angeles", "2026-10-31T20:00:00Z", "FIRST", "SHIFT_FORWARD"),
+        ("*/20 * * * *", "Australia/Lord_Howe", "2026-04-04T10:00:00Z", "SECOND", "SKIP"),
+        ("0 */2 * * *", "Africa/Cairo", "2025-04-24T12:00:00Z", "FIRST", "SHIFT_FORWARD"),
+        ("15 1,2,3 * * 0", "Europe/London", "2026-10-20T00:00:00Z", "BOTH", "SHIFT_FORWARD"),
+    ],
+)
 async def test_preview_equals_what_the_planner_fires(env, cron, tz, start, fold, gap):
     engine, api = env
-    await create(engine, api, "pv", cron=cron, tz=tz, created=start, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
-                 dst_fold=schedule_pb2.DstFoldPolicy.Value(f"DST_FOLD_POLICY_{fold}"),
-                 dst_gap=schedule_pb2.DstGapPolicy.Value(f"DST_GAP_POLICY_{gap}"))
-    from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
+    await create(
+        engine,
+        api,
+        "pv",
+        cron=cron,
+        tz=tz,
+        created=start,
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+        dst_fold=schedule_pb2.DstFoldPolicy.Value(f"DST_FOLD_POLICY_{fold}"),
+        dst_gap=schedule_pb2.DstGapPolicy.Value(f"DST_GAP_POLICY_{gap}"),
+    )
     from google.protobuf import timestamp_pb2
+
+    from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
+
     frm = timestamp_pb2.Timestamp()
     frm.FromDatetime(T(start))
-    preview = await api.PreviewSchedule(spb.PreviewScheduleRequest(name="namespaces/default/schedules/pv",
-                                                                   from_time=frm, count=40), None)
+    preview = await api.PreviewSchedule(
+        spb.PreviewScheduleRequest(name="namespaces/default/schedules/pv", from_time=frm, count=40), None
+    )
     expected = [f.fire_time.ToDatetime(tzinfo=UTC) for f in preview.fire_times if not f.skipped]
     skipped = [f.fire_time.ToDatetime(tzinfo=UTC) for f in preview.fire_times if f.skipped]
     assert len(expected) == 40
     p = planner(engine, lookahead_s=3600)
     t = T(start)
-    while t <= expected[-1]:                                  # the planner runs through the window
+    while t <= expected[-1]:  # the planner runs through the window
         t += timedelta(minutes=30)
         await plan_until(p, t)
     fired = [j["nominal_time"] for j in await jobs_of(engine, "pv") if j["nominal_time"] <= expected[-1]]
@@ -307,27 +452,43 @@ async def test_preview_equals_what_the_planner_fires(env, cron, tz, start, fold,
 async def test_update_pause_resume_replan_pending_occurrences_by_the_database_clock(env):
     engine, api = env
     from google.protobuf import field_mask_pb2
-    sched = schedule_pb2.Schedule(cron="* * * * *", overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
-                                  job_template=schedule_pb2.JobTemplate(queue="q"))
+
+    sched = schedule_pb2.Schedule(
+        cron="* * * * *",
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+        job_template=schedule_pb2.JobTemplate(queue="q"),
+    )
     s = (await api.CreateSchedule(pb.CreateScheduleRequest(schedule_id="re", schedule=sched), None)).schedule
     p = planner(engine, lookahead_s=600)
-    await plan_until(p, None)                               # jobs created up to 10 minutes ahead
-    ahead = await rows(engine, "SELECT nominal_time FROM jobs WHERE schedule_id = 're' AND nominal_time > now()")
+    await plan_until(p, None)  # jobs created up to 10 minutes ahead
+    ahead = await rows(
+        engine, "SELECT nominal_time FROM jobs WHERE schedule_id = 're' AND nominal_time > now()"
+    )
     assert 9 <= len(ahead) <= 10 and all(j["nominal_time"].second == 0 for j in ahead)
     # a changed rule withdraws the pending ones and plans again under the new rule
     upd = schedule_pb2.Schedule(name=s.name, etag=s.etag, cron="30 * * * * *")
-    got = (await api.UpdateSchedule(pb.UpdateScheduleRequest(
-        schedule=upd, update_mask=field_mask_pb2.FieldMask(paths=["cron"])), None)).schedule
+    got = (
+        await api.UpdateSchedule(
+            pb.UpdateScheduleRequest(schedule=upd, update_mask=field_mask_pb2.FieldMask(paths=["cron"])), None
+        )
+    ).schedule
     assert got.cron == "30 * * * * *" and got.etag == "2"
     await plan_until(p, None)
-    ahead = await rows(engine, "SELECT nominal_time FROM jobs WHERE schedule_id = 're' AND nominal_time > now()")
+    ahead = await rows(
+        engine, "SELECT nominal_time FROM jobs WHERE schedule_id = 're' AND nominal_time > now()"
+    )
     assert 9 <= len(ahead) <= 10 and {j["nominal_time"].second for j in ahead} == {30}
     # a stale etag changes nothing
     from gnomon.common.errors import FailedPrecondition
+
     with pytest.raises(FailedPrecondition):
-        await api.UpdateSchedule(pb.UpdateScheduleRequest(
-            schedule=schedule_pb2.Schedule(name=s.name, etag="1", cron="0 * * * *"),
-            update_mask=field_mask_pb2.FieldMask(paths=["cron"])), None)
+        await api.UpdateSchedule(
+            pb.UpdateScheduleRequest(
+                schedule=schedule_pb2.Schedule(name=s.name, etag="1", cron="0 * * * *"),
+                update_mask=field_mask_pb2.FieldMask(paths=["cron"]),
+            ),
+            None,
+        )
     # pause withdraws them; resume plans again
     paused = await api.PauseSchedule(pb.PauseScheduleRequest(name=s.name), None)
     assert paused.schedule.paused and 9 <= paused.withdrawn_jobs <= 10
@@ -336,7 +497,9 @@ async def test_update_pause_resume_replan_pending_occurrences_by_the_database_cl
     assert await rows(engine, "SELECT id FROM jobs WHERE schedule_id = 're' AND nominal_time > now()") == []
     await api.ResumeSchedule(pb.ResumeScheduleRequest(name=s.name), None)
     await plan_until(p, None)
-    assert len(await rows(engine, "SELECT id FROM jobs WHERE schedule_id = 're' AND nominal_time > now()")) >= 9
+    assert (
+        len(await rows(engine, "SELECT id FROM jobs WHERE schedule_id = 're' AND nominal_time > now()")) >= 9
+    )
 
 
 async def test_trigger_is_idempotent_by_request_id_and_obeys_overlap(env):
@@ -351,9 +514,12 @@ async def test_trigger_is_idempotent_by_request_id_and_obeys_overlap(env):
     assert again.job.name == first.job.name and again.occurrence.name == first.occurrence.name
     # default overlap SKIP: the first triggered run is still SCHEDULED/QUEUED -> a new trigger is skipped
     other = await api.TriggerSchedule(pb.TriggerScheduleRequest(name=s.name), None)
-    assert other.occurrence.decision == schedule_pb2.OCCURRENCE_DECISION_SKIPPED_OVERLAP and not other.job.name
-    allowed = await api.TriggerSchedule(pb.TriggerScheduleRequest(
-        name=s.name, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW), None)
+    assert (
+        other.occurrence.decision == schedule_pb2.OCCURRENCE_DECISION_SKIPPED_OVERLAP and not other.job.name
+    )
+    allowed = await api.TriggerSchedule(
+        pb.TriggerScheduleRequest(name=s.name, overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW), None
+    )
     assert allowed.occurrence.decision == schedule_pb2.OCCURRENCE_DECISION_FIRED
     assert len(await jobs_of(engine, "tr")) == 2
 
@@ -362,15 +528,23 @@ async def test_reaper_prunes_old_decision_records_but_keeps_buffered(env):
     engine, api = env
     from gnomon.common.storage import reaping
     from gnomon.common.storage.engine import run_transaction
-    await create(engine, api, "old", cron="51 * * * *", created="2026-11-01T10:00:00Z",
-                 overlap_policy=schedule_pb2.OVERLAP_POLICY_BUFFER_ONE)
+
+    await create(
+        engine,
+        api,
+        "old",
+        cron="51 * * * *",
+        created="2026-11-01T10:00:00Z",
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_BUFFER_ONE,
+    )
     await plan_until(planner(engine), T("2026-11-01T10:51:00.2Z"))
     await _set_state(engine, "old", "RUNNING")
-    await plan_until(planner(engine), T("2026-11-01T11:51:00.2Z"))      # 11:51 BUFFERED
-    async with engine.begin() as c:                                      # both decided 40 days ago
+    await plan_until(planner(engine), T("2026-11-01T11:51:00.2Z"))  # 11:51 BUFFERED
+    async with engine.begin() as c:  # both decided 40 days ago
         await c.execute(text("UPDATE schedule_occurrences SET decided_at = now() - interval '40 days'"))
-    n = await run_transaction(engine, lambda c: reaping.prune_decisions(c, region="local", retention_s=30 * 86400,
-                                                                         limit=100))
+    n = await run_transaction(
+        engine, lambda c: reaping.prune_decisions(c, region="local", retention_s=30 * 86400, limit=100)
+    )
     assert n == 1
     assert [o["decision"] for o in await occurrences(engine, "old")] == ["BUFFERED"]
 
@@ -384,44 +558,72 @@ async def test_forged_page_tokens_and_out_of_range_instants_are_invalid_argument
     from google.protobuf import timestamp_pb2
 
     from gnomon.common.errors import InvalidArgument
+
     await create(engine, api, "tok", cron="* * * * *", created="2026-12-01T10:00:00Z")
-    filt = hashlib.sha256("default|None|".encode()).hexdigest()[:16]
+    filt = hashlib.sha256(b"default|None|").hexdigest()[:16]
     for forged in ({"f": filt}, {"f": filt, "a": {"x": 1}}, {"f": filt, "a": "a\u0000"}, [1, 2]):
         token = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode().rstrip("=")
         with pytest.raises(InvalidArgument) as e:
             await api.ListSchedules(pb.ListSchedulesRequest(page_token=token), None)
         assert [v.field for v in e.value.violations] == ["page_token"]
-    filt = hashlib.sha256("default|tok|None".encode()).hexdigest()[:16]
-    for forged in ({"f": filt}, {"f": filt, "b": "notadate"}, {"f": filt, "b": 5}, {"f": filt, "b": "2026-01-01"}):
+    filt = hashlib.sha256(b"default|tok|None").hexdigest()[:16]
+    for forged in (
+        {"f": filt},
+        {"f": filt, "b": "notadate"},
+        {"f": filt, "b": 5},
+        {"f": filt, "b": "2026-01-01"},
+    ):
         token = base64.urlsafe_b64encode(json.dumps(forged).encode()).decode().rstrip("=")
         with pytest.raises(InvalidArgument):
-            await api.ListScheduleOccurrences(pb.ListScheduleOccurrencesRequest(
-                parent="namespaces/default/schedules/tok", page_token=token), None)
+            await api.ListScheduleOccurrences(
+                pb.ListScheduleOccurrencesRequest(
+                    parent="namespaces/default/schedules/tok", page_token=token
+                ),
+                None,
+            )
     for seconds, nanos in ((253402300000, 0), (-62135596800, 0), (-99999999999, 0), (0, -5)):
         ts = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
         with pytest.raises(InvalidArgument) as e:
-            await api.PreviewSchedule(pb.PreviewScheduleRequest(name="namespaces/default/schedules/tok",
-                                                                from_time=ts), None)
+            await api.PreviewSchedule(
+                pb.PreviewScheduleRequest(name="namespaces/default/schedules/tok", from_time=ts), None
+            )
         assert [v.field for v in e.value.violations] == ["from_time"]
         with pytest.raises(InvalidArgument) as e:
-            await api.BackfillSchedule(pb.BackfillScheduleRequest(
-                name="namespaces/default/schedules/tok", start_time=ts,
-                end_time=timestamp_pb2.Timestamp(seconds=1_700_000_000)), None)
+            await api.BackfillSchedule(
+                pb.BackfillScheduleRequest(
+                    name="namespaces/default/schedules/tok",
+                    start_time=ts,
+                    end_time=timestamp_pb2.Timestamp(seconds=1_700_000_000),
+                ),
+                None,
+            )
         assert "start_time" in [v.field for v in e.value.violations]
 
 
 async def test_delete_withdraws_every_undispatched_occurrence_and_a_recreated_schedule_gets_new_keys(env):
     engine, api = env
-    first = await create(engine, api, "again", cron="* * * * *", created="2026-12-01T10:00:00Z",
-                         overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    first = await create(
+        engine,
+        api,
+        "again",
+        cron="* * * * *",
+        created="2026-12-01T10:00:00Z",
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+    )
     p = planner(engine, lookahead_s=0)
-    for minute in (1, 2, 3):                                  # 3 due, none dispatched
+    for minute in (1, 2, 3):  # 3 due, none dispatched
         await plan_until(p, T(f"2026-12-01T10:0{minute}:00.5Z"))
     assert len(await jobs_of(engine, "again")) == 3
     got = await api.DeleteSchedule(pb.DeleteScheduleRequest(name="namespaces/default/schedules/again"), None)
     assert got.withdrawn_jobs == 3 and await jobs_of(engine, "again") == []
-    second = await create(engine, api, "again", cron="* * * * *", created="2026-12-01T10:00:00Z",
-                          overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW)
+    second = await create(
+        engine,
+        api,
+        "again",
+        cron="* * * * *",
+        created="2026-12-01T10:00:00Z",
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_ALLOW,
+    )
     assert second["uid"] != first["uid"]
     await plan_until(planner(engine, lookahead_s=0), T("2026-12-01T10:01:00.5Z"))
     [job] = await jobs_of(engine, "again")

@@ -1,5 +1,6 @@
 """Per-queue dispatch rate limits: the token bucket in the database (explicit checks), and through
 real processes with two dispatchers sharing one limit while a backlog waits SCHEDULED."""
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,10 @@ async def test_token_bucket_grants_burst_then_rate_and_takes_back_unused(db_url)
     engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
     try:
         kw = dict(region="local", namespace="default", queue="q")
-        assert await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw)) == (5, 0.0)  # no limit
+        assert await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw)) == (
+            5,
+            0.0,
+        )  # no limit
         lim = await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=10.0, burst=3, **kw))
         assert (lim.rate, lim.burst, lim.tokens) == (10.0, 3, 3.0)
 
@@ -33,13 +37,16 @@ async def test_token_bucket_grants_burst_then_rate_and_takes_back_unused(db_url)
             got = await rate_limits.take(conn, want=want, **kw)
             await rate_limits.give_back(conn, n=back, **kw)
             return got
+
         granted, wait = await run_transaction(engine, lambda c: take_then(c, 5, 1))
         assert (granted, wait) == (3, 0.0)
         granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
-        assert granted == 1                                   # the one given back
+        assert granted == 1  # the one given back
         granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
-        assert granted == 0 and 0 < wait <= 0.1 + 1e-9       # next token in at most 1/rate s
-        assert await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=0, burst=1, **kw)) is None
+        assert granted == 0 and 0 < wait <= 0.1 + 1e-9  # next token in at most 1/rate s
+        assert (
+            await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=0, burst=1, **kw)) is None
+        )
         assert await run_transaction(engine, lambda c: rate_limits.take(c, want=7, **kw)) == (7, 0.0)
     finally:
         await engine.dispose()
@@ -68,24 +75,36 @@ def test_two_dispatchers_share_one_limit_and_the_backlog_waits(suite):
         q = c.set_queue_rate_limit("limited", rate, burst)
         assert q.rate_limit[:2] == (rate, burst)
         names = [c.create_job("limited", b"").name for _ in range(n)]
-        workers = [suite.start_worker(["limited"], "gnomon_test_handlers:record", concurrency=64,
-                                      env={"GNOMON_TEST_RECORD": record, "PYTHONPATH": TESTS_DIR}) for _ in range(2)]
+        workers = [
+            suite.start_worker(
+                ["limited"],
+                "gnomon_test_handlers:record",
+                concurrency=64,
+                env={"GNOMON_TEST_RECORD": record, "PYTHONPATH": TESTS_DIR},
+            )
+            for _ in range(2)
+        ]
         try:
             # while it drains, the backlog is visible and waits SCHEDULED (not in memory)
-            backlog = wait_for(lambda: (g := c.get_queue("limited")).due_jobs >= 50 and g, 20, "a visible backlog")
+            backlog = wait_for(
+                lambda: (g := c.get_queue("limited")).due_jobs >= 50 and g, 20, "a visible backlog"
+            )
             assert backlog.rate_limit is not None
             wait_for(lambda: len(records(record)) >= n, 60, f"{n} executions")
         finally:
             for w in workers:
                 suite.stop_proc(w)
-    times = sorted(r[0] for r in sql(suite.database_url,
-                                     "SELECT dispatched_at FROM jobs WHERE queue = 'limited'"))
+    times = sorted(
+        r[0] for r in sql(suite.database_url, "SELECT dispatched_at FROM jobs WHERE queue = 'limited'")
+    )
     assert len(times) == n
     t0 = times[0]
-    for k, t in enumerate(times):                    # never faster than burst + rate * elapsed
+    for k, t in enumerate(times):  # never faster than burst + rate * elapsed
         allowed = burst + rate * (t - t0).total_seconds() + 1
         assert k + 1 <= allowed, f"dispatch {k + 1} at +{(t - t0).total_seconds():.3f} s exceeds the limit"
     assert times[-1] - t0 >= timedelta(seconds=(n - burst - 1) / rate)
-    dispatchers = sql(suite.database_url, "SELECT count(DISTINCT dispatcher_id) FROM attempts WHERE queue = 'limited'")
-    assert dispatchers == [(2,)]                     # both dispatchers claimed, from the one bucket
+    dispatchers = sql(
+        suite.database_url, "SELECT count(DISTINCT dispatcher_id) FROM attempts WHERE queue = 'limited'"
+    )
+    assert dispatchers == [(2,)]  # both dispatchers claimed, from the one bucket
     assert len(set(names)) == n

@@ -1,12 +1,13 @@
 """The reaper against a real PostgreSQL: lost leases, deadlines, retention; and end to end, a
 worker killed -9 mid-job whose job is retried by the reaper and finished by another worker."""
+
 from __future__ import annotations
 
 import os
 import signal
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -32,17 +33,34 @@ async def engine(db_url):
 
 async def new_job(engine, *, idempotent=False, max_attempts=3, deadline=None, schedule_at=None) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(id=jid, namespace="default", region="local", shard=0, queue="q", payload=b"",
-                            schedule_at=schedule_at, delay=None, deadline=deadline, max_attempts=max_attempts,
-                            idempotency_key=str(jid), lease=timedelta(seconds=30), request_id=None,
-                            request_hash=None, idempotent=idempotent)
+    new = jobs_store.NewJob(
+        id=jid,
+        namespace="default",
+        region="local",
+        shard=0,
+        queue="q",
+        payload=b"",
+        schedule_at=schedule_at,
+        delay=None,
+        deadline=deadline,
+        max_attempts=max_attempts,
+        idempotency_key=str(jid),
+        lease=timedelta(seconds=30),
+        request_id=None,
+        request_hash=None,
+        idempotent=idempotent,
+    )
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid
 
 
 async def start_running(engine, jid) -> store.AttemptKey:
-    claimed = await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=100, dispatcher_id="A"))
+    claimed = await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=100, dispatcher_id="A"
+        ),
+    )
     [c1] = [c for c in claimed if c.job_id == jid]
     key = store.AttemptKey(jid, c1.attempt, c1.version, c1.token)
     assert (jid, c1.attempt) in await run_transaction(engine, lambda c: store.accept(c, [key], "w1"))
@@ -52,13 +70,20 @@ async def start_running(engine, jid) -> store.AttemptKey:
 async def age_lease(engine, jid, seconds: float):
     """Moves the lease end into the past (as if the worker stopped heartbeating that long ago)."""
     async with engine.begin() as c:
-        await c.execute(update(attempts).where(attempts.c.job_id == jid).values(
-            lease_expires_at=datetime.now(timezone.utc) - timedelta(seconds=seconds)))
+        await c.execute(
+            update(attempts)
+            .where(attempts.c.job_id == jid)
+            .values(lease_expires_at=datetime.now(UTC) - timedelta(seconds=seconds))
+        )
 
 
 async def reap(engine, margin=1.0):
-    return await run_transaction(engine, lambda c: reaping.reap_lost_leases(
-        c, region="local", skew_margin_s=margin, limit=100, retry_delay_s=lambda a: 0))
+    return await run_transaction(
+        engine,
+        lambda c: reaping.reap_lost_leases(
+            c, region="local", skew_margin_s=margin, limit=100, retry_delay_s=lambda a: 0
+        ),
+    )
 
 
 async def job_row(engine, jid):
@@ -68,9 +93,16 @@ async def job_row(engine, jid):
 
 async def attempt_states(engine, jid):
     async with engine.connect() as c:
-        return [tuple(r) for r in (await c.execute(
-            select(attempts.c.attempt, attempts.c.state).where(attempts.c.job_id == jid)
-            .order_by(attempts.c.attempt))).all()]
+        return [
+            tuple(r)
+            for r in (
+                await c.execute(
+                    select(attempts.c.attempt, attempts.c.state)
+                    .where(attempts.c.job_id == jid)
+                    .order_by(attempts.c.attempt)
+                )
+            ).all()
+        ]
 
 
 async def test_lost_lease_of_idempotent_job_is_retried_as_a_new_attempt(engine):
@@ -83,7 +115,7 @@ async def test_lost_lease_of_idempotent_job_is_retried_as_a_new_attempt(engine):
     key2 = await start_running(engine, jid)
     assert key2.attempt == 2
     assert await attempt_states(engine, jid) == [(1, "LOST"), (2, "RUNNING")]
-    assert await reap(engine) == []                       # a live lease is left alone
+    assert await reap(engine) == []  # a live lease is left alone
 
 
 async def test_lost_lease_of_non_idempotent_job_goes_to_the_dlq(engine):
@@ -103,7 +135,7 @@ async def test_exhausted_attempts_go_to_the_dlq_and_cancel_requested_becomes_can
     jid2 = await new_job(engine, idempotent=True)
     await start_running(engine, jid2)
     async with engine.begin() as c:
-        await c.execute(update(jobs).where(jobs.c.id == jid2).values(cancel_requested_at=datetime.now(timezone.utc)))
+        await c.execute(update(jobs).where(jobs.c.id == jid2).values(cancel_requested_at=datetime.now(UTC)))
     await age_lease(engine, jid2, 5)
     assert [r.new_state for r in await reap(engine)] == ["CANCELLED"]
 
@@ -121,21 +153,29 @@ async def test_a_result_after_the_reap_is_refused(engine):
     key = await start_running(engine, jid)
     await age_lease(engine, jid, 5)
     await reap(engine)
-    res = await run_transaction(engine, lambda c: store.complete(
-        c, [store.Result(key=key, succeeded=True)], retry_delay_s=lambda r, a: 0))
+    res = await run_transaction(
+        engine,
+        lambda c: store.complete(c, [store.Result(key=key, succeeded=True)], retry_delay_s=lambda r, a: 0),
+    )
     assert res == {(jid, 1): "STALE_ATTEMPT"}
     assert (await job_row(engine, jid))["state"] == "SCHEDULED"
 
 
 async def test_deadline_passed_undispatched_becomes_expired_and_is_never_claimed(engine):
-    past = datetime.now(timezone.utc) - timedelta(minutes=5)
+    past = datetime.now(UTC) - timedelta(minutes=5)
     jid = await new_job(engine, schedule_at=past - timedelta(minutes=5), deadline=past)
-    live = await new_job(engine, deadline=datetime.now(timezone.utc) + timedelta(hours=1))
-    assert await run_transaction(engine, lambda c: reaping.expire_deadlines(c, region="local", limit=10)) == [jid]
+    live = await new_job(engine, deadline=datetime.now(UTC) + timedelta(hours=1))
+    assert await run_transaction(engine, lambda c: reaping.expire_deadlines(c, region="local", limit=10)) == [
+        jid
+    ]
     j = await job_row(engine, jid)
     assert (j["state"], j["version"]) == ("EXPIRED", 2) and j["finished_at"] is not None
-    claimed = await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="A"))
+    claimed = await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="A"
+        ),
+    )
     assert [c.job_id for c in claimed] == [live]
 
 
@@ -144,20 +184,28 @@ async def test_prune_deletes_only_terminal_jobs_past_retention(engine):
     recent = await new_job(engine)
     pending = await new_job(engine)
     async with engine.begin() as c:
-        await c.execute(update(jobs).where(jobs.c.id == old).values(
-            state="SUCCEEDED", finished_at=datetime.now(timezone.utc) - timedelta(days=8)))
-        await c.execute(update(jobs).where(jobs.c.id == recent).values(
-            state="SUCCEEDED", finished_at=datetime.now(timezone.utc) - timedelta(days=1)))
-    n = await run_transaction(engine, lambda c: reaping.prune_finished(c, region="local", retention_s=7 * 86400,
-                                                                       limit=10))
+        await c.execute(
+            update(jobs)
+            .where(jobs.c.id == old)
+            .values(state="SUCCEEDED", finished_at=datetime.now(UTC) - timedelta(days=8))
+        )
+        await c.execute(
+            update(jobs)
+            .where(jobs.c.id == recent)
+            .values(state="SUCCEEDED", finished_at=datetime.now(UTC) - timedelta(days=1))
+        )
+    n = await run_transaction(
+        engine, lambda c: reaping.prune_finished(c, region="local", retention_s=7 * 86400, limit=10)
+    )
     assert n == 1
     async with engine.connect() as c:
         left = set((await c.execute(select(jobs.c.id))).scalars().all())
     assert left == {recent, pending}
 
 
-def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(pg_server, migrated_template,
-                                                                                  tmp_path):
+def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(
+    pg_server, migrated_template, tmp_path
+):
     from gnomon.cli.suite import Suite
     from gnomon.common.embedded import free_port
     from gnomon.sdk import Client
@@ -166,8 +214,12 @@ def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(
     name = f"reap_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     record = str(tmp_path / "runs.txt")
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path / "suite"),
-              env={"GNOMON_REAPER_INTERVAL_S": "0.2", "GNOMON_REAPER_SKEW_MARGIN_S": "0.5"})
+    s = Suite(
+        api_listen=f"127.0.0.1:{free_port()}",
+        database_url=url,
+        base_dir=str(tmp_path / "suite"),
+        env={"GNOMON_REAPER_INTERVAL_S": "0.2", "GNOMON_REAPER_SKEW_MARGIN_S": "0.5"},
+    )
     try:
         s.start()
         env = {"GNOMON_TEST_RECORD": record, "PYTHONPATH": tests_dir}
@@ -187,9 +239,12 @@ def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(
         assert j.attempt == 2
         job_id = job.name.rsplit("/", 1)[1]
         with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
-            hist = conn.execute("SELECT attempt, state, accepted_at IS NOT NULL FROM attempts WHERE job_id = %s "
-                                "ORDER BY attempt", (job_id,)).fetchall()
-        assert hist == [(1, "LOST", True), (2, "SUCCEEDED", True)]   # exactly one accepted result
+            hist = conn.execute(
+                "SELECT attempt, state, accepted_at IS NOT NULL FROM attempts WHERE job_id = %s "
+                "ORDER BY attempt",
+                (job_id,),
+            ).fetchall()
+        assert hist == [(1, "LOST", True), (2, "SUCCEEDED", True)]  # exactly one accepted result
     finally:
         s.stop()
         pg_server.drop_database(name)
@@ -200,10 +255,13 @@ async def test_an_attempt_past_its_start_to_close_is_timed_out_like_a_lost_lease
     async with engine.begin() as c:
         await c.execute(update(jobs).where(jobs.c.id == jid).values(start_to_close_ms=1000))
     await start_running(engine, jid)
-    assert await reap(engine, margin=0.0) == []                     # lease fine, bound not reached
-    async with engine.begin() as c:                                  # started 3 s ago, lease still live
-        await c.execute(update(attempts).where(attempts.c.job_id == jid).values(
-            accepted_at=datetime.now(timezone.utc) - timedelta(seconds=3)))
+    assert await reap(engine, margin=0.0) == []  # lease fine, bound not reached
+    async with engine.begin() as c:  # started 3 s ago, lease still live
+        await c.execute(
+            update(attempts)
+            .where(attempts.c.job_id == jid)
+            .values(accepted_at=datetime.now(UTC) - timedelta(seconds=3))
+        )
     assert [r.new_state for r in await reap(engine, margin=0.5)] == ["SCHEDULED"]
     j = await job_row(engine, jid)
     assert j["failure_class"] == "AMBIGUOUS" and j["last_error"].startswith("start_to_close exceeded")

@@ -2,6 +2,7 @@
 now() + delay within the policy's jitter bounds (read back from the database), THROTTLED waits
 exactly retry_after, PERMANENT / non-retryable / past max_age go DEAD, the reaper uses the policy
 for lost leases, and the first claim stamps first_dispatched_at."""
+
 from __future__ import annotations
 
 import uuid
@@ -32,18 +33,36 @@ async def engine(db_url):
 
 async def new_job(engine, policy=RetryPolicy(), *, queue="q", max_attempts=5, idempotent=False) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(id=jid, namespace="default", region="local", shard=0, queue=queue, payload=b"",
-                            schedule_at=None, delay=None, deadline=None, max_attempts=max_attempts,
-                            idempotency_key=str(jid), lease=timedelta(seconds=30), request_id=None,
-                            request_hash=None, idempotent=idempotent, retry=policy)
+    new = jobs_store.NewJob(
+        id=jid,
+        namespace="default",
+        region="local",
+        shard=0,
+        queue=queue,
+        payload=b"",
+        schedule_at=None,
+        delay=None,
+        deadline=None,
+        max_attempts=max_attempts,
+        idempotency_key=str(jid),
+        lease=timedelta(seconds=30),
+        request_id=None,
+        request_hash=None,
+        idempotent=idempotent,
+        retry=policy,
+    )
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid
 
 
 async def run_all(engine, queue="q") -> dict[uuid.UUID, store.AttemptKey]:
     """Claims every due job of the queue and accepts it: job id -> attempt key."""
-    claimed = await run_transaction(engine, lambda c: store.claim_due(
-        c, region="local", tokens={0: TOKEN}, targets=[("default", queue)], limit=1000, dispatcher_id="A"))
+    claimed = await run_transaction(
+        engine,
+        lambda c: store.claim_due(
+            c, region="local", tokens={0: TOKEN}, targets=[("default", queue)], limit=1000, dispatcher_id="A"
+        ),
+    )
     keys = {c.job_id: store.AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed}
     accepted = await run_transaction(engine, lambda c: store.accept(c, list(keys.values()), "w1"))
     assert len(accepted) == len(keys)
@@ -51,9 +70,22 @@ async def run_all(engine, queue="q") -> dict[uuid.UUID, store.AttemptKey]:
 
 
 async def fail(engine, keys, failure_class="TRANSIENT", error="RuntimeError: down", retry_after_s=0.0):
-    res = await run_transaction(engine, lambda c: store.complete(c, [
-        store.Result(key=k, succeeded=False, failure_class=failure_class, error=error, retry_after_s=retry_after_s)
-        for k in keys]))
+    res = await run_transaction(
+        engine,
+        lambda c: store.complete(
+            c,
+            [
+                store.Result(
+                    key=k,
+                    succeeded=False,
+                    failure_class=failure_class,
+                    error=error,
+                    retry_after_s=retry_after_s,
+                )
+                for k in keys
+            ],
+        ),
+    )
     assert set(res.values()) == {""}
 
 
@@ -61,10 +93,17 @@ async def retry_delays(engine, ids) -> dict[uuid.UUID, float | None]:
     """scheduled_at - finished_at of the last attempt (both now() of the result's transaction): the
     delay the policy chose, read back from the database; None for a job not SCHEDULED."""
     async with engine.connect() as c:
-        rows = (await c.execute(select(jobs.c.id, jobs.c.state, jobs.c.scheduled_at, attempts.c.finished_at)
-                                .select_from(jobs.join(attempts, (attempts.c.job_id == jobs.c.id)
-                                                       & (attempts.c.attempt == jobs.c.attempt)))
-                                .where(jobs.c.id.in_(list(ids))))).all()
+        rows = (
+            await c.execute(
+                select(jobs.c.id, jobs.c.state, jobs.c.scheduled_at, attempts.c.finished_at)
+                .select_from(
+                    jobs.join(
+                        attempts, (attempts.c.job_id == jobs.c.id) & (attempts.c.attempt == jobs.c.attempt)
+                    )
+                )
+                .where(jobs.c.id.in_(list(ids)))
+            )
+        ).all()
     return {r[0]: (r[2] - r[3]).total_seconds() if r[1] == "SCHEDULED" else None for r in rows}
 
 
@@ -86,21 +125,21 @@ async def test_failed_results_schedule_retries_within_the_jitter_bounds(engine):
     assert all(first.values())
     await fail(engine, [keys[j] for j in ids])
     delays = await retry_delays(engine, ids)
-    assert all(5.0 <= d <= 10.0 for d in delays.values()), delays          # attempt 1: cap 10 s, jitter 0.5
-    assert max(delays.values()) - min(delays.values()) > 0.5                # randomized, not one fixed value
+    assert all(5.0 <= d <= 10.0 for d in delays.values()), delays  # attempt 1: cap 10 s, jitter 0.5
+    assert max(delays.values()) - min(delays.values()) > 0.5  # randomized, not one fixed value
     await make_due(engine, ids)
     keys = await run_all(engine)
     assert {k.attempt for k in keys.values()} == {2}
     await fail(engine, list(keys.values()))
     delays = await retry_delays(engine, ids)
-    assert all(15.0 <= d <= 30.0 for d in delays.values()), delays         # attempt 2: cap 30 s
-    for j in ids:                                                            # the first dispatch is kept
+    assert all(15.0 <= d <= 30.0 for d in delays.values()), delays  # attempt 2: cap 30 s
+    for j in ids:  # the first dispatch is kept
         assert (await job_row(engine, j))["first_dispatched_at"] == first[j]
 
 
 async def test_attempt_beyond_the_exponent_limit_saturates_at_max_backoff(engine):
     jid = await new_job(engine, RetryPolicy(initial_s=1, max_s=7, multiplier=10, jitter=0), max_attempts=100)
-    async with engine.begin() as c:      # as if 59 attempts had failed already
+    async with engine.begin() as c:  # as if 59 attempts had failed already
         await c.execute(update(jobs).where(jobs.c.id == jid).values(attempt=59))
     keys = await run_all(engine)
     assert keys[jid].attempt == 60
@@ -134,12 +173,18 @@ async def test_no_retry_past_max_age_since_the_first_dispatch(engine):
     old, young = await new_job(engine, policy), await new_job(engine, policy)
     keys = await run_all(engine)
     async with engine.begin() as c:
-        await c.execute(update(jobs).where(jobs.c.id == old).values(
-            first_dispatched_at=jobs.c.first_dispatched_at - timedelta(seconds=59.5)))
-        await c.execute(update(jobs).where(jobs.c.id == young).values(
-            first_dispatched_at=jobs.c.first_dispatched_at - timedelta(seconds=30)))
+        await c.execute(
+            update(jobs)
+            .where(jobs.c.id == old)
+            .values(first_dispatched_at=jobs.c.first_dispatched_at - timedelta(seconds=59.5))
+        )
+        await c.execute(
+            update(jobs)
+            .where(jobs.c.id == young)
+            .values(first_dispatched_at=jobs.c.first_dispatched_at - timedelta(seconds=30))
+        )
     await fail(engine, [keys[old], keys[young]])
-    assert (await job_row(engine, old))["state"] == "DEAD"          # the retry would start at ~60.5 s
+    assert (await job_row(engine, old))["state"] == "DEAD"  # the retry would start at ~60.5 s
     assert (await job_row(engine, young))["state"] == "SCHEDULED"
 
 
@@ -148,23 +193,44 @@ async def test_reaper_retries_lost_leases_with_the_jobs_policy(engine):
     cut = await new_job(engine, RetryPolicy(initial_s=7, max_s=60, jitter=0, max_age_s=5), idempotent=True)
     await run_all(engine)
     async with engine.begin() as c:
-        await c.execute(update(attempts).where(attempts.c.job_id.in_([jid, cut])).values(
-            lease_expires_at=text("now() - interval '10 seconds'")))
-    reaped = await run_transaction(engine, lambda c: reaping.reap_lost_leases(
-        c, region="local", skew_margin_s=1.0, limit=10))
-    assert {r.job_id: r.new_state for r in reaped} == {jid: "SCHEDULED", cut: "DEAD"}   # 7 s > max_age 5 s
+        await c.execute(
+            update(attempts)
+            .where(attempts.c.job_id.in_([jid, cut]))
+            .values(lease_expires_at=text("now() - interval '10 seconds'"))
+        )
+    reaped = await run_transaction(
+        engine, lambda c: reaping.reap_lost_leases(c, region="local", skew_margin_s=1.0, limit=10)
+    )
+    assert {r.job_id: r.new_state for r in reaped} == {jid: "SCHEDULED", cut: "DEAD"}  # 7 s > max_age 5 s
     assert (await retry_delays(engine, [jid]))[jid] == pytest.approx(7.0, abs=1e-3)
 
 
 async def test_stored_policy_reads_back_through_the_api_conversion(engine):
-    policy = RetryPolicy(initial_s=0.25, max_s=20, multiplier=1.5, jitter=0, max_age_s=3600,
-                         non_retryable_errors=("ValueError",))
+    policy = RetryPolicy(
+        initial_s=0.25,
+        max_s=20,
+        multiplier=1.5,
+        jitter=0,
+        max_age_s=3600,
+        non_retryable_errors=("ValueError",),
+    )
     row = await job_row(engine, await new_job(engine, policy))
     assert jobs_store.policy_of(row) == policy
     p = job_to_proto(dict(row)).retry_policy
-    assert (p.initial_backoff.ToMilliseconds(), p.max_backoff.seconds, p.multiplier, p.jitter, p.max_age.seconds,
-            list(p.non_retryable_errors)) == (250, 20, 1.5, 0.0, 3600, ["ValueError"])
+    assert (
+        p.initial_backoff.ToMilliseconds(),
+        p.max_backoff.seconds,
+        p.multiplier,
+        p.jitter,
+        p.max_age.seconds,
+        list(p.non_retryable_errors),
+    ) == (250, 20, 1.5, 0.0, 3600, ["ValueError"])
     assert p.HasField("jitter")
     default = job_to_proto(dict(await job_row(engine, await new_job(engine)))).retry_policy
-    assert (default.initial_backoff.seconds, default.max_backoff.seconds, default.multiplier, default.jitter,
-            default.HasField("max_age")) == (1, 300, 2.0, 1.0, False)
+    assert (
+        default.initial_backoff.seconds,
+        default.max_backoff.seconds,
+        default.multiplier,
+        default.jitter,
+        default.HasField("max_age"),
+    ) == (1, 300, 2.0, 1.0, False)

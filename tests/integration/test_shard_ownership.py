@@ -1,5 +1,6 @@
 """Shard ownership through real etcd leases: a dispatcher that cannot renew its lease stops
 claiming before the lease could expire, and comes back with larger fencing tokens."""
+
 from __future__ import annotations
 
 import asyncio
@@ -34,8 +35,17 @@ async def test_lost_lease_stops_claims_before_expiry_and_reacquires_with_larger_
     ttl = 3
     engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
     etcd = EtcdClient(own_etcd.endpoints, timeout=1.0)
-    own = ShardOwnership(etcd, engine, prefix="/t", region="local", shards=4, dispatcher_id="d1",
-                         address="127.0.0.1:1", ttl_s=ttl, scan_s=0.2)
+    own = ShardOwnership(
+        etcd,
+        engine,
+        prefix="/t",
+        region="local",
+        shards=4,
+        dispatcher_id="d1",
+        address="127.0.0.1:1",
+        ttl_s=ttl,
+        scan_s=0.2,
+    )
     try:
         await own.start()
         before = own.tokens()

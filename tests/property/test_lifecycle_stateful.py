@@ -6,26 +6,27 @@ every observed state change is a legal transition (gnomon.common.states) with a 
 a job never has two live (QUEUED or RUNNING) attempts; a SUCCEEDED job has exactly one SUCCEEDED
 attempt and no job has two; no attempt is accepted by two workers.
 """
+
 from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from sqlalchemy import select, update
 
 from gnomon.common import states as S
 from gnomon.common.config import DatabaseSettings
 from gnomon.common.errors import StaleFencingToken
+from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
-from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import make_engine, run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from sqlalchemy import select, update
 
 CLASSES = ["TRANSIENT", "THROTTLED", "PERMANENT", "AMBIGUOUS"]
 
@@ -47,8 +48,14 @@ def make_machine(db_url: str):
         async def _next_token(self) -> int:
             async with self.engine.connect() as c:
                 from gnomon.common.storage.schema import shard_owners
-                cur = (await c.execute(select(shard_owners.c.token).where(
-                    shard_owners.c.region == "local", shard_owners.c.shard == 0))).scalar()
+
+                cur = (
+                    await c.execute(
+                        select(shard_owners.c.token).where(
+                            shard_owners.c.region == "local", shard_owners.c.shard == 0
+                        )
+                    )
+                ).scalar()
             tok = (cur or 0) + 1
             await run_transaction(self.engine, lambda c: store.record_ownership(c, "local", 0, tok, "prop"))
             return tok
@@ -60,11 +67,23 @@ def make_machine(db_url: str):
         @rule(idempotent=st.booleans(), max_attempts=st.integers(1, 3))
         def create(self, idempotent, max_attempts):
             jid = uuid.uuid4()
-            new = jobs_store.NewJob(id=jid, namespace="default", region="local", shard=0, queue="prop", payload=b"",
-                                    schedule_at=datetime.now(timezone.utc) - timedelta(seconds=1), delay=None,
-                                    deadline=None, max_attempts=max_attempts, idempotency_key=str(jid),
-                                    lease=timedelta(seconds=30), request_id=None, request_hash=None,
-                                    idempotent=idempotent)
+            new = jobs_store.NewJob(
+                id=jid,
+                namespace="default",
+                region="local",
+                shard=0,
+                queue="prop",
+                payload=b"",
+                schedule_at=datetime.now(UTC) - timedelta(seconds=1),
+                delay=None,
+                deadline=None,
+                max_attempts=max_attempts,
+                idempotency_key=str(jid),
+                lease=timedelta(seconds=30),
+                request_id=None,
+                request_hash=None,
+                idempotent=idempotent,
+            )
             self.run(run_transaction(self.engine, lambda c: jobs_store.insert_job(c, new)))
             self.seen[jid] = ("SCHEDULED", 1)
 
@@ -72,9 +91,19 @@ def make_machine(db_url: str):
         def claim(self, limit, stale):
             tok = self.token - 1 if stale else self.token
             try:
-                got = self.run(run_transaction(self.engine, lambda c: store.claim_due(
-                    c, region="local", tokens={0: tok}, targets=[("default", "prop")], limit=limit,
-                    dispatcher_id="prop")))
+                got = self.run(
+                    run_transaction(
+                        self.engine,
+                        lambda c: store.claim_due(
+                            c,
+                            region="local",
+                            tokens={0: tok},
+                            targets=[("default", "prop")],
+                            limit=limit,
+                            dispatcher_id="prop",
+                        ),
+                    )
+                )
             except StaleFencingToken:
                 assert stale
                 return
@@ -103,7 +132,11 @@ def make_machine(db_url: str):
             if self.deliveries:
                 k = data.draw(st.sampled_from(self.deliveries))
                 r = store.Result(key=k, succeeded=ok, failure_class=cls, error="boom")
-                self.run(run_transaction(self.engine, lambda c: store.complete(c, [r], retry_delay_s=lambda r, a: 0)))
+                self.run(
+                    run_transaction(
+                        self.engine, lambda c: store.complete(c, [r], retry_delay_s=lambda r, a: 0)
+                    )
+                )
 
         @rule(data=st.data())
         def lose_lease_and_reap(self, data):
@@ -112,11 +145,18 @@ def make_machine(db_url: str):
 
                 async def go():
                     async with self.engine.begin() as c:
-                        await c.execute(update(attempts).where(attempts.c.job_id == k.job_id,
-                                                               attempts.c.attempt == k.attempt)
-                                        .values(lease_expires_at=datetime.now(timezone.utc) - timedelta(minutes=1)))
-                    await run_transaction(self.engine, lambda c: reaping.reap_lost_leases(
-                        c, region="local", skew_margin_s=0, limit=50, retry_delay_s=lambda a: 0))
+                        await c.execute(
+                            update(attempts)
+                            .where(attempts.c.job_id == k.job_id, attempts.c.attempt == k.attempt)
+                            .values(lease_expires_at=datetime.now(UTC) - timedelta(minutes=1))
+                        )
+                    await run_transaction(
+                        self.engine,
+                        lambda c: reaping.reap_lost_leases(
+                            c, region="local", skew_margin_s=0, limit=50, retry_delay_s=lambda a: 0
+                        ),
+                    )
+
                 self.run(go())
 
         @rule(data=st.data())
@@ -132,12 +172,22 @@ def make_machine(db_url: str):
 
             async def read():
                 async with self.engine.connect() as c:
-                    js = (await c.execute(select(jobs.c.id, jobs.c.state, jobs.c.version)
-                                          .where(jobs.c.id.in_(list(self.seen))))).all()
-                    ats = (await c.execute(select(attempts.c.job_id, attempts.c.attempt, attempts.c.state,
-                                                  attempts.c.worker_id)
-                                           .where(attempts.c.job_id.in_(list(self.seen))))).all()
+                    js = (
+                        await c.execute(
+                            select(jobs.c.id, jobs.c.state, jobs.c.version).where(
+                                jobs.c.id.in_(list(self.seen))
+                            )
+                        )
+                    ).all()
+                    ats = (
+                        await c.execute(
+                            select(
+                                attempts.c.job_id, attempts.c.attempt, attempts.c.state, attempts.c.worker_id
+                            ).where(attempts.c.job_id.in_(list(self.seen)))
+                        )
+                    ).all()
                 return js, ats
+
             js, ats = self.run(read())
             for jid, state, version in js:
                 prev_state, prev_version = self.seen[jid]
@@ -167,6 +217,7 @@ def make_machine(db_url: str):
 
 def test_job_lifecycle_is_always_a_legal_path(db_url):
     machine = make_machine(db_url)
-    machine.TestCase.settings = settings(max_examples=10, stateful_step_count=20, deadline=None,
-                                         suppress_health_check=list(HealthCheck))
+    machine.TestCase.settings = settings(
+        max_examples=10, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     machine.TestCase().runTest()

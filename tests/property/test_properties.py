@@ -1,4 +1,5 @@
 """Properties (Hypothesis) of the pure scheduling helpers: backoff, sharding, durations, validation."""
+
 from __future__ import annotations
 
 import uuid
@@ -16,8 +17,13 @@ from gnomon.common.states import JOB_STATES, TERMINAL, TRANSITIONS
 from gnomon.common.storage.jobs import shard_of
 
 
-@given(attempt=st.integers(min_value=1, max_value=10**12), initial=st.floats(0.001, 100),
-       maximum=st.floats(0.001, 10_000), mult=st.floats(0.5, 10), jitter=st.floats(0, 1))
+@given(
+    attempt=st.integers(min_value=1, max_value=10**12),
+    initial=st.floats(0.001, 100),
+    maximum=st.floats(0.001, 10_000),
+    mult=st.floats(0.5, 10),
+    jitter=st.floats(0, 1),
+)
 def test_backoff_is_finite_non_negative_and_capped(attempt, initial, maximum, mult, jitter):
     d = backoff_s(attempt, initial_s=initial, maximum_s=maximum, multiplier=mult, jitter=jitter)
     assert 0 <= d <= max(maximum, 0) + 1e-9

@@ -1,17 +1,17 @@
 """Unit tests of gnomon.common.time (pure logic, no servers). Every expected value is exact."""
+
 from __future__ import annotations
 
 import os
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from gnomon.common.time import (DstFold, DstGap, RuleError, RuleKind, RuleSpec, compile_rule,
-                                tzdata_version)
+from gnomon.common.time import DstFold, DstGap, RuleError, RuleKind, RuleSpec, compile_rule, tzdata_version
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def U(*a):
@@ -27,18 +27,22 @@ def fired(rec, after, n):
 
 
 # 1. fold, pinned rule, Europe/Berlin 2023-10-29 03:00 CEST -> 02:00 CET
-@pytest.mark.parametrize("policy,expected,notes", [
-    (DstFold.FIRST, [U(2023, 10, 29, 0)], ["fold: first pass"]),
-    (DstFold.SECOND, [U(2023, 10, 29, 1)], ["fold: second pass"]),
-    (DstFold.BOTH, [U(2023, 10, 29, 0), U(2023, 10, 29, 1)], ["fold: first pass", "fold: second pass"]),
-])
+@pytest.mark.parametrize(
+    "policy,expected,notes",
+    [
+        (DstFold.FIRST, [U(2023, 10, 29, 0)], ["fold: first pass"]),
+        (DstFold.SECOND, [U(2023, 10, 29, 1)], ["fold: second pass"]),
+        (DstFold.BOTH, [U(2023, 10, 29, 0), U(2023, 10, 29, 1)], ["fold: first pass", "fold: second pass"]),
+    ],
+)
 def test_fold_policies_berlin(policy, expected, notes):
     rec = cron("0 2 * * *", "Europe/Berlin", dst_fold=policy)
     occ = [o for o in rec.preview(U(2023, 10, 28, 12), 4) if o.fire_time.date() == expected[0].date()]
     assert [o.fire_time for o in occ] == expected
     assert [o.note for o in occ] == notes
-    assert [o.local_time.fold for o in occ] == ([0] if policy is DstFold.FIRST else [1] if policy is DstFold.SECOND
-                                                else [0, 1])
+    assert [o.local_time.fold for o in occ] == (
+        [0] if policy is DstFold.FIRST else [1] if policy is DstFold.SECOND else [0, 1]
+    )
     assert rec.next_after(U(2023, 10, 29, 1)).fire_time == U(2023, 10, 30, 1)
 
 
@@ -89,8 +93,11 @@ def test_gap_shift_forward_new_york():
 def test_gap_elapsed_cairo_every_two_hours():
     cairo = ZoneInfo("Africa/Cairo")
     rec = cron("0 */2 * * *", "Africa/Cairo")
-    day = [o for o in rec.preview(U(2025, 4, 24, 12), 20)
-           if o.local_time.replace(tzinfo=None).date() == datetime(2025, 4, 25).date()]
+    day = [
+        o
+        for o in rec.preview(U(2025, 4, 24, 12), 20)
+        if o.local_time.replace(tzinfo=None).date() == datetime(2025, 4, 25).date()
+    ]
     skipped = [o for o in day if o.skipped_dst_gap]
     fires = [o for o in day if not o.skipped_dst_gap]
     assert len(skipped) == 1 and skipped[0].local_time.hour == 0
@@ -154,27 +161,43 @@ def test_rare_days():
 def test_posix_day_or():
     rec = cron("0 16 4 * fri")
     got = rec.preview(U(2025, 6, 30), 7)
-    assert [o.fire_time for o in got] == [U(2025, 7, 4, 16), U(2025, 7, 11, 16), U(2025, 7, 18, 16),
-                                          U(2025, 7, 25, 16), U(2025, 8, 1, 16), U(2025, 8, 4, 16),
-                                          U(2025, 8, 8, 16)]
+    assert [o.fire_time for o in got] == [
+        U(2025, 7, 4, 16),
+        U(2025, 7, 11, 16),
+        U(2025, 7, 18, 16),
+        U(2025, 7, 25, 16),
+        U(2025, 8, 1, 16),
+        U(2025, 8, 4, 16),
+        U(2025, 8, 8, 16),
+    ]
     assert got[0].note == "day-of-month OR day-of-week (POSIX): matched day-of-month 4 and day-of-week FRI"
     assert got[1].note == "day-of-month OR day-of-week (POSIX): matched day-of-week FRI"
     assert got[5].note == "day-of-month OR day-of-week (POSIX): matched day-of-month 4"  # Monday Aug 4
 
 
 # cron features
-@pytest.mark.parametrize("macro,expected", [
-    ("@yearly", U(2026, 1, 1)), ("@annually", U(2026, 1, 1)), ("@monthly", U(2025, 6, 1)),
-    ("@weekly", U(2025, 5, 18)), ("@daily", U(2025, 5, 15)), ("@midnight", U(2025, 5, 15)),
-    ("@hourly", U(2025, 5, 14, 13)),
-])
+@pytest.mark.parametrize(
+    "macro,expected",
+    [
+        ("@yearly", U(2026, 1, 1)),
+        ("@annually", U(2026, 1, 1)),
+        ("@monthly", U(2025, 6, 1)),
+        ("@weekly", U(2025, 5, 18)),
+        ("@daily", U(2025, 5, 15)),
+        ("@midnight", U(2025, 5, 15)),
+        ("@hourly", U(2025, 5, 14, 13)),
+    ],
+)
 def test_macros(macro, expected):
     assert cron(macro).next_after(U(2025, 5, 14, 12, 30)).fire_time == expected
 
 
 def test_seconds_field():
-    assert fired(cron("*/20 * * * * *"), U(2025, 1, 1), 3) == [U(2025, 1, 1, 0, 0, 20), U(2025, 1, 1, 0, 0, 40),
-                                                              U(2025, 1, 1, 0, 1)]
+    assert fired(cron("*/20 * * * * *"), U(2025, 1, 1), 3) == [
+        U(2025, 1, 1, 0, 0, 20),
+        U(2025, 1, 1, 0, 0, 40),
+        U(2025, 1, 1, 0, 1),
+    ]
     assert cron("15 30 9 * * *").next_after(U(2025, 1, 1)).fire_time == U(2025, 1, 1, 9, 30, 15)
 
 
@@ -208,15 +231,23 @@ def rr(text, tz="UTC", start=None, **kw):
 
 
 def test_rrule_rdate_exdate_count():
-    rec = rr("DTSTART;TZID=Europe/Berlin:20250101T090000\nRRULE:FREQ=DAILY;COUNT=3\n"
-             "RDATE;TZID=Europe/Berlin:20250110T120000\nEXDATE;TZID=Europe/Berlin:20250102T090000", "Europe/Berlin")
+    rec = rr(
+        "DTSTART;TZID=Europe/Berlin:20250101T090000\nRRULE:FREQ=DAILY;COUNT=3\n"
+        "RDATE;TZID=Europe/Berlin:20250110T120000\nEXDATE;TZID=Europe/Berlin:20250102T090000",
+        "Europe/Berlin",
+    )
     assert fired(rec, U(2024, 12, 31), 10) == [U(2025, 1, 1, 8), U(2025, 1, 3, 8), U(2025, 1, 10, 11)]
 
 
 def test_rrule_until_and_bare_line():
     rec = rr("FREQ=WEEKLY;BYDAY=MO,WE;UNTIL=20250115T235959Z", start=U(2025, 1, 1, 7))
-    assert fired(rec, U(2025, 1, 1), 10) == [U(2025, 1, 1, 7), U(2025, 1, 6, 7), U(2025, 1, 8, 7),
-                                             U(2025, 1, 13, 7), U(2025, 1, 15, 7)]
+    assert fired(rec, U(2025, 1, 1), 10) == [
+        U(2025, 1, 1, 7),
+        U(2025, 1, 6, 7),
+        U(2025, 1, 8, 7),
+        U(2025, 1, 13, 7),
+        U(2025, 1, 15, 7),
+    ]
 
 
 def test_rrule_far_after_dtstart_rebased():
@@ -229,8 +260,11 @@ def test_rrule_far_after_dtstart_rebased():
 
 
 def test_rrule_monthly_dst_pinned_and_hourly_elapsed():
-    rec = rr("DTSTART;TZID=America/New_York:20130310T023000\nRRULE:FREQ=DAILY", "America/New_York",
-             dst_gap=DstGap.SKIP)
+    rec = rr(
+        "DTSTART;TZID=America/New_York:20130310T023000\nRRULE:FREQ=DAILY",
+        "America/New_York",
+        dst_gap=DstGap.SKIP,
+    )
     assert not rec.elapsed_time
     occ = rec.preview(U(2013, 3, 10), 2)
     assert occ[0].skipped_dst_gap and occ[1].fire_time == U(2013, 3, 11, 6, 30)
@@ -241,8 +275,14 @@ def test_rrule_monthly_dst_pinned_and_hourly_elapsed():
 
 # INTERVAL
 def test_interval_every_45_minutes_across_dst():
-    rec = compile_rule(RuleSpec(RuleKind.INTERVAL, interval=timedelta(minutes=45), time_zone="Europe/Berlin",
-                                start=U(2023, 10, 28, 22)))
+    rec = compile_rule(
+        RuleSpec(
+            RuleKind.INTERVAL,
+            interval=timedelta(minutes=45),
+            time_zone="Europe/Berlin",
+            start=U(2023, 10, 28, 22),
+        )
+    )
     got = fired(rec, U(2023, 10, 28, 23), 6)
     assert got == [U(2023, 10, 28, 23, 30) + timedelta(minutes=45 * k) for k in range(6)]  # 22:00 + 45k
     assert [o.note for o in rec.preview(U(2023, 10, 29, 0), 2)] == ["fold: first pass", "fold: second pass"]
@@ -259,27 +299,61 @@ def test_end_time_respected():
 
 
 # errors
-@pytest.mark.parametrize("spec,reason,field", [
-    (RuleSpec(RuleKind.CRON, "0 0 * * *", time_zone="Mars/Olympus"), "INVALID_TIME_ZONE", "time_zone"),
-    (RuleSpec(RuleKind.CRON, "0 0 32 * *"), "INVALID_CRON", "cron"),
-    (RuleSpec(RuleKind.CRON, "0 0 0 1 1 * 2025"), "INVALID_CRON", "cron"),
-    (RuleSpec(RuleKind.CRON, "@reboot"), "INVALID_CRON", "cron"),
-    (RuleSpec(RuleKind.CRON, "0 0 31 4 *"), "RULE_NEVER_FIRES", "cron"),
-    (RuleSpec(RuleKind.RRULE, "FREQ=DAILY;BYDAY=XX", start=U(2025, 1, 1)), "INVALID_RRULE", "rrule"),
-    (RuleSpec(RuleKind.RRULE, "FREQ=DAILY"), "INVALID_TIME_RANGE", "start_time"),
-    (RuleSpec(RuleKind.RRULE, "FREQ=DAILY;COUNT=100001", start=U(2025, 1, 1)), "RRULE_UNBOUNDED", "rrule"),
-    (RuleSpec(RuleKind.RRULE, "FREQ=SECONDLY;BYHOUR=9", start=U(2025, 1, 1)), "RRULE_UNBOUNDED", "rrule"),
-    (RuleSpec(RuleKind.RRULE, "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30", start=U(2025, 1, 1)),
-     "RULE_NEVER_FIRES", "rrule"),
-    (RuleSpec(RuleKind.RRULE, "FREQ=SECONDLY;BYMONTH=4;BYMONTHDAY=31", start=U(2025, 1, 1)),
-     "RULE_NEVER_FIRES", "rrule"),
-    (RuleSpec(RuleKind.RRULE, "RRULE:FREQ=DAILY\nRDATE:" + ",".join(f"2025{m:02d}{d:02d}T000000" for m in range(1, 13)
-              for d in range(1, 29)) * 1 + ",".join([""] * 0), start=U(2025, 1, 1)), None, None),
-    (RuleSpec(RuleKind.INTERVAL, interval=timedelta(0), start=U(2025, 1, 1)), "INVALID_INTERVAL", "interval"),
-    (RuleSpec(RuleKind.INTERVAL, interval=timedelta(days=367), start=U(2025, 1, 1)), "INVALID_INTERVAL", "interval"),
-    (RuleSpec(RuleKind.INTERVAL, interval=timedelta(minutes=5)), "INVALID_TIME_RANGE", "start_time"),
-    (RuleSpec(RuleKind.CRON, "* * * * *", start=U(2025, 2, 1), end=U(2025, 1, 1)), "INVALID_TIME_RANGE", "end_time"),
-])
+@pytest.mark.parametrize(
+    "spec,reason,field",
+    [
+        (RuleSpec(RuleKind.CRON, "0 0 * * *", time_zone="Mars/Olympus"), "INVALID_TIME_ZONE", "time_zone"),
+        (RuleSpec(RuleKind.CRON, "0 0 32 * *"), "INVALID_CRON", "cron"),
+        (RuleSpec(RuleKind.CRON, "0 0 0 1 1 * 2025"), "INVALID_CRON", "cron"),
+        (RuleSpec(RuleKind.CRON, "@reboot"), "INVALID_CRON", "cron"),
+        (RuleSpec(RuleKind.CRON, "0 0 31 4 *"), "RULE_NEVER_FIRES", "cron"),
+        (RuleSpec(RuleKind.RRULE, "FREQ=DAILY;BYDAY=XX", start=U(2025, 1, 1)), "INVALID_RRULE", "rrule"),
+        (RuleSpec(RuleKind.RRULE, "FREQ=DAILY"), "INVALID_TIME_RANGE", "start_time"),
+        (
+            RuleSpec(RuleKind.RRULE, "FREQ=DAILY;COUNT=100001", start=U(2025, 1, 1)),
+            "RRULE_UNBOUNDED",
+            "rrule",
+        ),
+        (RuleSpec(RuleKind.RRULE, "FREQ=SECONDLY;BYHOUR=9", start=U(2025, 1, 1)), "RRULE_UNBOUNDED", "rrule"),
+        (
+            RuleSpec(RuleKind.RRULE, "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30", start=U(2025, 1, 1)),
+            "RULE_NEVER_FIRES",
+            "rrule",
+        ),
+        (
+            RuleSpec(RuleKind.RRULE, "FREQ=SECONDLY;BYMONTH=4;BYMONTHDAY=31", start=U(2025, 1, 1)),
+            "RULE_NEVER_FIRES",
+            "rrule",
+        ),
+        (
+            RuleSpec(
+                RuleKind.RRULE,
+                "RRULE:FREQ=DAILY\nRDATE:"
+                + ",".join(f"2025{m:02d}{d:02d}T000000" for m in range(1, 13) for d in range(1, 29)) * 1
+                + ",".join([""] * 0),
+                start=U(2025, 1, 1),
+            ),
+            None,
+            None,
+        ),
+        (
+            RuleSpec(RuleKind.INTERVAL, interval=timedelta(0), start=U(2025, 1, 1)),
+            "INVALID_INTERVAL",
+            "interval",
+        ),
+        (
+            RuleSpec(RuleKind.INTERVAL, interval=timedelta(days=367), start=U(2025, 1, 1)),
+            "INVALID_INTERVAL",
+            "interval",
+        ),
+        (RuleSpec(RuleKind.INTERVAL, interval=timedelta(minutes=5)), "INVALID_TIME_RANGE", "start_time"),
+        (
+            RuleSpec(RuleKind.CRON, "* * * * *", start=U(2025, 2, 1), end=U(2025, 1, 1)),
+            "INVALID_TIME_RANGE",
+            "end_time",
+        ),
+    ],
+)
 def test_rule_errors(spec, reason, field):
     if reason is None:  # 336 RDATE values is fine
         compile_rule(spec)
@@ -290,22 +364,27 @@ def test_rule_errors(spec, reason, field):
 
 
 def test_too_many_rdates_unbounded():
-    dates = ",".join((datetime(2025, 1, 1) + timedelta(hours=h)).strftime("%Y%m%dT%H%M%S") for h in range(1001))
+    dates = ",".join(
+        (datetime(2025, 1, 1) + timedelta(hours=h)).strftime("%Y%m%dT%H%M%S") for h in range(1001)
+    )
     with pytest.raises(RuleError) as e:
         rr("RRULE:FREQ=DAILY\nRDATE:" + dates, start=U(2025, 1, 1))
     assert e.value.reason == "RRULE_UNBOUNDED"
 
 
-@pytest.mark.parametrize("expr,msg", [
-    ("0 0 32 * *", "field 3 (day-of-month) '32': out of range 1-31"),
-    ("61 * * * *", "field 1 (minute) '61': out of range 0-59"),
-    ("0 0 * * * 9", "field 6 (day-of-week) '9': out of range 0-7"),
-    ("0 25 * * *", "field 2 (hour) '25': out of range 0-23"),
-    ("0 0 * 13 *", "field 4 (month) '13': out of range 1-12"),
-    ("0 0 * * 1-XYZ", "field 5 (day-of-week) '1-XYZ'"),
-    ("0 0 1 1 * 2025 x", "Quartz year"),
-    ("0 0 * *", "only 5 fields"),
-])
+@pytest.mark.parametrize(
+    "expr,msg",
+    [
+        ("0 0 32 * *", "field 3 (day-of-month) '32': out of range 1-31"),
+        ("61 * * * *", "field 1 (minute) '61': out of range 0-59"),
+        ("0 0 * * * 9", "field 6 (day-of-week) '9': out of range 0-7"),
+        ("0 25 * * *", "field 2 (hour) '25': out of range 0-23"),
+        ("0 0 * 13 *", "field 4 (month) '13': out of range 1-12"),
+        ("0 0 * * 1-XYZ", "field 5 (day-of-week) '1-XYZ'"),
+        ("0 0 1 1 * 2025 x", "Quartz year"),
+        ("0 0 * *", "only 5 fields"),
+    ],
+)
 def test_cron_error_positions(expr, msg):
     with pytest.raises(RuleError) as e:
         cron(expr)
@@ -325,7 +404,9 @@ def test_tzdata_version_and_compile_is_cheap():
     assert tzdata_version() == "2026.6"
     t = time.perf_counter()
     for i in range(200):
-        compile_rule(RuleSpec(RuleKind.CRON, f"{i % 60} 3 * * *", time_zone="Europe/Berlin", start=U(2025, 1, 1)))
+        compile_rule(
+            RuleSpec(RuleKind.CRON, f"{i % 60} 3 * * *", time_zone="Europe/Berlin", start=U(2025, 1, 1))
+        )
     assert (time.perf_counter() - t) / 200 < 0.002
 
 

@@ -1,9 +1,10 @@
 """Pure helpers: retry backoff (saturating), CLI duration/instant parsing, error catalogue."""
+
 from __future__ import annotations
 
 import random
 import re
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import pytest
@@ -33,8 +34,9 @@ def test_backoff_rejects_attempt_zero():
         backoff_s(0)
 
 
-@pytest.mark.parametrize("text,seconds", [("2s", 2), ("500ms", 0.5), ("1h30m", 5400), ("3", 3), ("1d", 86400),
-                                          ("1m0.5s", 60.5)])
+@pytest.mark.parametrize(
+    "text,seconds", [("2s", 2), ("500ms", 0.5), ("1h30m", 5400), ("3", 3), ("1d", 86400), ("1m0.5s", 60.5)]
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == timedelta(seconds=seconds)
 
@@ -47,7 +49,7 @@ def test_parse_duration_rejects(text):
 
 def test_parse_instant():
     dt = parse_instant("2026-11-29T09:00:00Z")
-    assert dt.tzinfo is not None and dt.astimezone(timezone.utc).hour == 9
+    assert dt.tzinfo is not None and dt.astimezone(UTC).hour == 9
     assert parse_instant("2026-11-29T10:00:00+01:00") == dt
     with pytest.raises(ValueError):
         parse_instant("2026-11-29T09:00:00")
@@ -55,7 +57,7 @@ def test_parse_instant():
 
 def test_every_error_reason_is_unique_upper_snake_and_documented():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
-    for reason, (code, meaning) in REASONS.items():
+    for reason, (_code, meaning) in REASONS.items():
         assert re.fullmatch(r"[A-Z][A-Z0-9_]+", reason)
         assert f"`{reason}`" in doc, f"{reason} missing from docs/errors.md"
         assert meaning

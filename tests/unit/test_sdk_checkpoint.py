@@ -2,6 +2,7 @@
 wire behaviour against an in-process fake dispatcher (a real grpc.aio server speaking
 WorkerService.Lease; no database): checkpoints ride on heartbeats, only the latest is sent, at most one
 is in flight per attempt, and a transient refusal is re-sent."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +25,11 @@ pytestmark = pytest.mark.timeout(30)
 def assignment(i: int, checkpoint: bytes = b"") -> wpb.Assignment:
     a = wpb.Assignment(
         attempt=wpb.AttemptRef(job=f"namespaces/default/jobs/job-{i}", attempt=2, version=4, fencing_token=7),
-        queue="q", idempotency_key=f"idem-{i}", max_attempts=3, checkpoint=checkpoint)
+        queue="q",
+        idempotency_key=f"idem-{i}",
+        max_attempts=3,
+        checkpoint=checkpoint,
+    )
     a.lease_duration.FromTimedelta(timedelta(seconds=30))
     return a
 
@@ -35,13 +40,13 @@ class CheckpointDispatcher(wgrpc.WorkerServiceServicer):
 
     def __init__(self):
         self.pending: list[wpb.Assignment] = []
-        self.checkpoints: list[tuple[str, bytes, float]] = []   # job, data, time received
+        self.checkpoints: list[tuple[str, bytes, float]] = []  # job, data, time received
         self.checkpoint_ack = lambda cp: (True, "")
         self.checkpoint_delay = 0.0
         self.results: list[wpb.AttemptResult] = []
 
     async def Lease(self, request_iterator, context):
-        hello = await context.read()
+        await context.read()
         welcome = wpb.DispatcherWelcome(dispatcher_id="fake", region="local")
         welcome.heartbeat_interval.FromTimedelta(timedelta(milliseconds=50))
         await context.write(wpb.LeaseResponse(welcome=welcome))
@@ -51,8 +56,13 @@ class CheckpointDispatcher(wgrpc.WorkerServiceServicer):
         async def ack_checkpoint(cp):
             await asyncio.sleep(self.checkpoint_delay)
             ok, reason = self.checkpoint_ack(cp)
-            out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=[
-                wpb.Ack(attempt=cp.attempt, kind=wpb.ACK_KIND_CHECKPOINT, ok=ok, reason=reason)])))
+            out.put_nowait(
+                wpb.LeaseResponse(
+                    acks=wpb.Acks(
+                        acks=[wpb.Ack(attempt=cp.attempt, kind=wpb.ACK_KIND_CHECKPOINT, ok=ok, reason=reason)]
+                    )
+                )
+            )
 
         async def reader():
             while True:
@@ -63,16 +73,23 @@ class CheckpointDispatcher(wgrpc.WorkerServiceServicer):
                 kind = msg.WhichOneof("kind")
                 acks = []
                 if kind == "accepts":
-                    acks = [wpb.Ack(attempt=r, kind=wpb.ACK_KIND_ACCEPT, ok=True) for r in msg.accepts.attempts]
+                    acks = [
+                        wpb.Ack(attempt=r, kind=wpb.ACK_KIND_ACCEPT, ok=True) for r in msg.accepts.attempts
+                    ]
                 elif kind == "heartbeats":
-                    acks = [wpb.Ack(attempt=r, kind=wpb.ACK_KIND_HEARTBEAT, ok=True)
-                            for r in msg.heartbeats.attempts]
+                    acks = [
+                        wpb.Ack(attempt=r, kind=wpb.ACK_KIND_HEARTBEAT, ok=True)
+                        for r in msg.heartbeats.attempts
+                    ]
                     for cp in msg.heartbeats.checkpoints:
                         self.checkpoints.append((cp.attempt.job, bytes(cp.data), time.monotonic()))
                         asyncio.create_task(ack_checkpoint(cp))
                 elif kind == "results":
                     self.results.extend(msg.results.results)
-                    acks = [wpb.Ack(attempt=r.attempt, kind=wpb.ACK_KIND_RESULT, ok=True) for r in msg.results.results]
+                    acks = [
+                        wpb.Ack(attempt=r.attempt, kind=wpb.ACK_KIND_RESULT, ok=True)
+                        for r in msg.results.results
+                    ]
                 if acks:
                     out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
 
@@ -118,17 +135,17 @@ async def run(worker: Worker, body) -> None:
 def test_checkpoint_validates_size_and_type_and_is_a_cancellation_point():
     ctx = JobContext(job="namespaces/default/jobs/j")
     assert ctx.last_checkpoint is None
-    ctx.checkpoint(b"x" * MAX_CHECKPOINT_BYTES)                   # exactly 64 KiB is fine
+    ctx.checkpoint(b"x" * MAX_CHECKPOINT_BYTES)  # exactly 64 KiB is fine
     with pytest.raises(ValueError, match="65537"):
-        ctx.checkpoint(b"x" * (MAX_CHECKPOINT_BYTES + 1))          # refused whole, never truncated
+        ctx.checkpoint(b"x" * (MAX_CHECKPOINT_BYTES + 1))  # refused whole, never truncated
     with pytest.raises(TypeError):
-        ctx.checkpoint("text")                                      # type: ignore[arg-type]
+        ctx.checkpoint("text")  # type: ignore[arg-type]
     ctx.checkpoint(bytearray(b"ab"))
     assert ctx._checkpoint == (2, b"ab")
     ctx._cancel("cancel_requested")
     with pytest.raises(Cancelled):
         ctx.checkpoint(b"late")
-    assert ctx._checkpoint == (2, b"ab")                            # nothing saved when cancelled
+    assert ctx._checkpoint == (2, b"ab")  # nothing saved when cancelled
 
 
 def test_last_checkpoint_comes_from_the_assignment():
@@ -144,19 +161,19 @@ def test_outgoing_buffer_rides_checkpoints_on_heartbeats_and_bounds_message_byte
     msgs = [m.heartbeats for m in buf.take()]
     assert [len(m.attempts) for m in msgs] == [3, 0, 0]
     assert [len(m.checkpoints) for m in msgs] == [1, 1, 1]
-    buf.set_heartbeats([], cps)                                     # no running attempt: nothing to send
+    buf.set_heartbeats([], cps)  # no running attempt: nothing to send
     assert buf.take() == []
 
 
 async def test_latest_checkpoint_is_sent_with_heartbeats_one_in_flight(fake):
     fake.pending = [assignment(1)]
-    fake.checkpoint_delay = 0.3                 # several heartbeats pass while one checkpoint is in flight
+    fake.checkpoint_delay = 0.3  # several heartbeats pass while one checkpoint is in flight
     started, release = threading.Event(), threading.Event()
     seen = {}
 
     def handler(ctx):
         seen["last"] = ctx.last_checkpoint
-        for i in range(50):                     # many checkpoints between heartbeats: only the latest counts
+        for i in range(50):  # many checkpoints between heartbeats: only the latest counts
             ctx.checkpoint(f"step={i}".encode())
         started.set()
         release.wait(10)
@@ -176,7 +193,7 @@ async def test_latest_checkpoint_is_sent_with_heartbeats_one_in_flight(fake):
     datas = [d for _, d, _ in fake.checkpoints]
     # coalesced: at most one intermediate value (a heartbeat could fall inside the loop), then the latest
     assert b"step=49" in datas and len(set(datas) - {b"step=49", b"final"}) <= 1
-    assert len(datas) == len(set(datas))        # acknowledged data is never sent again
+    assert len(datas) == len(set(datas))  # acknowledged data is never sent again
     # at most one in flight: each checkpoint went out only after the previous one's ack (0.3 s)
     times = [t for _, _, t in fake.checkpoints]
     assert all(b - a >= 0.25 for a, b in zip(times, times[1:]))
@@ -196,7 +213,7 @@ async def test_transiently_refused_checkpoint_is_sent_again(fake):
 
     async def body():
         await until(lambda: len(fake.checkpoints) >= 2)
-        await asyncio.sleep(0.3)                # acked now: no more re-sends
+        await asyncio.sleep(0.3)  # acked now: no more re-sends
         n = len(fake.checkpoints)
         await asyncio.sleep(0.3)
         assert len(fake.checkpoints) == n

@@ -1,8 +1,9 @@
 """gnomon.sdk.Client / AsyncClient against an in-process fake JobService + ClusterService."""
+
 from __future__ import annotations
 
 from concurrent import futures
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import grpc
 import pytest
@@ -19,7 +20,7 @@ from gnomon._proto.gnomon.v1 import (
 )
 from gnomon.sdk import AsyncClient, Client, DispatcherInfo, GnomonError
 
-UTC = timezone.utc
+UTC = UTC
 
 
 class FakeJobs(job_service_pb2_grpc.JobServiceServicer, cluster_service_pb2_grpc.ClusterServiceServicer):
@@ -31,15 +32,34 @@ class FakeJobs(job_service_pb2_grpc.JobServiceServicer, cluster_service_pb2_grpc
         self.requests.append(request)
         if request.queue == "BAD":
             detail = any_pb2.Any()
-            detail.Pack(error_details_pb2.BadRequest(field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field="queue", description="must be lower case")]))
+            detail.Pack(
+                error_details_pb2.BadRequest(
+                    field_violations=[
+                        error_details_pb2.BadRequest.FieldViolation(
+                            field="queue", description="must be lower case"
+                        )
+                    ]
+                )
+            )
             info = any_pb2.Any()
             info.Pack(error_details_pb2.ErrorInfo(reason="INVALID_FIELD", domain="gnomon.dev"))
-            context.abort_with_status(rpc_status.to_status(status_pb2.Status(
-                code=code_pb2.INVALID_ARGUMENT, message="queue: must be lower case", details=[info, detail])))
-        job = job_pb2.Job(name=f"{request.parent}/jobs/id-{len(self.jobs)}", queue=request.queue,
-                          payload=request.payload, state=job_pb2.JOB_STATE_SCHEDULED, version=1,
-                          max_attempts=request.max_attempts if request.HasField("max_attempts") else 3)
+            context.abort_with_status(
+                rpc_status.to_status(
+                    status_pb2.Status(
+                        code=code_pb2.INVALID_ARGUMENT,
+                        message="queue: must be lower case",
+                        details=[info, detail],
+                    )
+                )
+            )
+        job = job_pb2.Job(
+            name=f"{request.parent}/jobs/id-{len(self.jobs)}",
+            queue=request.queue,
+            payload=request.payload,
+            state=job_pb2.JOB_STATE_SCHEDULED,
+            version=1,
+            max_attempts=request.max_attempts if request.HasField("max_attempts") else 3,
+        )
         if request.HasField("schedule_time"):
             job.schedule_time.CopyFrom(request.schedule_time)
         self.jobs.append(job)
@@ -57,14 +77,18 @@ class FakeJobs(job_service_pb2_grpc.JobServiceServicer, cluster_service_pb2_grpc
         start = int(request.page_token or 0)
         size = request.page_size or 100
         matching = [j for j in self.jobs if not request.queue or j.queue == request.queue]
-        page = matching[start:start + size]
+        page = matching[start : start + size]
         nxt = str(start + size) if start + size < len(matching) else ""
         return job_service_pb2.ListJobsResponse(jobs=page, next_page_token=nxt)
 
     def ListDispatchers(self, request, context):
-        return cluster_service_pb2.ListDispatchersResponse(dispatchers=[
-            cluster_service_pb2.Dispatcher(dispatcher_id="d1", region=request.region or "local",
-                                           address="127.0.0.1:1")])
+        return cluster_service_pb2.ListDispatchersResponse(
+            dispatchers=[
+                cluster_service_pb2.Dispatcher(
+                    dispatcher_id="d1", region=request.region or "local", address="127.0.0.1:1"
+                )
+            ]
+        )
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +121,11 @@ def test_create_get_and_errors(api):
         with pytest.raises(GnomonError) as info:
             c.create_job("BAD")
         e = info.value
-        assert (e.code, e.reason, e.domain) == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", "gnomon.dev")
+        assert (e.code, e.reason, e.domain) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "INVALID_FIELD",
+            "gnomon.dev",
+        )
         assert e.field_violations == [("queue", "must be lower case")]
 
 

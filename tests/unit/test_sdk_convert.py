@@ -1,8 +1,9 @@
 """gnomon.sdk.convert and gnomon.sdk.models: time/duration/payload/state conversions."""
+
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -12,7 +13,7 @@ from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon.sdk import Job, convert
 from gnomon.sdk.client import create_job_request, list_jobs_request
 
-UTC = timezone.utc
+UTC = UTC
 
 
 def test_to_timestamp_utc_and_other_zone_give_same_instant():
@@ -54,7 +55,9 @@ def test_field_time_unset_is_none_but_epoch_is_not():
 def test_to_duration_from_seconds_and_timedelta():
     assert convert.to_duration(1.5) == duration_pb2.Duration(seconds=1, nanos=500_000_000)
     assert convert.to_duration(30) == duration_pb2.Duration(seconds=30)
-    assert convert.to_duration(timedelta(minutes=2, microseconds=7)) == duration_pb2.Duration(seconds=120, nanos=7000)
+    assert convert.to_duration(timedelta(minutes=2, microseconds=7)) == duration_pb2.Duration(
+        seconds=120, nanos=7000
+    )
     assert convert.to_duration(0.000000001) == duration_pb2.Duration(nanos=1)
     neg = convert.to_duration(-1.25)
     assert (neg.seconds, neg.nanos) == (-1, -250_000_000)
@@ -79,8 +82,8 @@ def test_from_duration_and_seconds():
 def test_encode_payload_variants():
     assert convert.encode_payload(b"\x00\xff") == b"\x00\xff"
     assert convert.encode_payload(bytearray(b"ab")) == b"ab"
-    assert convert.encode_payload("héllo") == "héllo".encode("utf-8")
-    assert convert.encode_payload({"b": [1, 2], "a": "é"}) == '{"b":[1,2],"a":"é"}'.encode("utf-8")
+    assert convert.encode_payload("héllo") == "héllo".encode()
+    assert convert.encode_payload({"b": [1, 2], "a": "é"}) == '{"b":[1,2],"a":"é"}'.encode()
     assert convert.encode_payload([1, "x"]) == b'[1,"x"]'
     assert convert.encode_payload(None) == b""
     with pytest.raises(TypeError):
@@ -122,17 +125,30 @@ def test_job_name_from_id_or_full_name():
 
 def test_rfc3339_and_duration_text():
     assert convert.rfc3339(datetime(2026, 3, 8, 7, 30, tzinfo=UTC)) == "2026-03-08T07:30:00Z"
-    assert convert.rfc3339(datetime(2026, 3, 8, 2, 30, 0, 5, tzinfo=ZoneInfo("America/Chicago"))) == \
-        "2026-03-08T08:30:00.000005Z"
+    assert (
+        convert.rfc3339(datetime(2026, 3, 8, 2, 30, 0, 5, tzinfo=ZoneInfo("America/Chicago")))
+        == "2026-03-08T08:30:00.000005Z"
+    )
     assert convert.rfc3339(None) is None
     assert convert.duration_text(timedelta(seconds=30)) == "30s"
     assert convert.duration_text(timedelta(seconds=1.5)) == "1.5s"
 
 
 def _job_proto(**kw) -> job_pb2.Job:
-    j = job_pb2.Job(name="namespaces/acme/jobs/5d0c0b8e-0000-4000-8000-000000000001", queue="emails",
-                    payload=b'{"to":"a@b.c"}', state=job_pb2.JOB_STATE_RUNNING, version=3, max_attempts=5,
-                    attempt=1, idempotency_key="k-1", last_error="", region="eu", request_id="r-1", **kw)
+    j = job_pb2.Job(
+        name="namespaces/acme/jobs/5d0c0b8e-0000-4000-8000-000000000001",
+        queue="emails",
+        payload=b'{"to":"a@b.c"}',
+        state=job_pb2.JOB_STATE_RUNNING,
+        version=3,
+        max_attempts=5,
+        attempt=1,
+        idempotency_key="k-1",
+        last_error="",
+        region="eu",
+        request_id="r-1",
+        **kw,
+    )
     j.schedule_time.CopyFrom(timestamp_pb2.Timestamp(seconds=1772955000))
     j.create_time.CopyFrom(timestamp_pb2.Timestamp(seconds=1772954990))
     j.dispatch_time.CopyFrom(timestamp_pb2.Timestamp(seconds=1772955000, nanos=4_000_000))
@@ -151,7 +167,7 @@ def test_job_from_proto_mirrors_fields():
     assert job.lease_duration == timedelta(seconds=30)
     assert job.payload == b'{"to":"a@b.c"}' and job.json() == {"to": "a@b.c"}
     assert not job.terminal
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017
         job.state = "DEAD"  # frozen
 
 
@@ -171,8 +187,9 @@ def test_job_to_json_dict():
 
 
 def test_job_to_json_dict_binary_payload_has_no_payload_json():
-    d = Job.from_proto(job_pb2.Job(name="namespaces/d/jobs/x", payload=b"\xff\x00",
-                                   state=job_pb2.JOB_STATE_DEAD)).to_json_dict()
+    d = Job.from_proto(
+        job_pb2.Job(name="namespaces/d/jobs/x", payload=b"\xff\x00", state=job_pb2.JOB_STATE_DEAD)
+    ).to_json_dict()
     assert d["payload"] == "/wA="
     assert "payload_json" not in d
     assert d["state"] == "DEAD"
@@ -180,9 +197,17 @@ def test_job_to_json_dict_binary_payload_has_no_payload_json():
 
 def test_create_job_request_encodes_every_argument():
     when = datetime(2026, 3, 8, 7, 30, tzinfo=UTC)
-    req = create_job_request("acme", "emails", {"x": 1}, schedule_time=when, deadline=when + timedelta(hours=1),
-                             max_attempts=7, request_id="6f1c3f3e-0000-4000-8000-000000000000",
-                             idempotency_key="key", lease_duration=timedelta(seconds=90))
+    req = create_job_request(
+        "acme",
+        "emails",
+        {"x": 1},
+        schedule_time=when,
+        deadline=when + timedelta(hours=1),
+        max_attempts=7,
+        request_id="6f1c3f3e-0000-4000-8000-000000000000",
+        idempotency_key="key",
+        lease_duration=timedelta(seconds=90),
+    )
     assert req.parent == "namespaces/acme"
     assert req.queue == "emails" and req.payload == b'{"x":1}'
     assert req.schedule_time.seconds == 1772955000 and not req.HasField("delay")
@@ -205,5 +230,10 @@ def test_create_job_request_defaults_leave_optional_fields_unset():
 
 def test_list_jobs_request():
     req = list_jobs_request("acme", "dead", "emails", 50, "tok")
-    assert (req.parent, req.state, req.queue, req.page_size, req.page_token) == \
-        ("namespaces/acme", job_pb2.JOB_STATE_DEAD, "emails", 50, "tok")
+    assert (req.parent, req.state, req.queue, req.page_size, req.page_token) == (
+        "namespaces/acme",
+        job_pb2.JOB_STATE_DEAD,
+        "emails",
+        50,
+        "tok",
+    )

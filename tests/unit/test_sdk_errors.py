@@ -1,4 +1,5 @@
 """gnomon.sdk.errors: decoding GnomonError from a rich google.rpc.Status."""
+
 from __future__ import annotations
 
 import grpc
@@ -56,13 +57,20 @@ class FakeSyncError(grpc.RpcError, grpc.Call):
 
 def test_invalid_argument_with_reason_and_field_violations():
     msg = "2 invalid fields"
-    st = _status(code_pb2.INVALID_ARGUMENT, msg,
-                 error_details_pb2.ErrorInfo(reason="INVALID_FIELD", domain="gnomon.dev", metadata={"n": "2"}),
-                 error_details_pb2.BadRequest(field_violations=[
-                     error_details_pb2.BadRequest.FieldViolation(field="queue", description="too long"),
-                     error_details_pb2.BadRequest.FieldViolation(field="delay", description="negative")]))
-    err = GnomonError.from_rpc_error(FakeSyncError(grpc.StatusCode.INVALID_ARGUMENT, msg,
-                                                   ((KEY, st.SerializeToString()),)))
+    st = _status(
+        code_pb2.INVALID_ARGUMENT,
+        msg,
+        error_details_pb2.ErrorInfo(reason="INVALID_FIELD", domain="gnomon.dev", metadata={"n": "2"}),
+        error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field="queue", description="too long"),
+                error_details_pb2.BadRequest.FieldViolation(field="delay", description="negative"),
+            ]
+        ),
+    )
+    err = GnomonError.from_rpc_error(
+        FakeSyncError(grpc.StatusCode.INVALID_ARGUMENT, msg, ((KEY, st.SerializeToString()),))
+    )
     assert err.code is grpc.StatusCode.INVALID_ARGUMENT
     assert err.message == msg
     assert err.reason == "INVALID_FIELD"
@@ -74,40 +82,58 @@ def test_invalid_argument_with_reason_and_field_violations():
 
 def test_aio_error_is_decoded_too():
     st = _status(code_pb2.NOT_FOUND, "job x not found", error_details_pb2.ErrorInfo(reason="JOB_NOT_FOUND"))
-    aio = AioRpcError(grpc.StatusCode.NOT_FOUND, Metadata(), Metadata((KEY, st.SerializeToString())),
-                      details="job x not found")
+    aio = AioRpcError(
+        grpc.StatusCode.NOT_FOUND,
+        Metadata(),
+        Metadata((KEY, st.SerializeToString())),
+        details="job x not found",
+    )
     err = GnomonError.from_rpc_error(aio)
-    assert (err.code, err.message, err.reason, err.field_violations) == \
-        (grpc.StatusCode.NOT_FOUND, "job x not found", "JOB_NOT_FOUND", [])
+    assert (err.code, err.message, err.reason, err.field_violations) == (
+        grpc.StatusCode.NOT_FOUND,
+        "job x not found",
+        "JOB_NOT_FOUND",
+        [],
+    )
 
 
 def test_plain_status_without_details():
     err = GnomonError.from_rpc_error(FakeSyncError(grpc.StatusCode.UNAVAILABLE, "connection refused", ()))
-    assert (err.code, err.message, err.reason, err.field_violations) == \
-        (grpc.StatusCode.UNAVAILABLE, "connection refused", None, [])
+    assert (err.code, err.message, err.reason, err.field_violations) == (
+        grpc.StatusCode.UNAVAILABLE,
+        "connection refused",
+        None,
+        [],
+    )
     err = GnomonError.from_rpc_error(FakeSyncError(grpc.StatusCode.UNAVAILABLE, "x", None))
     assert err.reason is None
 
 
 def test_inconsistent_status_keeps_call_code_but_reads_details():
     st = _status(code_pb2.INTERNAL, "other message", error_details_pb2.ErrorInfo(reason="SHUTTING_DOWN"))
-    err = GnomonError.from_rpc_error(FakeSyncError(grpc.StatusCode.UNAVAILABLE, "draining",
-                                                   ((KEY, st.SerializeToString()),)))
+    err = GnomonError.from_rpc_error(
+        FakeSyncError(grpc.StatusCode.UNAVAILABLE, "draining", ((KEY, st.SerializeToString()),))
+    )
     assert err.code is grpc.StatusCode.UNAVAILABLE
     assert err.message == "draining"
     assert err.reason == "SHUTTING_DOWN"
 
 
 def test_garbage_details_do_not_raise():
-    err = GnomonError.from_rpc_error(FakeSyncError(grpc.StatusCode.INTERNAL, "boom", ((KEY, b"\xff\xff\xff"),)))
+    err = GnomonError.from_rpc_error(
+        FakeSyncError(grpc.StatusCode.INTERNAL, "boom", ((KEY, b"\xff\xff\xff"),))
+    )
     assert (err.code, err.message, err.reason) == (grpc.StatusCode.INTERNAL, "boom", None)
 
 
 def test_decode_rich_status_ignores_other_details_and_takes_first_error_info():
-    st = _status(code_pb2.FAILED_PRECONDITION, "m",
-                 error_details_pb2.RetryInfo(),
-                 error_details_pb2.ErrorInfo(reason="FIRST"),
-                 error_details_pb2.ErrorInfo(reason="SECOND"))
+    st = _status(
+        code_pb2.FAILED_PRECONDITION,
+        "m",
+        error_details_pb2.RetryInfo(),
+        error_details_pb2.ErrorInfo(reason="FIRST"),
+        error_details_pb2.ErrorInfo(reason="SECOND"),
+    )
     reason, domain, metadata, violations = decode_rich_status(st)
     assert (reason, domain, metadata, violations) == ("FIRST", None, {}, [])
 

@@ -1,11 +1,19 @@
 """gnomon.sdk.failures: exception -> failure class mapping."""
+
 from __future__ import annotations
 
 import pytest
 
-from gnomon.sdk import AmbiguousError, Cancelled, FailureClass, PermanentError, ThrottledError, classify_exception
-from gnomon.sdk.failures import format_error
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.sdk import (
+    AmbiguousError,
+    Cancelled,
+    FailureClass,
+    PermanentError,
+    ThrottledError,
+    classify_exception,
+)
+from gnomon.sdk.failures import format_error
 
 
 class RateLimited(Exception):
@@ -31,9 +39,17 @@ def test_enum_values_match_proto():
 
 def test_defaults():
     f = classify_exception(PermanentError("bad input"))
-    assert (f.failure_class, f.error, f.retry_after) == (FailureClass.PERMANENT, "PermanentError: bad input", None)
+    assert (f.failure_class, f.error, f.retry_after) == (
+        FailureClass.PERMANENT,
+        "PermanentError: bad input",
+        None,
+    )
     f = classify_exception(ThrottledError(2.5, "slow down"))
-    assert (f.failure_class, f.error, f.retry_after) == (FailureClass.THROTTLED, "ThrottledError: slow down", 2.5)
+    assert (f.failure_class, f.error, f.retry_after) == (
+        FailureClass.THROTTLED,
+        "ThrottledError: slow down",
+        2.5,
+    )
     f = classify_exception(AmbiguousError("timeout after send"))
     assert f.failure_class is FailureClass.AMBIGUOUS
     f = classify_exception(KeyError("x"))
@@ -44,11 +60,16 @@ def test_defaults():
 def test_subclass_of_default_is_matched():
     class BadEmail(PermanentError):
         pass
+
     assert classify_exception(BadEmail("no @")).failure_class is FailureClass.PERMANENT
 
 
 def test_user_mapping_wins_over_defaults_and_first_match_wins():
-    mapping = {DeadlockError: FailureClass.TRANSIENT, DbError: "permanent", PermanentError: FailureClass.AMBIGUOUS}
+    mapping = {
+        DeadlockError: FailureClass.TRANSIENT,
+        DbError: "permanent",
+        PermanentError: FailureClass.AMBIGUOUS,
+    }
     assert classify_exception(DeadlockError(), mapping).failure_class is FailureClass.TRANSIENT
     assert classify_exception(DbError(), mapping).failure_class is FailureClass.PERMANENT
     assert classify_exception(PermanentError(), mapping).failure_class is FailureClass.AMBIGUOUS

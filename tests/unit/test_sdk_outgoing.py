@@ -1,4 +1,5 @@
 """gnomon.sdk.outgoing: per-stream coalescing of outgoing protocol items."""
+
 from __future__ import annotations
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb

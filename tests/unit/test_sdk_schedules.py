@@ -1,15 +1,17 @@
 """Pure request building / conversion of the SDK's schedule methods (no server)."""
+
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from google.protobuf import timestamp_pb2
 
-from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2 as pb
+from gnomon._proto.gnomon.v1 import schedule_pb2
+from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
 from gnomon.sdk import client as c
 
-T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def test_enum_names_map_case_insensitively_and_reject_unknown():
@@ -35,15 +37,27 @@ def test_schedule_name_accepts_id_or_full_name():
 
 
 def test_create_request_sets_rule_policies_and_template():
-    req = c.create_schedule_request("acme", "emails", every=90.0, start_time=T0, schedule_id="s1",
-                                    payload={"a": 1}, misfire_policy="COALESCE", overlap_policy="skip",
-                                    jitter=timedelta(seconds=5), max_attempts=4, idempotent=True)
+    req = c.create_schedule_request(
+        "acme",
+        "emails",
+        every=90.0,
+        start_time=T0,
+        schedule_id="s1",
+        payload={"a": 1},
+        misfire_policy="COALESCE",
+        overlap_policy="skip",
+        jitter=timedelta(seconds=5),
+        max_attempts=4,
+        idempotent=True,
+    )
     s = req.schedule
     assert req.parent == "namespaces/acme" and req.schedule_id == "s1"
     assert s.WhichOneof("rule") == "interval" and s.interval.seconds == 90
     assert s.misfire_policy == schedule_pb2.MISFIRE_POLICY_COALESCE
     assert s.overlap_policy == schedule_pb2.OVERLAP_POLICY_SKIP
-    assert s.jitter.seconds == 5 and s.start_time.seconds == int(T0.timestamp()) and not s.HasField("end_time")
+    assert (
+        s.jitter.seconds == 5 and s.start_time.seconds == int(T0.timestamp()) and not s.HasField("end_time")
+    )
     assert s.job_template.queue == "emails" and s.job_template.payload == b'{"a":1}'
     assert s.job_template.max_attempts == 4 and s.job_template.idempotent
     assert s.time_zone == "UTC" and not s.HasField("misfire_grace")
@@ -56,7 +70,9 @@ def test_create_request_needs_exactly_one_rule(kwargs):
 
 
 def test_update_request_masks_only_given_fields():
-    req = c.update_schedule_request("s1", "default", "3", cron="0 1 * * *", overlap_policy="allow", end_time=None)
+    req = c.update_schedule_request(
+        "s1", "default", "3", cron="0 1 * * *", overlap_policy="allow", end_time=None
+    )
     assert req.schedule.name == "namespaces/default/schedules/s1" and req.schedule.etag == "3"
     assert list(req.update_mask.paths) == ["cron", "overlap_policy", "end_time"]
     assert req.schedule.cron == "0 1 * * *" and not req.schedule.HasField("end_time")
@@ -64,7 +80,9 @@ def test_update_request_masks_only_given_fields():
 
 
 def test_update_request_template_fields_keep_the_rest_of_the_current_template():
-    cur = schedule_pb2.Schedule(job_template=schedule_pb2.JobTemplate(queue="q", payload=b"old", idempotent=True))
+    cur = schedule_pb2.Schedule(
+        job_template=schedule_pb2.JobTemplate(queue="q", payload=b"old", idempotent=True)
+    )
     req = c.update_schedule_request("s1", "default", None, cur, payload="new", time_zone="Europe/Paris")
     assert list(req.update_mask.paths) == ["time_zone", "job_template"]
     assert req.schedule.job_template.queue == "q" and req.schedule.job_template.payload == b"new"
@@ -76,8 +94,9 @@ def test_update_request_template_fields_keep_the_rest_of_the_current_template():
 
 
 def test_preview_request_of_rule_or_saved_schedule():
-    req = c.preview_schedule_request("default", cron="0 2 * * *", time_zone="America/New_York", dst_gap="skip",
-                                     from_time=T0, count=2)
+    req = c.preview_schedule_request(
+        "default", cron="0 2 * * *", time_zone="America/New_York", dst_gap="skip", from_time=T0, count=2
+    )
     assert req.rule.cron == "0 2 * * *" and req.rule.time_zone == "America/New_York"
     assert req.rule.dst_gap == schedule_pb2.DST_GAP_POLICY_SKIP and req.count == 2
     assert req.from_time.seconds == int(T0.timestamp()) and not req.name
@@ -91,16 +110,30 @@ def test_list_and_occurrence_requests():
     assert c.list_schedules_request("default", paused=True).paused == pb.PAUSED_FILTER_PAUSED
     assert c.list_schedules_request("default", paused=False).paused == pb.PAUSED_FILTER_ACTIVE
     req = c.list_occurrences_request("s1", "default", "fired", page_size=5)
-    assert req.parent == "namespaces/default/schedules/s1" and req.decision == schedule_pb2.OCCURRENCE_DECISION_FIRED
+    assert (
+        req.parent == "namespaces/default/schedules/s1"
+        and req.decision == schedule_pb2.OCCURRENCE_DECISION_FIRED
+    )
 
 
 def test_fire_time_and_occurrence_dicts():
-    ft = schedule_pb2.PreviewFireTime(fire_time=timestamp_pb2.Timestamp(seconds=1363000000),
-                                      local_time="2013-03-11T07:06:40-04:00", note="n", skipped=False)
-    assert c.fire_time_dict(ft) == {"fire_time": "2013-03-11T11:06:40Z", "local_time": "2013-03-11T07:06:40-04:00",
-                                    "note": "n", "skipped": False}
-    o = schedule_pb2.ScheduleOccurrence(decision=schedule_pb2.OCCURRENCE_DECISION_FIRED,
-                                        source=schedule_pb2.OCCURRENCE_SOURCE_TRIGGER, job="namespaces/d/jobs/x")
+    ft = schedule_pb2.PreviewFireTime(
+        fire_time=timestamp_pb2.Timestamp(seconds=1363000000),
+        local_time="2013-03-11T07:06:40-04:00",
+        note="n",
+        skipped=False,
+    )
+    assert c.fire_time_dict(ft) == {
+        "fire_time": "2013-03-11T11:06:40Z",
+        "local_time": "2013-03-11T07:06:40-04:00",
+        "note": "n",
+        "skipped": False,
+    }
+    o = schedule_pb2.ScheduleOccurrence(
+        decision=schedule_pb2.OCCURRENCE_DECISION_FIRED,
+        source=schedule_pb2.OCCURRENCE_SOURCE_TRIGGER,
+        job="namespaces/d/jobs/x",
+    )
     d = c.occurrence_dict(o)
     assert d["decision"] == "FIRED" and d["source"] == "TRIGGER" and d["job"] == "namespaces/d/jobs/x"
     assert d["nominal_time"] is None

@@ -1,5 +1,6 @@
 """gnomon.sdk.Worker against an in-process fake dispatcher (a real grpc.aio server on a loopback
 port, speaking WorkerService.Lease; no database, no etcd)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,10 +23,17 @@ pytestmark = pytest.mark.timeout(30)
 
 def assignment(i: int, *, lease_s: float = 30.0, payload: bytes = b"", token: int = 5) -> wpb.Assignment:
     a = wpb.Assignment(
-        attempt=wpb.AttemptRef(job=f"namespaces/default/jobs/job-{i}", attempt=1, version=2, fencing_token=token),
-        queue="q", payload=payload, idempotency_key=f"idem-{i}", max_attempts=3)
-    a.lease_duration.CopyFrom(duration_pb2.Duration(nanos=int(lease_s * 1e9) % 1_000_000_000,
-                                                    seconds=int(lease_s)))
+        attempt=wpb.AttemptRef(
+            job=f"namespaces/default/jobs/job-{i}", attempt=1, version=2, fencing_token=token
+        ),
+        queue="q",
+        payload=payload,
+        idempotency_key=f"idem-{i}",
+        max_attempts=3,
+    )
+    a.lease_duration.CopyFrom(
+        duration_pb2.Duration(nanos=int(lease_s * 1e9) % 1_000_000_000, seconds=int(lease_s))
+    )
     return a
 
 
@@ -44,7 +52,7 @@ class FakeDispatcher(wgrpc.WorkerServiceServicer):
         self.heartbeat_ack = lambda ref: {"ok": True}
         self.ack_results = True
         self.result_ack = lambda res: (True, "")
-        self.break_after_results = False   # abort the stream (UNAVAILABLE) on the first results message
+        self.break_after_results = False  # abort the stream (UNAVAILABLE) on the first results message
         self.reject_hello: grpc.StatusCode | None = None
         self.changed = asyncio.Event()
         self._push: asyncio.Event | None = None
@@ -125,7 +133,9 @@ class FakeDispatcher(wgrpc.WorkerServiceServicer):
                     if self.ack_results:
                         for res in msg.results.results:
                             ok, reason = self.result_ack(res)
-                            acks.append(wpb.Ack(attempt=res.attempt, kind=wpb.ACK_KIND_RESULT, ok=ok, reason=reason))
+                            acks.append(
+                                wpb.Ack(attempt=res.attempt, kind=wpb.ACK_KIND_RESULT, ok=ok, reason=reason)
+                            )
                 elif kind == "releases":
                     for r in msg.releases.attempts:
                         acks.append(wpb.Ack(attempt=r, kind=wpb.ACK_KIND_RELEASE, ok=True))
@@ -154,9 +164,12 @@ class FakeCluster(cluster_service_pb2_grpc.ClusterServiceServicer):
 
     async def ListDispatchers(self, request, context):
         self.calls += 1
-        return cluster_service_pb2.ListDispatchersResponse(dispatchers=[
-            cluster_service_pb2.Dispatcher(dispatcher_id=f"d{i}", region="local", address=a)
-            for i, a in enumerate(self.addresses)])
+        return cluster_service_pb2.ListDispatchersResponse(
+            dispatchers=[
+                cluster_service_pb2.Dispatcher(dispatcher_id=f"d{i}", region="local", address=a)
+                for i, a in enumerate(self.addresses)
+            ]
+        )
 
 
 @pytest.fixture
@@ -215,8 +228,11 @@ async def test_success_and_failures_are_reported_with_classes(fake):
     assert ok.outcome == wpb.OUTCOME_SUCCEEDED and ok.error == "" and not ok.HasField("retry_after")
     assert ok.attempt == assignment(0).attempt  # AttemptRef echoed exactly
     perm = res["namespaces/default/jobs/job-1"]
-    assert (perm.outcome, perm.failure_class, perm.error) == \
-        (wpb.OUTCOME_FAILED, wpb.FAILURE_CLASS_PERMANENT, "PermanentError: bad input")
+    assert (perm.outcome, perm.failure_class, perm.error) == (
+        wpb.OUTCOME_FAILED,
+        wpb.FAILURE_CLASS_PERMANENT,
+        "PermanentError: bad input",
+    )
     thr = res["namespaces/default/jobs/job-2"]
     assert thr.failure_class == wpb.FAILURE_CLASS_THROTTLED
     assert (thr.retry_after.seconds, thr.retry_after.nanos) == (1, 500_000_000)
@@ -251,8 +267,10 @@ async def test_each_accept_precedes_its_result_and_messages_are_batched(fake):
         elif kind == "results":
             for r in m.results.results:
                 order.setdefault(("r", r.attempt.job), i)
-    assert all(order[("a", f"namespaces/default/jobs/job-{i}")] <= order[("r", f"namespaces/default/jobs/job-{i}")]
-               for i in range(n))
+    assert all(
+        order[("a", f"namespaces/default/jobs/job-{i}")] <= order[("r", f"namespaces/default/jobs/job-{i}")]
+        for i in range(n)
+    )
 
 
 async def test_credits_are_returned_and_concurrency_is_bounded(fake):
@@ -283,17 +301,32 @@ async def test_sync_handler_runs_in_threads_with_context(fake):
     seen = {}
 
     def handler(ctx):
-        seen.update(thread=threading.current_thread().name, job=ctx.job, job_id=ctx.job_id, attempt=ctx.attempt,
-                    version=ctx.version, token=ctx.fencing_token, key=ctx.idempotency_key, payload=ctx.json(),
-                    queue=ctx.queue, lease=ctx.lease_duration, cancelled=ctx.cancelled)
+        seen.update(
+            thread=threading.current_thread().name,
+            job=ctx.job,
+            job_id=ctx.job_id,
+            attempt=ctx.attempt,
+            version=ctx.version,
+            token=ctx.fencing_token,
+            key=ctx.idempotency_key,
+            payload=ctx.json(),
+            queue=ctx.queue,
+            lease=ctx.lease_duration,
+            cancelled=ctx.cancelled,
+        )
 
     w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=2)
     task = await start(w)
     await until(lambda: len(fake.results()) == 1)
     await stop(w, task)
     assert seen["thread"].startswith("gnomon-handler")
-    assert (seen["job"], seen["job_id"], seen["attempt"], seen["version"], seen["token"]) == \
-        ("namespaces/default/jobs/job-1", "job-1", 1, 2, 5)
+    assert (seen["job"], seen["job_id"], seen["attempt"], seen["version"], seen["token"]) == (
+        "namespaces/default/jobs/job-1",
+        "job-1",
+        1,
+        2,
+        5,
+    )
     assert (seen["key"], seen["payload"], seen["queue"]) == ("idem-1", {"x": 1}, "q")
     assert seen["lease"] == timedelta(seconds=30) and seen["cancelled"] is False
 
@@ -309,8 +342,13 @@ async def test_refused_accept_never_starts_the_handler_and_reports_nothing(fake)
     async def handler(ctx):
         calls.append(ctx.job)
 
-    w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=1,
-               on_event=lambda kind, ctx: events.append(kind))
+    w = Worker(
+        ["q"],
+        handler,
+        dispatchers=[fake.address],
+        concurrency=1,
+        on_event=lambda kind, ctx: events.append(kind),
+    )
     task = await start(w)
     await until(lambda: "dropped" in events)
     await until(lambda: fake.of_kind("credits"))
@@ -338,8 +376,10 @@ async def test_heartbeats_list_running_attempts_and_cancel_request_reaches_handl
     task = await start(w)
     await until(lambda: "namespaces/default/jobs/job-2" in fake.results())
     hb = fake.of_kind("heartbeats")
-    assert hb and sorted(r.job for r in hb[0].attempts) == \
-        ["namespaces/default/jobs/job-1", "namespaces/default/jobs/job-2"]
+    assert hb and sorted(r.job for r in hb[0].attempts) == [
+        "namespaces/default/jobs/job-1",
+        "namespaces/default/jobs/job-2",
+    ]
     release.set()
     await until(lambda: len(fake.results()) == 2)
     await stop(w, task)
@@ -353,7 +393,7 @@ async def test_pushed_cancel_ack_reaches_handler_at_once_and_renews_nothing(fake
     """A dispatcher pushes an unprompted HEARTBEAT ack with cancel_requested and no lease end
     (worker_service.proto): the handler sees it without waiting for a heartbeat, and the local
     lease is not renewed by it."""
-    fake.heartbeat_interval = 60.0        # no heartbeat during the test: only the push can tell
+    fake.heartbeat_interval = 60.0  # no heartbeat during the test: only the push can tell
     fake.add(assignment(1))
     started, saw = asyncio.Event(), {}
 
@@ -370,8 +410,13 @@ async def test_pushed_cancel_ack_reaches_handler_at_once_and_renews_nothing(fake
     await asyncio.wait_for(started.wait(), 5)
     t0 = time.monotonic()
     ref = assignment(1).attempt
-    fake._out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=[
-        wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_HEARTBEAT, ok=True, cancel_requested=True)])))
+    fake._out.put_nowait(
+        wpb.LeaseResponse(
+            acks=wpb.Acks(
+                acks=[wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_HEARTBEAT, ok=True, cancel_requested=True)]
+            )
+        )
+    )
     await until(lambda: "namespaces/default/jobs/job-1" in fake.results())
     assert time.monotonic() - t0 < 2
     await stop(w, task)
@@ -393,8 +438,13 @@ async def test_lease_lost_locally_cancels_and_drops(fake):
         saw["reason"] = ctx.cancel_reason
 
     events = []
-    w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=1,
-               on_event=lambda kind, ctx: events.append(kind))
+    w = Worker(
+        ["q"],
+        handler,
+        dispatchers=[fake.address],
+        concurrency=1,
+        on_event=lambda kind, ctx: events.append(kind),
+    )
     task = await start(w)
     t0 = time.monotonic()
     await until(lambda: "dropped" in events)
@@ -413,8 +463,13 @@ async def test_drain_finishes_running_handlers_and_returns_no_credit(fake):
         await finish.wait()
 
     events = collections.Counter()
-    w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=2,
-               on_event=lambda kind, ctx: events.update([kind]))
+    w = Worker(
+        ["q"],
+        handler,
+        dispatchers=[fake.address],
+        concurrency=2,
+        on_event=lambda kind, ctx: events.update([kind]),
+    )
     task = await start(w)
     await until(lambda: w.running == 2)
     w.stop()
@@ -438,7 +493,7 @@ async def test_drain_releases_queued_assignments(fake):
     w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=2)
     task = await start(w)
     await until(lambda: w.running == 2)
-    fake.credits += 3   # dispatcher pushes 3 more than the worker can run: they queue locally
+    fake.credits += 3  # dispatcher pushes 3 more than the worker can run: they queue locally
     fake.add()
     await until(lambda: w.queued == 3)
     w.stop()
@@ -453,7 +508,7 @@ async def test_drain_timeout_cancels_running_handlers(fake):
     fake.add(assignment(1))
 
     async def handler(ctx):
-        while not ctx.cancelled:
+        while not ctx.cancelled:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         ctx.raise_if_cancelled()
 
@@ -477,8 +532,9 @@ async def test_unacked_result_is_resent_on_the_next_stream(fake):
     task = await start(w)
     await until(lambda: fake.streams >= 2 and len(fake.of_kind("results")) >= 2)
     await stop(w, task)
-    assert [r.attempt.job for m in fake.of_kind("results") for r in m.results][:2] == \
-        ["namespaces/default/jobs/job-1"] * 2
+    assert [r.attempt.job for m in fake.of_kind("results") for r in m.results][:2] == [
+        "namespaces/default/jobs/job-1"
+    ] * 2
     # second hello: nothing held any more, so full credits again
     assert fake.hellos[1].credits == 1
 
@@ -491,8 +547,13 @@ async def test_stream_break_keeps_running_attempts_and_drops_queued_ones(fake):
 
     events = collections.Counter()
     fake.add(assignment(0), assignment(1))
-    w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=2,
-               on_event=lambda kind, ctx: events.update([kind]))
+    w = Worker(
+        ["q"],
+        handler,
+        dispatchers=[fake.address],
+        concurrency=2,
+        on_event=lambda kind, ctx: events.update([kind]),
+    )
     task = await start(w)
     await until(lambda: w.running == 2)
     fake.credits += 3
@@ -583,7 +644,6 @@ def test_constructor_validation():
         Worker(["q"], "not callable")
     with pytest.raises(ValueError):
         Worker(["q"], lambda ctx: None, exception_classes={KeyError: "fatal"})
-    w = Worker("q", lambda ctx: None, namespace="namespaces/acme",
-               exception_classes={KeyError: "permanent"})
+    w = Worker("q", lambda ctx: None, namespace="namespaces/acme", exception_classes={KeyError: "permanent"})
     assert w.queues == ["q"] and w.namespace == "acme"
     assert w.exception_classes == {KeyError: FailureClass.PERMANENT}

@@ -1,4 +1,5 @@
 """CreateJob validation: every bad input is one field violation naming the field (no server needed)."""
+
 from __future__ import annotations
 
 import uuid
@@ -40,10 +41,18 @@ def test_schedule_time_after_9999():
 
 
 def test_schedule_time_bounds_are_inclusive():
-    assert validate_create(js.CreateJobRequest(queue="q", schedule_time=ts(253402300799)),
-                           region="local", shards=64).schedule_at.year == 9999
-    assert validate_create(js.CreateJobRequest(queue="q", schedule_time=ts(0)),
-                           region="local", shards=64).schedule_at.year == 1970
+    assert (
+        validate_create(
+            js.CreateJobRequest(queue="q", schedule_time=ts(253402300799)), region="local", shards=64
+        ).schedule_at.year
+        == 9999
+    )
+    assert (
+        validate_create(
+            js.CreateJobRequest(queue="q", schedule_time=ts(0)), region="local", shards=64
+        ).schedule_at.year
+        == 1970
+    )
 
 
 def test_negative_delay():
@@ -51,8 +60,11 @@ def test_negative_delay():
 
 
 def test_both_schedule_time_and_delay():
-    assert fields(js.CreateJobRequest(queue="q", schedule_time=ts(2_000_000_000),
-                                      delay=duration_pb2.Duration(seconds=5))) == ["delay"]
+    assert fields(
+        js.CreateJobRequest(
+            queue="q", schedule_time=ts(2_000_000_000), delay=duration_pb2.Duration(seconds=5)
+        )
+    ) == ["delay"]
 
 
 def test_oversized_payload():
@@ -60,8 +72,14 @@ def test_oversized_payload():
 
 
 def test_payload_at_limit_and_empty_payload_are_accepted():
-    assert len(validate_create(js.CreateJobRequest(queue="q", payload=b"x" * MAX_PAYLOAD_BYTES),
-                               region="local", shards=64).payload) == MAX_PAYLOAD_BYTES
+    assert (
+        len(
+            validate_create(
+                js.CreateJobRequest(queue="q", payload=b"x" * MAX_PAYLOAD_BYTES), region="local", shards=64
+            ).payload
+        )
+        == MAX_PAYLOAD_BYTES
+    )
     assert validate_create(js.CreateJobRequest(queue="q"), region="local", shards=64).payload == b""
 
 
@@ -74,14 +92,17 @@ def test_max_attempts_default_is_3():
     assert validate_create(js.CreateJobRequest(queue="q"), region="local", shards=64).max_attempts == 3
 
 
-@pytest.mark.parametrize("rid", ["abc", "1234", str(uuid.uuid4()).replace("-", ""), "{" + str(uuid.uuid4()) + "}"])
+@pytest.mark.parametrize(
+    "rid", ["abc", "1234", str(uuid.uuid4()).replace("-", ""), "{" + str(uuid.uuid4()) + "}"]
+)
 def test_malformed_request_id(rid):
     assert fields(js.CreateJobRequest(queue="q", request_id=rid)) == ["request_id"]
 
 
 def test_deadline_not_after_schedule_time():
-    assert fields(js.CreateJobRequest(queue="q", schedule_time=ts(2_000_000_000), deadline=ts(2_000_000_000))) \
-        == ["deadline"]
+    assert fields(
+        js.CreateJobRequest(queue="q", schedule_time=ts(2_000_000_000), deadline=ts(2_000_000_000))
+    ) == ["deadline"]
 
 
 def test_bad_parent():
@@ -89,8 +110,11 @@ def test_bad_parent():
 
 
 def test_all_violations_reported_together():
-    assert fields(js.CreateJobRequest(queue="", max_attempts=0, request_id="nope")) == \
-        ["max_attempts", "queue", "request_id"]
+    assert fields(js.CreateJobRequest(queue="", max_attempts=0, request_id="nope")) == [
+        "max_attempts",
+        "queue",
+        "request_id",
+    ]
 
 
 def test_same_request_same_fingerprint_different_request_different():

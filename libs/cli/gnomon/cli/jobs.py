@@ -1,0 +1,285 @@
+"""``gnomon job create|get|list|cancel|reschedule``: one-time jobs through the public API."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+from gnomon.cli.durations import parse_duration, parse_instant
+
+app = typer.Typer(help="Create, read, list, cancel and reschedule one-time jobs.", no_args_is_help=True)
+API = typer.Option("127.0.0.1:7070", "--api", envvar="GNOMON_API", help="host:port of the Gnomon API.")
+NS = typer.Option("default", "--namespace", "-n", help="Namespace (tenant).")
+
+
+def fail(err) -> None:
+    """Prints a server error (status, reason, field violations) to stderr and exits 1."""
+    code = getattr(getattr(err, "code", None), "name", "ERROR")
+    violations = getattr(err, "field_violations", []) or []
+    if violations:
+        typer.echo(f"error: {code}: invalid request", err=True)
+        for field, desc in violations:
+            typer.echo(f"  {field}: {desc}", err=True)
+    else:
+        typer.echo(f"error: {code}: {getattr(err, 'message', str(err))}", err=True)
+    raise typer.Exit(1)
+
+
+@app.command()
+def create(
+    queue: str = typer.Option(..., "--queue", "-q", help="Queue name."),
+    payload: str = typer.Option("", "--payload", "-p", help="Payload text (e.g. JSON), sent as UTF-8 bytes."),
+    in_: str | None = typer.Option(None, "--in", help="Run after this delay: 2s, 500ms, 1h30m."),
+    at: str | None = typer.Option(None, "--at", help="Run at this RFC 3339 instant."),
+    deadline: str | None = typer.Option(
+        None, "--deadline", help="RFC 3339 instant; expire if not dispatched by then."
+    ),
+    max_attempts: int | None = typer.Option(None, "--max-attempts", help="1-100; default 3."),
+    request_id: str | None = typer.Option(None, "--request-id", help="UUID for an idempotent create."),
+    idempotent: bool = typer.Option(
+        False,
+        "--idempotent",
+        help="The effect is idempotent: retry even when an attempt's outcome is "
+        "unknown (lease lost while running).",
+    ),
+    lease_duration: str | None = typer.Option(
+        None, "--lease-duration", help="Lease per attempt, 1s-1h (default 30s)."
+    ),
+    retry_initial: str | None = typer.Option(
+        None, "--retry-initial", help="Backoff before the first retry (default 1s)."
+    ),
+    retry_max: str | None = typer.Option(None, "--retry-max", help="Backoff cap, at most 1d (default 300s)."),
+    retry_max_age: str | None = typer.Option(
+        None, "--retry-max-age", help="No retry later than this after the first dispatch."
+    ),
+    non_retryable: list[str] | None = typer.Option(
+        None, "--non-retryable", help="Error type never retried, e.g. ValueError (repeatable)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print the whole job as JSON."),
+    api: str = API,
+    namespace: str = NS,
+) -> None:
+    """Create a one-time job; prints its resource name."""
+    from gnomon.sdk import Client, GnomonError
+
+    try:
+        delay = parse_duration(in_) if in_ is not None else None
+        when = parse_instant(at) if at is not None else None
+        dl = parse_instant(deadline) if deadline is not None else None
+        lease = parse_duration(lease_duration) if lease_duration is not None else None
+        policy = {
+            k: v
+            for k, v in (
+                ("initial_backoff", parse_duration(retry_initial) if retry_initial is not None else None),
+                ("max_backoff", parse_duration(retry_max) if retry_max is not None else None),
+                ("max_age", parse_duration(retry_max_age) if retry_max_age is not None else None),
+                ("non_retryable_errors", list(non_retryable) if non_retryable else None),
+            )
+            if v is not None
+        }
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    with Client(api=api, namespace=namespace) as c:
+        try:
+            job = c.create_job(
+                queue,
+                payload.encode(),
+                schedule_time=when,
+                delay=delay,
+                deadline=dl,
+                max_attempts=max_attempts,
+                request_id=request_id,
+                idempotent=idempotent,
+                lease_duration=lease,
+                retry_policy=policy or None,
+            )
+        except GnomonError as e:
+            fail(e)
+    typer.echo(json.dumps(job.to_json_dict(), indent=2) if json_out else job.name)
+
+
+@app.command()
+def get(
+    name: str = typer.Argument(..., help="namespaces/{ns}/jobs/{id}, or just the id."),
+    json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
+    api: str = API,
+    namespace: str = NS,
+) -> None:
+    """Show one job."""
+    from gnomon.sdk import Client, GnomonError
+
+    with Client(api=api, namespace=namespace) as c:
+        try:
+            job = c.get_job(name)
+        except GnomonError as e:
+            fail(e)
+    d = job.to_json_dict()
+    if json_out:
+        typer.echo(json.dumps(d, indent=2))
+    else:
+        for k in (
+            "name",
+            "state",
+            "queue",
+            "schedule_time",
+            "dispatch_time",
+            "start_time",
+            "finish_time",
+            "attempt",
+            "max_attempts",
+            "version",
+            "last_error",
+        ):
+            typer.echo(f"{k:14} {d.get(k) if d.get(k) is not None else '-'}")
+
+
+@app.command("list")
+def list_(
+    state: str | None = typer.Option(None, "--state", help="SCHEDULED, QUEUED, RUNNING, SUCCEEDED, ..."),
+    queue: str | None = typer.Option(None, "--queue", "-q"),
+    page_size: int = typer.Option(50, "--page-size"),
+    page_token: str = typer.Option("", "--page-token", help="Continue from a previous page."),
+    all_pages: bool = typer.Option(False, "--all", help="Follow page tokens to the end."),
+    json_out: bool = typer.Option(False, "--json", help="JSON lines, one job per line."),
+    api: str = API,
+    namespace: str = NS,
+) -> None:
+    """List jobs, newest first, a page at a time (prints the next page token to stderr)."""
+    from gnomon.sdk import Client, GnomonError
+
+    with Client(api=api, namespace=namespace) as c:
+        token = page_token
+        while True:
+            try:
+                jobs, token = c.list_jobs_page(
+                    state=state.upper() if state else None, queue=queue, page_size=page_size, page_token=token
+                )
+            except GnomonError as e:
+                fail(e)
+            for j in jobs:
+                d = j.to_json_dict()
+                typer.echo(
+                    json.dumps(d)
+                    if json_out
+                    else f"{d['name']}  {d['state']:<9}  {d['queue']:<12}  {d['schedule_time']}"
+                )
+            if not token or not all_pages:
+                break
+    if token:
+        typer.echo(f"next page: --page-token {token}", err=True)
+    sys.stdout.flush()
+
+
+_OUTCOME_TEXT = {"CANCELLED": "cancelled", "CANCEL_REQUESTED": "cancel requested"}
+
+
+@app.command()
+def cancel(
+    name: str = typer.Argument(..., help="namespaces/{ns}/jobs/{id}, or just the id."),
+    expected_version: int | None = typer.Option(
+        None, "--expected-version", help="Cancel only if the job is at this version."
+    ),
+    api: str = API,
+    namespace: str = NS,
+) -> None:
+    """Cancel a job; prints the outcome.
+
+    "cancelled": it was not running and never will; "cancel requested": it is running, the worker
+    is told, and it ends CANCELLED (or SUCCEEDED if the handler still succeeds); "already finished:
+    STATE": nothing changed.
+    """
+    from gnomon.sdk import Client, GnomonError
+
+    with Client(api=api, namespace=namespace) as c:
+        try:
+            outcome, job = c.cancel_job(name, expected_version=expected_version)
+        except GnomonError as e:
+            fail(e)
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+    typer.echo(_OUTCOME_TEXT.get(outcome) or f"already finished: {job.state}")
+
+
+@app.command()
+def reschedule(
+    name: str = typer.Argument(..., help="namespaces/{ns}/jobs/{id}, or just the id."),
+    at: str | None = typer.Option(None, "--at", help="New RFC 3339 instant."),
+    in_: str | None = typer.Option(None, "--in", help="New time = now + this delay: 2s, 500ms, 1h30m."),
+    expected_version: int | None = typer.Option(
+        None, "--expected-version", help="Reschedule only if the job is at this version."
+    ),
+    api: str = API,
+    namespace: str = NS,
+) -> None:
+    """Move a job not yet dispatched (SCHEDULED) to another time; prints its new schedule_time."""
+    from gnomon.sdk import Client, GnomonError
+
+    if (at is None) == (in_ is None):
+        typer.echo("error: give exactly one of --at and --in", err=True)
+        raise typer.Exit(2)
+    try:
+        delay = parse_duration(in_) if in_ is not None else None
+        when = parse_instant(at) if at is not None else None
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    with Client(api=api, namespace=namespace) as c:
+        try:
+            job = c.reschedule_job(name, schedule_time=when, delay=delay, expected_version=expected_version)
+        except GnomonError as e:
+            fail(e)
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+    typer.echo(job.to_json_dict()["schedule_time"])
+
+
+@app.command()
+def history(
+    name: str = typer.Argument(..., help="namespaces/{ns}/jobs/{id}, or just the id."),
+    json_out: bool = typer.Option(False, "--json", help="JSON lines, one attempt per line (every field)."),
+    api: str = API,
+    namespace: str = NS,
+) -> None:
+    """Show a job's attempts, oldest first: number, worker, fencing token, state, failure class, error.
+
+    A LOST attempt's lease expired while it ran (worker killed, paused or cut off): its outcome is
+    unknown, and the job was retried only if it is idempotent.
+    """
+    from gnomon.sdk import Client, GnomonError
+
+    with Client(api=api, namespace=namespace) as c:
+        try:
+            attempts = c.list_job_attempts(name)
+        except GnomonError as e:
+            fail(e)
+        except ValueError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+    if json_out:
+        for a in attempts:
+            typer.echo(json.dumps(a.to_json_dict()))
+        return
+    if not attempts:
+        typer.echo("no attempts yet")
+        return
+    rows = [("#", "STATE", "WORKER", "TOKEN", "CLASS", "ERROR")]
+    for a in attempts:
+        err = " ".join(a.error.split())
+        rows.append(
+            (
+                str(a.attempt),
+                a.state,
+                a.worker_id or "-",
+                str(a.fencing_token),
+                a.failure_class or "-",
+                (err[:77] + "...") if len(err) > 80 else (err or "-"),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for r in rows:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(r[:5], widths)) + "  " + r[5])

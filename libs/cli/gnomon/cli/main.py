@@ -1,0 +1,100 @@
+"""The ``gnomon`` command line (Typer): services, the dev suite, jobs, schedules and workers."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import typer
+
+from gnomon.cli import cluster as cluster_cmd
+from gnomon.cli import dev as dev_cmd
+from gnomon.cli import dlq as dlq_cmd
+from gnomon.cli import jobs as jobs_cmd
+from gnomon.cli import queues as queues_cmd
+from gnomon.cli import schedules as schedules_cmd
+from gnomon.cli import worker as worker_cmd
+
+app = typer.Typer(help="Gnomon: a distributed job scheduler.", no_args_is_help=True, add_completion=False)
+app.add_typer(jobs_cmd.app, name="job")
+app.add_typer(queues_cmd.app, name="queue")
+app.add_typer(dlq_cmd.app, name="dlq")
+app.add_typer(schedules_cmd.app, name="schedule")
+app.add_typer(dev_cmd.app, name="dev")
+app.command("shards")(cluster_cmd.shards)
+app.command("worker")(worker_cmd.worker)
+
+DB = typer.Option(
+    None,
+    "--database-url",
+    envvar="GNOMON_DATABASE_URL",
+    help="postgresql+psycopg://... or cockroachdb+psycopg://...",
+)
+ETCD = typer.Option(
+    None, "--etcd", envvar="GNOMON_ETCD_ENDPOINTS", help="Comma-separated etcd host:port list."
+)
+LISTEN = typer.Option(None, "--listen", envvar="GNOMON_LISTEN", help="host:port to serve gRPC on.")
+REGION = typer.Option(None, "--region", envvar="GNOMON_REGION", help="Region this process serves.")
+
+
+def _env(database_url, etcd, listen, region) -> None:
+    for k, v in (
+        ("GNOMON_DATABASE_URL", database_url),
+        ("GNOMON_ETCD_ENDPOINTS", etcd),
+        ("GNOMON_LISTEN", listen),
+        ("GNOMON_REGION", region),
+    ):
+        if v:
+            os.environ[k] = v
+
+
+SERVICES = {
+    "api": (
+        "gnomon.api.service",
+        "Run the API service (JobService, ScheduleService, DeadLetterService, QueueService, "
+        "ClusterService) "
+        "against an external database and etcd.",
+    ),
+    "dispatcher": (
+        "gnomon.dispatcher.service",
+        "Run a dispatcher (shard owner, claims, outbox relay, worker lease streams).",
+    ),
+    "planner": (
+        "gnomon.planner.service",
+        "Run the planner (recurring schedules: occurrences, misfire, overlap, catch-up budget).",
+    ),
+    "reaper": (
+        "gnomon.reaper.service",
+        "Run the reaper (lost leases -> retries, deadlines -> EXPIRED, retention pruning).",
+    ),
+}
+
+
+def _service_command(module: str):
+    def command(
+        database_url: str | None = DB,
+        etcd: str | None = ETCD,
+        listen: str | None = LISTEN,
+        region: str | None = REGION,
+    ) -> None:
+        _env(database_url, etcd, listen, region)
+        importlib.import_module(module).main()
+
+    return command
+
+
+for _role, (_module, _help) in SERVICES.items():
+    app.command(_role, help=_help)(_service_command(_module))
+
+
+@app.command()
+def migrate(database_url: str = typer.Option(..., "--database-url", envvar="GNOMON_DATABASE_URL")) -> None:
+    """Apply the schema migrations to the database (idempotent)."""
+    from gnomon.common.storage.migrations import upgrade
+
+    upgrade(database_url)
+    typer.echo("schema is at head")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,255 @@
+"""Runs the whole Gnomon suite on one machine: embedded PostgreSQL + etcd and every service as its
+own process. Used by ``gnomon dev``, by the integration tests and by the benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gnomon.common.embedded import EtcdCluster, PostgresServer, free_port
+
+
+@dataclass
+class Proc:
+    """One child process of the suite."""
+
+    role: str
+    address: str
+    popen: subprocess.Popen
+    log_path: str
+    region: str = "local"
+    metrics_address: str = ""
+
+    def as_dict(self) -> dict:
+        """JSON-friendly description."""
+        return {
+            "role": self.role,
+            "region": self.region,
+            "pid": self.popen.pid,
+            "address": self.address,
+            "metrics": self.metrics_address,
+            "log": self.log_path,
+            "alive": self.popen.poll() is None,
+        }
+
+
+def wait_healthy(address: str, timeout_s: float = 30.0, service: str = "") -> None:
+    """Blocks until ``grpc.health.v1`` at ``address`` says SERVING; raises ``TimeoutError``."""
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            try:
+                r = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1.0)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+    raise TimeoutError(f"{address} not SERVING after {timeout_s} s")
+
+
+@dataclass
+class Suite:
+    """The servers and processes of one local installation.
+
+    ``database_url``: use an existing database instead of starting PostgreSQL (migrated on start).
+    ``durable``: keep fsync/synchronous_commit on in the embedded PostgreSQL (benchmarks).
+    ``env``: extra ``GNOMON_*`` settings for every service. A ``base_dir`` the suite created itself
+    (a temp dir) is removed on :meth:`stop` unless ``keep_dir``.
+    ``regions``: one set of services (api, dispatcher(s), planner, reaper, each with ``GNOMON_REGION``)
+    per region, all on the one database and etcd; the first region's API listens on ``api_listen``,
+    the others on free ports. Empty (the default): one set without ``GNOMON_REGION`` (region "local").
+    """
+
+    api_listen: str = "127.0.0.1:7070"
+    dispatchers: int = 1
+    database_url: str | None = None
+    durable: bool = False
+    base_dir: str | None = None
+    env: dict = field(default_factory=dict)
+    keep_dir: bool = False
+    regions: list[str] = field(default_factory=list)
+    pg: PostgresServer | None = None
+    etcd: EtcdCluster | None = None
+    procs: list[Proc] = field(default_factory=list)
+
+    def start(self) -> Suite:
+        """Starts servers, migrates, starts api, planner, dispatcher(s), reaper; waits until healthy."""
+        from gnomon.common.storage.migrations import upgrade
+
+        self._own_dir = self.base_dir is None
+        self.base_dir = self.base_dir or tempfile.mkdtemp(prefix="gnomon-dev-")
+        os.makedirs(self.base_dir, exist_ok=True)
+        os.chmod(self.base_dir, 0o755)  # the PostgreSQL server runs as OS user postgres and must traverse it
+        self.log_dir = os.path.join(self.base_dir, "logs")
+        os.makedirs(self.log_dir, exist_ok=True)
+        if self.database_url is None:
+            self.pg = PostgresServer(os.path.join(self.base_dir, "pg"), durable=self.durable).start()
+            self.database_url = self.pg.create_database("gnomon")
+        upgrade(self.database_url)
+        self.etcd = EtcdCluster(1, os.path.join(self.base_dir, "etcd")).start()
+        for i, region in enumerate(self.regions or [None]):
+            env = {"GNOMON_REGION": region} if region else None
+            self.start_service("api", self.api_listen if i == 0 else None, env=env)
+            for _ in range(self.dispatchers):
+                self.start_service("dispatcher", env=self.dispatcher_env(region))
+            self.start_service("planner", env=env)
+            self.start_service("reaper", env=env)
+        for p in self.procs:
+            wait_healthy(p.address)
+        return self
+
+    def dispatcher_env(self, region: str | None) -> dict | None:
+        """A dispatcher's extra environment: its region and, with several regions, standby for
+        every other one (docs/regions.md)."""
+        if not region:
+            return None
+        others = [r for r in self.regions if r != region]
+        return {
+            "GNOMON_REGION": region,
+            **({"GNOMON_DISPATCHER_STANDBY_FOR": ",".join(others)} if others else {}),
+        }
+
+    @property
+    def api_address(self) -> str:
+        """host:port of the (first region's) API."""
+        return next(p.address for p in self.procs if p.role == "api")
+
+    def api_address_of(self, region: str) -> str:
+        """host:port of the (latest started, live if any) API of ``region``."""
+        apis = [p for p in self.procs if p.role == "api" and p.region == region]
+        live = [p for p in apis if p.popen.poll() is None]
+        return (live or apis)[-1].address
+
+    def service_env(self, listen: str) -> dict:
+        """The environment a service process gets."""
+        env = dict(os.environ)
+        env.update(
+            {
+                "GNOMON_DATABASE_URL": self.database_url,
+                "GNOMON_ETCD_ENDPOINTS": ",".join(self.etcd.endpoints),
+                "GNOMON_LISTEN": listen,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update({k: str(v) for k, v in self.env.items()})
+        return env
+
+    def start_service(self, role: str, listen: str | None = None, env: dict | None = None) -> Proc:
+        """Starts ``gnomon <role>`` as a child process on ``listen`` (default: a free loopback port)."""
+        listen = listen or f"127.0.0.1:{free_port()}"
+        e = self.service_env(listen)
+        e["GNOMON_METRICS_LISTEN"] = f"127.0.0.1:{free_port()}"
+        e.update(env or {})
+        region = (env or {}).get("GNOMON_REGION")
+        n = sum(1 for p in self.procs if p.role == role and (region is None or p.region == region))
+        log_path = os.path.join(self.log_dir, f"{role}-{region}-{n}.log" if region else f"{role}-{n}.log")
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "gnomon.cli.main", role],
+            env=e,
+            stdout=open(log_path, "ab"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        p = Proc(role, listen, popen, log_path, e.get("GNOMON_REGION", "local"), e["GNOMON_METRICS_LISTEN"])
+        self.procs.append(p)
+        return p
+
+    def start_worker(
+        self,
+        queues: list[str],
+        handler: str,
+        *,
+        concurrency: int = 16,
+        env: dict | None = None,
+        extra: list[str] | None = None,
+    ) -> Proc:
+        """Starts ``gnomon worker`` for ``handler`` (module:function) as a child process."""
+        n = sum(1 for p in self.procs if p.role == "worker")
+        log_path = os.path.join(self.log_dir, f"worker-{n}.log")
+        args = [
+            sys.executable,
+            "-m",
+            "gnomon.cli.main",
+            "worker",
+            "--api",
+            self.api_address,
+            "--handler",
+            handler,
+            "--concurrency",
+            str(concurrency),
+            *sum((["--queue", q] for q in queues), []),
+            *(extra or []),
+        ]
+        e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        popen = subprocess.Popen(
+            args, env=e, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True
+        )
+        p = Proc("worker", "", popen, log_path)
+        self.procs.append(p)
+        return p
+
+    def stop_proc(self, p: Proc, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int | None:
+        """Signals one process and waits for it (SIGKILL after ``timeout_s``); returns its exit code."""
+        if p.popen.poll() is None:
+            try:
+                p.popen.send_signal(sig)
+                return p.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                p.popen.kill()
+                return p.popen.wait()
+        return p.popen.returncode
+
+    def stop(self) -> None:
+        """Stops workers, then services, then etcd and PostgreSQL."""
+        order = {"worker": 0, "api": 1, "planner": 1, "reaper": 1, "dispatcher": 2}
+        for p in sorted(self.procs, key=lambda p: order.get(p.role, 1)):
+            self.stop_proc(p)
+        if self.etcd:
+            self.etcd.stop()
+        if self.pg:
+            self.pg.stop()
+        if getattr(self, "_own_dir", False) and not self.keep_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def status(self) -> list[dict]:
+        """Every process started, as dicts."""
+        return [p.as_dict() for p in self.procs]
+
+    def write_status(self, path: str) -> None:
+        """Writes :meth:`status` plus server endpoints as JSON to ``path`` (atomically: a reader never
+        sees a partial file). ``pid`` is this (the suite owner's) process."""
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(
+                {
+                    "pid": os.getpid(),
+                    "base_dir": self.base_dir,
+                    "regions": list(dict.fromkeys(p.region for p in self.procs if p.role == "api")),
+                    "api": self.api_address if any(p.role == "api" for p in self.procs) else "",
+                    "processes": self.status(),
+                    "database_url": self.database_url,
+                    "etcd": self.etcd.endpoints if self.etcd else [],
+                },
+                f,
+                indent=2,
+            )
+        os.replace(tmp, path)
+
+    def __enter__(self) -> Suite:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

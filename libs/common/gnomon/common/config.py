@@ -1,0 +1,306 @@
+"""Configuration: one pydantic-settings class per concern, all read from ``GNOMON_*`` env vars.
+
+Unknown ``GNOMON_*`` variables of a concern are ignored by pydantic, but every value that is set is
+validated at start; an invalid one stops the service with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DatabaseSettings(BaseSettings):
+    """Where the source of truth lives (``GNOMON_DATABASE_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_DATABASE_", extra="ignore")
+
+    url: str = Field(
+        default="",
+        description="SQLAlchemy URL: postgresql+psycopg://... (default dialect) "
+        "or cockroachdb+psycopg://... (production)",
+    )
+    pool_size: int = Field(default=10, ge=1, le=200, description="Connections per process.")
+    statement_timeout_ms: int = Field(
+        default=10_000, ge=100, description="Per-statement bound, milliseconds."
+    )
+    connect_timeout_s: int = Field(
+        default=2,
+        ge=2,
+        le=60,
+        description="Bound on opening one connection, whole "
+        "seconds (libpq connect_timeout; 2 is its minimum). While the database is "
+        "unreachable, requests needing a new connection fail UNAVAILABLE within it.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, v: str) -> str:
+        if v and v.split("://", 1)[0] not in ("postgresql+psycopg", "cockroachdb+psycopg", "postgresql"):
+            raise ValueError(
+                "GNOMON_DATABASE_URL must start with postgresql+psycopg:// or cockroachdb+psycopg://"
+            )
+        if v.startswith("postgresql://"):
+            v = "postgresql+psycopg://" + v[len("postgresql://") :]
+        return v
+
+
+class EtcdSettings(BaseSettings):
+    """Coordination cluster (``GNOMON_ETCD_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_ETCD_", extra="ignore")
+
+    endpoints: str = Field(default="127.0.0.1:2379", description="Comma-separated host:port list.")
+    lease_ttl_s: int = Field(default=10, ge=2, le=300, description="Shard-ownership lease TTL, seconds.")
+    prefix: str = Field(default="/gnomon", description="Key prefix for all Gnomon keys.")
+
+    @property
+    def endpoint_list(self) -> list[str]:
+        """The endpoints as a list of ``host:port``."""
+        return [e.strip() for e in self.endpoints.split(",") if e.strip()]
+
+
+class ClusterSettings(BaseSettings):
+    """Facts every service of one installation must agree on (``GNOMON_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="ignore")
+
+    region: str = Field(
+        default="local",
+        pattern=r"^[a-z][a-z0-9-]{0,31}$",
+        description="Region this process serves (DESIGN.md section 5).",
+    )
+    shards: int = Field(
+        default=64,
+        ge=1,
+        le=4096,
+        description="Shards per region; fixed at install (changing it re-hashes jobs).",
+    )
+
+
+class ServerSettings(BaseSettings):
+    """A service's gRPC listener (``GNOMON_LISTEN`` etc.)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="ignore")
+
+    listen: str = Field(
+        default="127.0.0.1:7070", description="host:port of the gRPC server (port 0 = pick one)."
+    )
+    advertise: str = Field(
+        default="", description="host:port others use to reach this server; default: listen."
+    )
+    metrics_listen: str = Field(
+        default="", description="host:port for the Prometheus scrape endpoint; empty = off."
+    )
+    drain_timeout_s: float = Field(default=10.0, ge=0, description="Grace period on SIGTERM, seconds.")
+
+
+class DispatcherSettings(BaseSettings):
+    """Claim, relay and lease tunables (``GNOMON_DISPATCHER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_DISPATCHER_", extra="ignore")
+
+    claim_batch: int = Field(default=100, ge=1, le=10_000, description="Max jobs claimed per transaction.")
+    max_idle_poll_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="Longest sleep between due-index checks when nothing is near due, seconds.",
+    )
+    prefetch_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="Look-ahead window: the next due time inside it arms a precise timer, seconds.",
+    )
+    relay_interval_s: float = Field(
+        default=1.0, gt=0, description="Scan period for unpublished outbox rows, seconds."
+    )
+    heartbeat_interval_s: float = Field(
+        default=5.0, gt=0, description="Heartbeat period asked of workers, seconds."
+    )
+    write_batch: int = Field(
+        default=500, ge=1, description="Max accepts/heartbeats/results written per transaction."
+    )
+    shard_scan_s: float = Field(
+        default=1.0, gt=0, description="Period of the shard acquisition loop, seconds."
+    )
+    idle_in_transaction_timeout_ms: int = Field(
+        default=5_000,
+        ge=500,
+        le=600_000,
+        description="The database ends a dispatcher session idle inside a transaction this long (a paused "
+        "dispatcher holding shard/region row locks), so a hand-over never waits on it; keep it "
+        "below the etcd lease TTL, milliseconds.",
+    )
+    standby_for: str = Field(
+        default="",
+        description="Comma-separated home regions this dispatcher stands by "
+        "for: it serves their shards while none of their dispatchers is registered.",
+    )
+    failover_after_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="A standby takes over a region this long after its last "
+        "dispatcher disappeared from etcd, seconds.",
+    )
+    cancel_push_interval_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="How often running attempts of connected workers are checked "
+        "for a cancellation request to push, seconds.",
+    )
+
+
+class ReaperSettings(BaseSettings):
+    """Lease expiry, deadlines and pruning (``GNOMON_REAPER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_REAPER_", extra="ignore")
+
+    interval_s: float = Field(
+        default=1.0, gt=0, le=60, description="Pause between sweeps when idle, seconds."
+    )
+    batch: int = Field(default=500, ge=1, le=10_000, description="Max rows changed per transaction.")
+    skew_margin_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=60,
+        description="A lease counts as expired only this long after its end "
+        "(database clock), seconds: tolerance for clock skew and "
+        "in-flight heartbeats.",
+    )
+    retention_s: float = Field(
+        default=7 * 86400,
+        ge=60,
+        description="Terminal jobs older than this (since finish) are deleted, seconds.",
+    )
+    decision_retention_s: float = Field(
+        default=30 * 86400,
+        ge=60,
+        description="Schedule decision records older than this (since decided) "
+        "are deleted, seconds; BUFFERED ones are kept until released.",
+    )
+
+
+class RetryBudgetSettings(BaseSettings):
+    """Per-queue retry budget, enforced by the dispatchers' claims (``GNOMON_RETRY_BUDGET_*``).
+
+    In any sliding window, a (region, namespace, queue) may start at most
+    ``max(ratio * first attempts started in the window, min_per_s * window_s)`` retries; the excess
+    waits SCHEDULED (no attempt used)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_RETRY_BUDGET_", extra="ignore")
+
+    enabled: bool = Field(
+        default=True, description="Enforce the budget (false: retries are never held back)."
+    )
+    ratio: float = Field(
+        default=0.2, ge=0, le=100, description="Retries allowed per first attempt in the window."
+    )
+    window_s: float = Field(default=60.0, gt=0, le=3600, description="Length of the sliding window, seconds.")
+    min_per_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=100_000,
+        description="Floor of the budget, retries per second (a quiet queue can still retry).",
+    )
+    cache_s: float = Field(
+        default=1.0, gt=0, le=60, description="How long a dispatcher reuses a queue's window counts, seconds."
+    )
+
+
+class BreakerSettings(BaseSettings):
+    """Per-queue circuit breaker, evaluated by every dispatcher (``GNOMON_BREAKER_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_BREAKER_", extra="ignore")
+
+    enabled: bool = Field(default=True, description="Evaluate the breaker (false: queues are never opened).")
+    window_s: float = Field(
+        default=20.0,
+        gt=0,
+        le=3600,
+        description="Finished attempts counted for the failure ratio: this far back, seconds.",
+    )
+    min_results: int = Field(
+        default=20,
+        ge=1,
+        le=1_000_000,
+        description="The breaker opens only with at least this many results in the window.",
+    )
+    failure_ratio: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Opens when failed / finished attempts in the window reaches this.",
+    )
+    open_s: float = Field(
+        default=30.0,
+        gt=0,
+        le=86_400,
+        description="How long it stays OPEN before letting probes through (HALF_OPEN), seconds.",
+    )
+    probes: int = Field(
+        default=3,
+        ge=1,
+        le=1000,
+        description="Jobs let through while HALF_OPEN; all succeed -> CLOSED, one fails -> OPEN.",
+    )
+    eval_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="How often a dispatcher evaluates the breakers of its queues, seconds.",
+    )
+
+
+class PlannerSettings(BaseSettings):
+    """Recurring-schedule planning (``GNOMON_PLANNER_*``); see docs/schedules.md."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_PLANNER_", extra="ignore")
+
+    batch: int = Field(default=200, ge=1, le=5000, description="Max schedules planned per transaction.")
+    max_step_occurrences: int = Field(
+        default=1000,
+        ge=10,
+        le=100_000,
+        description="Max nominal times one schedule examines per planning step "
+        "(a larger backlog is worked off over successive steps).",
+    )
+    lookahead_s: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="OVERLAP ALLOW schedules get their occurrence jobs created this far "
+        "ahead of the nominal time, seconds (others are planned when due).",
+    )
+    max_idle_poll_s: float = Field(
+        default=1.0, gt=0, le=60, description="Longest sleep between checks for due schedules, seconds."
+    )
+    buffer_poll_s: float = Field(
+        default=0.5,
+        gt=0,
+        le=60,
+        description="How often BUFFERED occurrences are checked for release, seconds.",
+    )
+    catchup_rate: float = Field(
+        default=20.0,
+        gt=0,
+        le=100_000,
+        description="Global catch-up budget of the region: catch-up and backfill runs "
+        "released per second, across all schedules and planners.",
+    )
+    catchup_burst: int = Field(
+        default=20,
+        ge=1,
+        le=100_000,
+        description="Catch-up runs that may be released at once before the rate applies.",
+    )
+    idle_in_transaction_timeout_ms: int = Field(
+        default=30_000,
+        ge=1000,
+        le=3_600_000,
+        description="A planner connection idle inside a transaction this long (e.g. a SIGSTOPped planner) is "
+        "ended by the database, releasing its schedule locks; its commit then fails, milliseconds.",
+    )

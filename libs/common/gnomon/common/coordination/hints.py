@@ -1,0 +1,124 @@
+"""Wake-up hints to dispatchers (a job is due) and planners (a schedule changed) -- DESIGN.md
+section 1: hints cost latency if lost, never correctness. At most one hint per target is in flight;
+hints during it coalesce into one follow-up hint (keeping the one that matters most, e.g. the
+earliest due time), so a burst of 20,000 creates sends a handful of RPCs, not 20,000. Targets are
+read from the etcd registry (:mod:`gnomon.common.coordination.registry`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime
+from typing import Any
+
+import grpc
+
+from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
+from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.coordination.registry import list_dispatchers, list_planners
+from gnomon.common.timeconv import to_timestamp
+
+log = logging.getLogger(__name__)
+
+
+class _Hints:
+    """Coalescing sender of one hint RPC to every registered target of a region. Subclasses give
+    the target list (:meth:`_targets`), the RPC (:meth:`_send`) and how two pending hints merge
+    (:meth:`_merge`). Addresses are refreshed from etcd at most every ``refresh_s`` seconds."""
+
+    role = "target"
+
+    def __init__(self, etcd: EtcdClient, prefix: str, region: str, refresh_s: float = 2.0):
+        self.etcd, self.prefix, self.region, self.refresh_s = etcd, prefix, region, refresh_s
+        self._addresses: list[str] = []
+        self._fetched = 0.0
+        self._stubs: dict[str, hint_pb2_grpc.HintServiceStub] = {}
+        self._busy: set[str] = set()
+        self._pending: dict[str, Any] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    async def _targets(self) -> list[str]:
+        raise NotImplementedError
+
+    async def _send(self, stub: hint_pb2_grpc.HintServiceStub, hint: Any) -> None:
+        raise NotImplementedError
+
+    def _merge(self, pending: Any, new: Any) -> Any:
+        return new
+
+    async def addresses(self) -> list[str]:
+        """Target addresses (cached); empty if etcd cannot be read."""
+        if time.monotonic() - self._fetched > self.refresh_s:
+            self._fetched = time.monotonic()
+            try:
+                self._addresses = await self._targets()
+            except Exception:
+                log.debug("%s list unavailable", self.role, exc_info=True)
+        return self._addresses
+
+    def _schedule(self, hint: Any) -> None:
+        t = asyncio.get_running_loop().create_task(self._wake(hint))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _wake(self, hint: Any) -> None:
+        for addr in await self.addresses():
+            if addr in self._busy:
+                self._pending[addr] = (
+                    self._merge(self._pending[addr], hint) if addr in self._pending else hint
+                )
+                continue
+            self._busy.add(addr)
+            try:
+                current = hint
+                while True:
+                    stub = self._stubs.get(addr)
+                    if stub is None:
+                        stub = self._stubs[addr] = hint_pb2_grpc.HintServiceStub(
+                            grpc.aio.insecure_channel(addr)
+                        )
+                    try:
+                        await self._send(stub, current)
+                    except grpc.aio.AioRpcError:
+                        log.debug("hint to %s %s lost", self.role, addr)
+                    if addr not in self._pending:
+                        break
+                    current = self._pending.pop(addr)
+            finally:
+                self._busy.discard(addr)
+
+
+class DispatcherHints(_Hints):
+    """Sends ``WakeDispatcher`` to every live dispatcher of the region."""
+
+    role = "dispatcher"
+
+    async def _targets(self) -> list[str]:
+        return [d.address for d in await list_dispatchers(self.etcd, self.prefix, self.region)]
+
+    async def _send(self, stub, due: datetime) -> None:
+        await stub.WakeDispatcher(hint_pb2.WakeDispatcherRequest(due_time=to_timestamp(due)), timeout=1.0)
+
+    def _merge(self, pending: datetime, new: datetime) -> datetime:
+        return min(pending, new)
+
+    def wake(self, due: datetime) -> None:
+        """Schedules a hint that a job is due at ``due`` (UTC); returns at once."""
+        self._schedule(due)
+
+
+class PlannerHints(_Hints):
+    """Sends ``WakePlanner`` to every live planner of the region."""
+
+    role = "planner"
+
+    async def _targets(self) -> list[str]:
+        return [p.address for p in await list_planners(self.etcd, self.prefix, self.region)]
+
+    async def _send(self, stub, schedule: str) -> None:
+        await stub.WakePlanner(hint_pb2.WakePlannerRequest(schedule=schedule), timeout=1.0)
+
+    def wake(self, schedule: str = "") -> None:
+        """Schedules a hint that ``schedule`` (a resource name) changed; returns at once."""
+        self._schedule(schedule)

@@ -1,0 +1,195 @@
+"""The error catalogue: domain errors, each with a gRPC code and an UPPER_SNAKE ``reason``.
+
+Servicers raise these; :mod:`gnomon.common.rpc.errors` turns them into ``google.rpc.Status`` with an
+``ErrorInfo`` (domain :data:`DOMAIN`) and, for validation, a ``google.rpc.BadRequest``
+(https://google.aip.dev/193). Every reason is listed in :data:`REASONS` and in ``docs/errors.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+DOMAIN = "gnomon.dev"
+
+#: reason -> (gRPC code, one-line meaning). The single source for docs/errors.md.
+REASONS: dict[str, tuple[grpc.StatusCode, str]] = {
+    "INVALID_FIELD": (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "One or more request fields are invalid; see BadRequest.",
+    ),
+    "JOB_NOT_FOUND": (grpc.StatusCode.NOT_FOUND, "No job with that name in that namespace."),
+    "REQUEST_ID_REUSED": (
+        grpc.StatusCode.ALREADY_EXISTS,
+        "The request_id was already used with a different request.",
+    ),
+    "STALE_FENCING_TOKEN": (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "The write carried a fencing token older than the current shard owner's.",
+    ),
+    "STALE_ATTEMPT": (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "The attempt or version is no longer current (cancelled, re-dispatched or finished).",
+    ),
+    "LEASE_EXPIRED": (grpc.StatusCode.FAILED_PRECONDITION, "The attempt's lease ended before the write."),
+    "STALE_VERSION": (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "The job is no longer at the request's expected_version; nothing was changed.",
+    ),
+    "JOB_NOT_RESCHEDULABLE": (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "Only a job not yet dispatched (SCHEDULED) can be rescheduled.",
+    ),
+    "CONCURRENT_MODIFICATION": (
+        grpc.StatusCode.ABORTED,
+        "The job changed concurrently while the request was applied; read it and retry.",
+    ),
+    "DATABASE_UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, "The database cannot be reached; retry later."),
+    "COORDINATION_UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, "etcd cannot be reached; retry later."),
+    "SHUTTING_DOWN": (grpc.StatusCode.UNAVAILABLE, "The server is draining; reconnect elsewhere."),
+    "PROTOCOL_VIOLATION": (grpc.StatusCode.INVALID_ARGUMENT, "A stream message came out of protocol order."),
+    "CHECKPOINT_TOO_LARGE": (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "A progress checkpoint exceeds 64 KiB; it was refused whole, never truncated.",
+    ),
+    "NAMESPACE_NOT_ALLOWED": (
+        grpc.StatusCode.PERMISSION_DENIED,
+        "The namespace is not in the caller's x-gnomon-namespaces metadata.",
+    ),
+    "SCHEDULE_NOT_FOUND": (grpc.StatusCode.NOT_FOUND, "No schedule with that name in that namespace."),
+    "SCHEDULE_EXISTS": (
+        grpc.StatusCode.ALREADY_EXISTS,
+        "A schedule with that schedule_id exists in the namespace.",
+    ),
+    "INVALID_CRON": (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The cron expression does not parse; the message names the field and its position.",
+    ),
+    "INVALID_RRULE": (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The RFC 5545 text does not parse; the message names the faulty part.",
+    ),
+    "INVALID_INTERVAL": (grpc.StatusCode.INVALID_ARGUMENT, "The interval is outside 1 s .. 366 days."),
+    "INVALID_TIME_ZONE": (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The time zone is not an IANA zone name known to tzdata.",
+    ),
+    "RULE_NEVER_FIRES": (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The rule has no fire time (e.g. Feb 30) within the bounded search.",
+    ),
+    "RRULE_UNBOUNDED": (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The RRULE would expand without bound or too expensively to evaluate.",
+    ),
+    "INVALID_TIME_RANGE": (grpc.StatusCode.INVALID_ARGUMENT, "end_time is not after start_time."),
+    "INTERNAL": (grpc.StatusCode.INTERNAL, "An unexpected server fault; details are in the server log."),
+}
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field: ``field`` is the request field path (e.g. ``schedule_time``), ``description`` why."""
+
+    field: str
+    description: str
+
+
+class GnomonError(Exception):
+    """Base of all domain errors. ``reason`` must be a key of :data:`REASONS`."""
+
+    reason = "INTERNAL"
+
+    def __init__(self, message: str, *, reason: str | None = None, metadata: dict[str, str] | None = None):
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+        if self.reason not in REASONS:
+            raise ValueError(f"undocumented error reason {self.reason}")
+        self.message = message
+        self.metadata = metadata or {}
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        """The gRPC status code for this error's reason."""
+        return REASONS[self.reason][0]
+
+
+class InvalidArgument(GnomonError):
+    """Bad request fields (INVALID_ARGUMENT + BadRequest). Raised before anything is written."""
+
+    reason = "INVALID_FIELD"
+
+    def __init__(
+        self, violations: list[FieldViolation], message: str | None = None, *, reason: str | None = None
+    ):
+        self.violations = violations
+        super().__init__(
+            message or "; ".join(f"{v.field}: {v.description}" for v in violations), reason=reason
+        )
+
+
+class NotFound(GnomonError):
+    """The named resource does not exist (NOT_FOUND)."""
+
+    reason = "JOB_NOT_FOUND"
+
+
+class AlreadyExists(GnomonError):
+    """A conflicting resource or request exists (ALREADY_EXISTS)."""
+
+    reason = "REQUEST_ID_REUSED"
+
+
+class FailedPrecondition(GnomonError):
+    """Wrong state or stale version/token (FAILED_PRECONDITION); reason says which."""
+
+    reason = "STALE_ATTEMPT"
+
+
+class StaleFencingToken(FailedPrecondition):
+    """A write made under shard ownership carried a token older than the recorded one."""
+
+    reason = "STALE_FENCING_TOKEN"
+
+
+class Aborted(GnomonError):
+    """A compare-and-set lost to concurrent changes (ABORTED); nothing was written, the caller may retry."""
+
+    reason = "CONCURRENT_MODIFICATION"
+
+
+class PermissionDenied(GnomonError):
+    """The caller may not act on that namespace (PERMISSION_DENIED). Nothing was read or written."""
+
+    reason = "NAMESPACE_NOT_ALLOWED"
+
+
+class Unavailable(GnomonError):
+    """A dependency is down (UNAVAILABLE); the caller may retry. Nothing was written."""
+
+    reason = "DATABASE_UNAVAILABLE"
+
+
+class Validator:
+    """Collects field violations; :meth:`raise_if_any` raises one :class:`InvalidArgument` for all."""
+
+    def __init__(self) -> None:
+        self.violations: list[FieldViolation] = []
+
+    def add(self, field: str, description: str) -> None:
+        """Records that ``field`` is invalid because ``description``."""
+        self.violations.append(FieldViolation(field, description))
+
+    def check(self, ok: bool, field: str, description: str) -> bool:
+        """Records a violation when ``ok`` is false; returns ``ok``."""
+        if not ok:
+            self.add(field, description)
+        return ok
+
+    def raise_if_any(self, reason: str | None = None) -> None:
+        """Raises :class:`InvalidArgument` listing every recorded violation, if any; ``reason``
+        (an INVALID_ARGUMENT reason of :data:`REASONS`) overrides INVALID_FIELD."""
+        if self.violations:
+            raise InvalidArgument(self.violations, reason=reason)

@@ -1,0 +1,239 @@
+"""Metrics with the OpenTelemetry metrics API, scraped by Prometheus (and optionally pushed over OTLP).
+
+Every process has one :class:`~opentelemetry.sdk.metrics.MeterProvider` (made at import, see
+:func:`meter_provider`) with a :class:`~opentelemetry.exporter.prometheus.PrometheusMetricReader`;
+:func:`serve_metrics` starts the ``GET /metrics`` endpoint for it on ``GNOMON_METRICS_LISTEN``
+(``host:port``; off when empty; ``gnomon dev`` sets one per process and lists it). When
+``GNOMON_OTLP_ENDPOINT`` (``host:port`` of an OTLP/gRPC collector) is set, a periodic OTLP exporter
+(every ``GNOMON_OTLP_INTERVAL_S`` s, default 10; plaintext unless ``GNOMON_OTLP_INSECURE=0``) is
+added to the same provider. The resource honours ``OTEL_SERVICE_NAME`` / ``OTEL_RESOURCE_ATTRIBUTES``.
+
+Names follow Prometheus conventions (base units: seconds). Counters are created without the
+``_total`` suffix: the Prometheus exporter appends it, so the exposed names are the documented
+ones (docs/operations.md, "Metrics (Prometheus)"). Label-less counters get an ``add(0)`` so they are
+exposed (as 0) before their first event, like prometheus-client did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import start_http_server
+
+log = logging.getLogger(__name__)
+
+_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+def _readers() -> list:
+    # scope_info off: no otel_scope_* labels on every series; target_info off: no extra family.
+    readers: list = [PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False)]
+    endpoint = os.environ.get("GNOMON_OTLP_ENDPOINT", "").strip()
+    if endpoint:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+        insecure = os.environ.get("GNOMON_OTLP_INSECURE", "1").lower() not in ("0", "false", "no")
+        interval_ms = float(os.environ.get("GNOMON_OTLP_INTERVAL_S", "10")) * 1000
+        readers.append(
+            PeriodicExportingMetricReader(
+                OTLPMetricExporter(endpoint=endpoint, insecure=insecure, timeout=5),
+                export_interval_millis=interval_ms,
+            )
+        )
+    return readers
+
+
+_PROVIDER = MeterProvider(metric_readers=_readers(), resource=Resource.create())
+_METER = _PROVIDER.get_meter("gnomon")
+
+
+def meter_provider() -> MeterProvider:
+    """This process's meter provider (the one the Prometheus endpoint and OTLP export read)."""
+    return _PROVIDER
+
+
+# --- dispatcher: claims, fencing, shards, streams -----------------------------------------------------
+
+DISPATCH_LAG = _METER.create_histogram(
+    "gnomon_dispatch_lag_seconds",
+    unit="s",
+    description="dispatched_at - scheduled_at of each claimed attempt (database clock).",
+    explicit_bucket_boundaries_advisory=_LAG_BUCKETS,
+)  # attrs: queue
+CLAIMED = _METER.create_counter(
+    "gnomon_claimed_attempts", description="Attempts claimed (SCHEDULED -> QUEUED)."
+)  # attrs: queue
+FENCED_WRITES = _METER.create_counter(
+    "gnomon_fenced_writes",
+    description="Claims or re-publications rejected because the shard's fencing token was stale.",
+)
+OWNED_SHARDS = _METER.create_gauge("gnomon_owned_shards", description="Shards this dispatcher owns now.")
+CONNECTED_WORKERS = _METER.create_gauge(
+    "gnomon_connected_worker_streams", description="Worker lease streams connected."
+)
+OUTBOX_PUBLICATION_LAG = _METER.create_histogram(
+    "gnomon_outbox_publication_lag_seconds",
+    unit="s",
+    description="Outbox row published_at - created_at, i.e. accepted_at - dispatched_at of each attempt a worker "
+    "accepted (database clock; the accept marks the row published).",
+    explicit_bucket_boundaries_advisory=_LAG_BUCKETS,
+)  # attrs: queue
+THROTTLED_RESULTS = _METER.create_counter(
+    "gnomon_throttled_results",
+    description="Results with failure class THROTTLED applied (workers' throttling signals).",
+)  # attrs: namespace, queue
+
+# --- dispatcher: brakes ------------------------------------------------------------------------------
+
+BREAKER_STATE = _METER.create_gauge(
+    "gnomon_breaker_open", description="1 while a queue's circuit breaker is OPEN or HALF_OPEN, else 0."
+)
+# attrs: namespace, queue, state
+BREAKER_TRANSITIONS = _METER.create_counter(
+    "gnomon_breaker_transitions", description="Circuit breaker state changes."
+)
+# attrs: namespace, queue, from_state, to_state
+
+# --- reaper ------------------------------------------------------------------------------------------
+
+LEASES_LOST = _METER.create_counter(
+    "gnomon_leases_lost", description="Running attempts the reaper declared lost (lease expired), by outcome."
+)
+# attrs: outcome
+EXPIRED_JOBS = _METER.create_counter(
+    "gnomon_expired_jobs", description="Jobs that passed their deadline undispatched."
+)
+
+for _c in (FENCED_WRITES, EXPIRED_JOBS):
+    _c.add(0)
+
+
+# --- dispatcher: observable gauges (callbacks read cached / in-memory values only) -------------------
+
+_in_flight_source: Callable[[], int] | None = None
+#: (namespace, queue) -> (due jobs, oldest due age s); written by :class:`BacklogSampler`.
+_backlog: dict[tuple[str, str], tuple[int, float]] = {}
+
+
+def set_in_flight_source(fn: Callable[[], int] | None) -> None:
+    """Registers what ``gnomon_in_flight_attempts`` reports (called at scrape time: keep it cheap)."""
+    global _in_flight_source
+    _in_flight_source = fn
+
+
+def _observe_in_flight(_: CallbackOptions) -> Iterable[Observation]:
+    if _in_flight_source is None:
+        return []
+    try:
+        return [Observation(_in_flight_source())]
+    except Exception:
+        log.debug("in-flight gauge callback failed", exc_info=True)
+        return []
+
+
+def _observe_depth(_: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(n, {"namespace": ns, "queue": q}) for (ns, q), (n, _age) in list(_backlog.items())]
+
+
+def _observe_age(_: CallbackOptions) -> Iterable[Observation]:
+    return [Observation(age, {"namespace": ns, "queue": q}) for (ns, q), (_n, age) in list(_backlog.items())]
+
+
+IN_FLIGHT = _METER.create_observable_gauge(
+    "gnomon_in_flight_attempts",
+    callbacks=[_observe_in_flight],
+    description="Attempts this dispatcher delivered to connected workers that have not finished "
+    "(delivered, accepted or running; a disconnect forgets them).",
+)
+QUEUE_DEPTH = _METER.create_observable_gauge(
+    "gnomon_queue_depth",
+    callbacks=[_observe_depth],
+    description="SCHEDULED jobs already due (not dispatched) per queue served by this dispatcher's workers; "
+    "counted up to 100000; sampled every GNOMON_METRICS_BACKLOG_INTERVAL_S.",
+)
+OLDEST_DUE_AGE = _METER.create_observable_gauge(
+    "gnomon_queue_oldest_due_age_seconds",
+    unit="s",
+    callbacks=[_observe_age],
+    description="How long the oldest due, undispatched job of the queue has been due (0 when none); sampled.",
+)
+
+
+class BacklogSampler:
+    """Background task of the dispatcher: every ``interval_s`` (default
+    ``GNOMON_METRICS_BACKLOG_INTERVAL_S`` or 5 s) runs the bounded
+    :func:`gnomon.common.storage.queues.read_backlog` for each (namespace, queue) that ``targets()``
+    names (the queues its connected workers serve) and caches the result for the
+    ``gnomon_queue_depth`` / ``gnomon_queue_oldest_due_age_seconds`` callbacks. Queues no longer
+    served are dropped from the gauges."""
+
+    def __init__(
+        self,
+        engine,
+        *,
+        region: str,
+        targets: Callable[[], set[tuple[str, str]]],
+        interval_s: float | None = None,
+    ):
+        self.engine, self.region, self.targets = engine, region, targets
+        self.interval_s = (
+            interval_s
+            if interval_s is not None
+            else float(os.environ.get("GNOMON_METRICS_BACKLOG_INTERVAL_S", "5"))
+        )
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self.task:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):
+                pass
+            self.task = None
+
+    async def sample_once(self) -> None:
+        from gnomon.common.storage.queues import read_backlog
+
+        targets = set(self.targets())
+        fresh: dict[tuple[str, str], tuple[int, float]] = {}
+        if targets:
+            async with self.engine.connect() as conn:
+                for ns, q in sorted(targets):
+                    n, _truncated, age = await read_backlog(conn, region=self.region, namespace=ns, queue=q)
+                    fresh[(ns, q)] = (n, age or 0.0)
+        _backlog.clear()
+        _backlog.update(fresh)
+
+    async def _run(self) -> None:
+        while True:
+            t0 = time.monotonic()
+            try:
+                await self.sample_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("queue backlog sample failed: %s", e)
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+
+def serve_metrics(listen: str) -> str | None:
+    """Starts the scrape endpoint (``GET /metrics``) on ``host:port`` in a daemon thread; returns
+    the address, or ``None`` when ``listen`` is empty. Raises ``OSError`` if the port is taken."""
+    if not listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    start_http_server(int(port), addr=host or "127.0.0.1")
+    return listen

@@ -1,0 +1,185 @@
+"""Turning decisions into writes: occurrence jobs, decision records, overlap cancellations and the
+catch-up budget, for one transaction. Used by the planner (rule occurrences, buffer releases) and by
+the API (TriggerSchedule), so both apply exactly the same rules.
+
+Usage: create a :class:`StepBuilder` with the transaction's ``now``; call :meth:`StepBuilder.add` for
+each decision (in nominal order per schedule) and :meth:`StepBuilder.add_release` for each BUFFERED
+record; then ``await builder.finish(conn, ...)`` once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gnomon.common.errors import GnomonError
+from gnomon.common.scheduling import overlap
+from gnomon.common.scheduling.misfire import BUFFERED, FIRED, LATE, SKIPPED_MISFIRE, SKIPPED_OVERLAP, Decision
+from gnomon.common.storage import cancel as cancel_store
+from gnomon.common.storage.planning import Writes, flush, jitter_of, job_row, record_row, reserve_catchup
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a step wrote: ids of the jobs inserted (a replayed step inserts none), the earliest
+    schedule time among them (None if none), and the decision records written, by nominal time."""
+
+    inserted: set[uuid.UUID]
+    earliest: datetime | None
+    records: list[dict]
+
+
+class StepBuilder:
+    """Accumulates the writes of one planning transaction (see the module docstring).
+
+    ``now``: the transaction's database clock (UTC); ``shards``: the region's shard count.
+    """
+
+    def __init__(self, *, now: datetime, shards: int):
+        self.now, self.shards = now, shards
+        self.writes = Writes()
+        self._catchup: list[tuple[dict, dict]] = []  # (job row, record row) waiting for a budget slot
+        self._cancels: list[tuple[str, uuid.UUID]] = []
+
+    def _create(self, sched: dict, nominal: datetime, *, catchup: bool, coalesced=None) -> dict:
+        at = self.now if catchup else nominal + jitter_of(sched["uid"], nominal, sched["jitter_ms"])
+        job = job_row(sched, nominal, at, shards=self.shards, coalesced=coalesced)
+        self.writes.jobs.append(job)
+        return job
+
+    def _cancel_active(self, active: list[dict]) -> None:
+        self._cancels += [(a["namespace"], a["id"]) for a in active]
+        active.clear()
+
+    def add(
+        self,
+        sched: dict,
+        d: Decision,
+        *,
+        source: str,
+        state: overlap.OverlapState,
+        active: list[dict],
+        policy: str | None = None,
+        request_id: uuid.UUID | None = None,
+    ) -> dict:
+        """Adds decision ``d`` for schedule ``sched``: a record, and for a run (``d.run``) the overlap
+        policy's action (``policy`` overrides the schedule's). ``state``/``active`` are the schedule's
+        overlap state and active jobs, updated in place. ``request_id`` (a trigger's) is stored on the
+        record. Returns the record row."""
+        pol = policy or sched["overlap_policy"]
+        common = dict(
+            nominal=d.nominal, local_time=d.local_time, source=source, now=self.now, request_id=request_id
+        )
+        if not d.run:
+            rec = record_row(sched, decision=d.decision, note=d.note, **common)
+            self.writes.records.append(rec)
+            return rec
+        action, why = overlap.decide(pol, state)
+        note = "; ".join(p for p in (why, d.note) if p)
+        if action == overlap.SKIP:
+            rec = record_row(sched, decision=SKIPPED_OVERLAP, note=note, **common)
+        elif action == overlap.BUFFER:
+            rec = record_row(sched, decision=BUFFERED, note=note, overlap_policy=pol, **common)
+        else:
+            if action == overlap.CANCEL_AND_CREATE:
+                self._cancel_active(active)
+            coalesced = (d.missed_count, d.missed_first, d.missed_last) if d.missed_count else None
+            job = self._create(sched, d.nominal, catchup=d.catchup, coalesced=coalesced)
+            rec = record_row(
+                sched,
+                decision=d.decision,
+                note=note,
+                job_id=job["id"],
+                scheduled_at=job["scheduled_at"],
+                missed=coalesced,
+                **common,
+            )
+            active.append(
+                dict(id=job["id"], namespace=job["namespace"], state=job["state"], nominal_time=d.nominal)
+            )
+            if d.catchup:
+                self._catchup.append((job, rec))
+        self.writes.records.append(rec)
+        return rec
+
+    def add_release(self, sched: dict, rec: dict, *, state: overlap.OverlapState, active: list[dict]) -> bool:
+        """Decides one BUFFERED record ``rec`` (oldest first) under the policy it was buffered with.
+        Returns False when it must keep waiting (the caller stops releasing this schedule)."""
+        action, why = overlap.release(rec["overlap_policy"] or sched["overlap_policy"], state)
+        if action == overlap.BUFFER:
+            return False
+        state.buffered -= 1
+        up = dict(schedule_uid=rec["schedule_uid"], nominal_time=rec["nominal_time"], decided_at=self.now)
+        if action == overlap.SKIP:
+            up.update(decision=SKIPPED_OVERLAP, note="; ".join(p for p in (why, rec["note"]) if p))
+        else:
+            if action == overlap.CANCEL_AND_CREATE:
+                self._cancel_active(active)
+            backfill = rec["source"] == "BACKFILL"
+            job = self._create(sched, rec["nominal_time"], catchup=True)
+            decision = LATE if (self.now - rec["nominal_time"]).total_seconds() > 1 else FIRED
+            note = "released" if backfill else (why or "released from the overlap buffer")
+            up.update(
+                decision=decision,
+                note="; ".join(p for p in (note, rec["note"]) if p),
+                job_id=job["id"],
+                scheduled_at=job["scheduled_at"],
+            )
+            active.append(
+                dict(
+                    id=job["id"],
+                    namespace=job["namespace"],
+                    state=job["state"],
+                    nominal_time=rec["nominal_time"],
+                )
+            )
+            if backfill:
+                self._catchup.append((job, up))
+        self.writes.record_updates.append(up)
+        return True
+
+    async def finish(
+        self, conn: AsyncConnection, *, region: str, catchup_rate: float, catchup_burst: int
+    ) -> StepResult:
+        """Reserves catch-up budget slots (in nominal order), drops runs already past their start
+        deadline (recorded SKIPPED_MISFIRE), applies CANCEL_OTHER cancellations and writes everything."""
+        order = sorted(range(len(self._catchup)), key=lambda i: self._catchup[i][0]["nominal_time"])
+        slots = await reserve_catchup(
+            conn, region=region, n=len(order), rate=catchup_rate, burst=catchup_burst, now=self.now
+        )
+        for slot, i in zip(slots, order):
+            job, rec = self._catchup[i]
+            job["scheduled_at"] = rec["scheduled_at"] = slot
+        dropped = {
+            j["id"]
+            for j in self.writes.jobs
+            if j["deadline"] is not None and j["deadline"] <= j["scheduled_at"]
+        }
+        if dropped:
+            self.writes.jobs = [j for j in self.writes.jobs if j["id"] not in dropped]
+            for rec in self.writes.records + self.writes.record_updates:
+                if rec.get("job_id") in dropped:
+                    rec.update(
+                        decision=SKIPPED_MISFIRE,
+                        job_id=None,
+                        scheduled_at=None,
+                        note="; ".join(p for p in ("past its start deadline", rec.get("note") or "") if p),
+                    )
+        for ns, job_id in self._cancels:
+            try:
+                await cancel_store.cancel_job(conn, ns, job_id)
+            except GnomonError as e:  # raced with its own end: nothing left to cancel
+                log.info("overlap CANCEL_OTHER of job %s: %s", job_id, e)
+        inserted = await flush(conn, self.writes)
+        times = [j["scheduled_at"] for j in self.writes.jobs if j["id"] in inserted]
+        return StepResult(
+            inserted=inserted,
+            earliest=min(times) if times else None,
+            records=[dict(r) for r in self.writes.records],
+        )

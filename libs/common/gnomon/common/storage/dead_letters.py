@@ -1,0 +1,497 @@
+"""Named queries of the dead-letter queue (DLQ) and the audit log.
+
+A **dead letter** is a job in state ``DEAD`` (a PERMANENT failure, retries exhausted, or a
+non-idempotent job whose running attempt lost its lease; see ``dispatch.complete`` and
+``reaping.reap_lost_leases``). It stays ``DEAD`` for ever (until retention prunes it); a replay
+creates a **new** job (``replay_of`` = the dead job) and marks the dead job ``replayed_by`` = the new
+one, so a dead letter is replayed at most once and both directions of provenance are queryable.
+
+Replay (:func:`replay_dead_letters`) is
+
+* **paced**: the new jobs' ``scheduled_at`` are ``1/max_rate`` seconds apart, starting at the
+  database's ``now()`` (or where the previous batch of the same replay stopped), so dispatch is
+  rate-limited by the due index itself, without holding the RPC open;
+* **idempotent and resumable** by ``(namespace, request_id)``: a row in ``dlq_replays`` records the
+  request's fingerprint, how many it takes (``target``), how many were replayed and where pacing
+  stands. A repeated request returns the recorded counts; a repeat of an interrupted replay finishes
+  it; the same request_id with another fingerprint is :class:`AlreadyExists`;
+* **bounded**: each transaction replays at most :data:`REPLAY_BATCH` (500) jobs with one
+  ``INSERT ... SELECT`` (payloads never leave the database), the match count stops at
+  :data:`MAX_MATCH_COUNT`, and a replay only takes dead letters finished before it started (its own
+  replays dying meanwhile are never replayed by it);
+* **audited**: one ``audit_log`` row per replay or dry run, written in the replay's first transaction,
+  before any job is created.
+
+Every query has a LIMIT; all instants are the database clock.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import BigInteger, DateTime, Integer, Uuid, and_, func, insert, literal, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert  # ON CONFLICT (rare path, not cached)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from gnomon.common import states as S
+from gnomon.common.errors import AlreadyExists
+from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.jobs import shard_of
+from gnomon.common.storage.schema import attempts, audit_log, dlq_replays, jobs
+
+#: ``matched`` counts stop here (a count is a bounded query too).
+MAX_MATCH_COUNT = 100_000
+#: Jobs replayed per transaction.
+REPLAY_BATCH = 500
+#: Names of replayed jobs kept (and returned) per replay.
+MAX_JOB_NAMES = 1000
+#: Attempts shown per dead letter (the most recent ones).
+ATTEMPTS_SHOWN = 10
+
+ACTION_REPLAY = "dead_letters.replay"
+ACTION_REPLAY_DRY_RUN = "dead_letters.replay.dry_run"
+
+#: Columns a replayed job copies from its dead original: what the job is and how it is to be run
+#: (its per-job retry policy included, where the schema has one). Everything else is fresh: a new id
+#: and shard, state SCHEDULED, version 1, attempt 0, no deadline, no request_id, no checkpoint, no
+#: first-dispatch time, no error. A new per-job *setting* column belongs in this list.
+REPLAY_COPY_COLUMNS = tuple(
+    c
+    for c in (
+        "namespace",
+        "region",
+        "queue",
+        "payload",
+        "max_attempts",
+        "idempotency_key",
+        "lease_ms",
+        "idempotent",
+        "start_to_close_ms",
+        "retry_initial_ms",
+        "retry_max_ms",
+        "retry_multiplier",
+        "retry_jitter",
+        "max_age_ms",
+        "non_retryable_errors",
+    )
+    if c in jobs.c
+)
+
+
+def job_name(namespace: str, job_id: uuid.UUID) -> str:
+    """``namespaces/{namespace}/jobs/{id}``."""
+    return f"namespaces/{namespace}/jobs/{job_id}"
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters: one namespace, optionally one queue, one failure class, a case-insensitive
+    substring of ``last_error``, and a ``finished_at`` range ``[start_time, end_time)`` (UTC)."""
+
+    namespace: str
+    queue: str | None = None
+    failure_class: str | None = None
+    error_contains: str | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+    def to_json(self) -> dict:
+        """The filter as a JSON-ready dict (for the audit log)."""
+        return {
+            "queue": self.queue,
+            "failure_class": self.failure_class,
+            "error_contains": self.error_contains,
+            "start_time": self.start_time.isoformat() if self.start_time else None,
+            "end_time": self.end_time.isoformat() if self.end_time else None,
+        }
+
+
+def _where(f: DeadLetterFilter, *, include_replayed: bool = False) -> list:
+    cond = [jobs.c.namespace == f.namespace, jobs.c.state == S.DEAD]
+    if f.queue:
+        cond.append(jobs.c.queue == f.queue)
+    if f.failure_class:
+        cond.append(jobs.c.failure_class == f.failure_class)
+    if f.error_contains:
+        cond.append(jobs.c.last_error.icontains(f.error_contains, autoescape=True))
+    if f.start_time is not None:
+        cond.append(jobs.c.finished_at >= f.start_time)
+    if f.end_time is not None:
+        cond.append(jobs.c.finished_at < f.end_time)
+    if not include_replayed:
+        cond.append(jobs.c.replayed_by.is_(None))
+    return cond
+
+
+async def list_dead_letters(
+    conn: AsyncConnection,
+    f: DeadLetterFilter,
+    *,
+    include_replayed: bool,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+) -> list[dict]:
+    """Up to ``limit`` dead jobs matching ``f``, most recent ``finished_at`` first (ties by id
+    descending), strictly after the keyset cursor ``after`` = (finished_at, id) of the previous page's
+    last row. Without ``include_replayed`` only those not replayed yet."""
+    q = select(jobs).where(*_where(f, include_replayed=include_replayed))
+    if after is not None:
+        ts, last = after
+        q = q.where(or_(jobs.c.finished_at < ts, and_(jobs.c.finished_at == ts, jobs.c.id < last)))
+    q = q.order_by(jobs.c.finished_at.desc(), jobs.c.id.desc()).limit(limit)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+async def recent_attempts(
+    conn: AsyncConnection, job_ids: list[uuid.UUID], per_job: int = ATTEMPTS_SHOWN
+) -> dict[uuid.UUID, list[dict]]:
+    """job id -> its ``per_job`` most recent attempt rows, oldest first (at most
+    ``len(job_ids) * per_job`` rows are read)."""
+    if not job_ids:
+        return {}
+    rn = (
+        func.row_number().over(partition_by=attempts.c.job_id, order_by=attempts.c.attempt.desc()).label("rn")
+    )
+    sub = select(attempts, rn).where(attempts.c.job_id.in_(job_ids)).subquery()
+    q = (
+        select(sub)
+        .where(sub.c.rn <= per_job)
+        .order_by(sub.c.job_id, sub.c.attempt)
+        .limit(len(job_ids) * per_job)
+    )
+    out: dict[uuid.UUID, list[dict]] = {}
+    for r in (await conn.execute(q)).mappings():
+        out.setdefault(r["job_id"], []).append(dict(r))
+    return out
+
+
+async def count_matching(
+    conn: AsyncConnection, f: DeadLetterFilter, *, finished_by=None, cap: int = MAX_MATCH_COUNT
+) -> int:
+    """How many dead letters not replayed yet match ``f`` (and finished by ``finished_by``, default
+    the database's ``now()``), counting at most ``cap``."""
+    inner = (
+        select(literal(1).label("one"))
+        .where(*_where(f), jobs.c.finished_at <= (finished_by if finished_by is not None else func.now()))
+        .limit(cap)
+        .subquery()
+    )
+    return (await conn.execute(select(func.count()).select_from(inner))).scalar_one()
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """A validated ReplayDeadLetters call. ``request_hash`` fingerprints every field but ``reason``;
+    ``actor`` is who (``x-gnomon-actor`` and the gRPC peer); ``audit_extra`` goes into the audit
+    entry's details (e.g. ``peer``, ``actor_header``)."""
+
+    filter: DeadLetterFilter
+    max_rate: float
+    max_jobs: int
+    dry_run: bool
+    reason: str
+    request_id: uuid.UUID
+    request_hash: str
+    actor: str
+    audit_extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """What a replay did (so far): ``matched`` dead letters at its start (capped at
+    :data:`MAX_MATCH_COUNT`), ``replayed`` new jobs, the names of the first :data:`MAX_JOB_NAMES`
+    of them in schedule order; ``done`` once nothing is left to replay."""
+
+    matched: int
+    replayed: int
+    job_names: list[str]
+    dry_run: bool
+    done: bool
+
+
+def _outcome(row, *, dry_run: bool = False) -> ReplayOutcome:
+    return ReplayOutcome(
+        matched=row["matched"],
+        replayed=row["replayed"],
+        job_names=json.loads(row["job_names"]),
+        dry_run=dry_run,
+        done=row["completed_at"] is not None,
+    )
+
+
+async def insert_audit_entry(
+    conn: AsyncConnection,
+    *,
+    namespace: str,
+    actor: str,
+    action: str,
+    reason: str,
+    request_id: uuid.UUID | None,
+    details: dict,
+) -> dict:
+    """Appends one audit entry (``created_at`` = the database's ``now()``); returns its row."""
+    row = (
+        (
+            await conn.execute(
+                insert(audit_log)
+                .values(
+                    id=uuid.uuid4(),
+                    namespace=namespace,
+                    actor=actor[:512],
+                    action=action,
+                    reason=reason,
+                    request_id=request_id,
+                    details=json.dumps(details, sort_keys=True),
+                )
+                .returning(*audit_log.c)
+            )
+        )
+        .mappings()
+        .one()
+    )
+    return dict(row)
+
+
+async def list_audit_entries(
+    conn: AsyncConnection, namespace: str, *, limit: int, after: tuple[datetime, uuid.UUID] | None
+) -> list[dict]:
+    """Up to ``limit`` audit entries of ``namespace``, newest first, strictly after the keyset cursor
+    ``after`` = (created_at, id)."""
+    q = select(audit_log).where(audit_log.c.namespace == namespace)
+    if after is not None:
+        ts, last = after
+        q = q.where(
+            or_(audit_log.c.created_at < ts, and_(audit_log.c.created_at == ts, audit_log.c.id < last))
+        )
+    q = q.order_by(audit_log.c.created_at.desc(), audit_log.c.id.desc()).limit(limit)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+def _replay_row_q(namespace: str, request_id: uuid.UUID):
+    return select(dlq_replays).where(
+        dlq_replays.c.namespace == namespace, dlq_replays.c.request_id == request_id
+    )
+
+
+def _audit_details(req: ReplayRequest, matched: int) -> dict:
+    return {
+        **req.audit_extra,
+        "filter": req.filter.to_json(),
+        "max_rate": req.max_rate,
+        "max_jobs": req.max_jobs,
+        "dry_run": req.dry_run,
+        "matched_count": matched,
+        "replay_count": min(matched, req.max_jobs),
+        "request_id": str(req.request_id),
+    }
+
+
+async def _existing(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutcome | None:
+    row = (await conn.execute(_replay_row_q(req.filter.namespace, req.request_id))).mappings().first()
+    if row is None:
+        return None
+    if row["request_hash"] != req.request_hash:
+        raise AlreadyExists(
+            f"request_id {req.request_id} was already used with a different replay request",
+            metadata={"request_id": str(req.request_id)},
+        )
+    return _outcome(row)
+
+
+async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutcome:
+    """The first transaction of a replay.
+
+    A dry run counts the matching dead letters and writes its audit entry; nothing else. Otherwise,
+    for a new ``request_id``: counts, records the replay in ``dlq_replays`` (``target`` =
+    min(matched, max_jobs), pacing from ``now()``) and writes the audit entry, in one transaction, so
+    no job is ever replayed unaudited. For a known ``request_id``: the recorded outcome (``done`` false
+    if it was interrupted: :func:`replay_batch` resumes it), no new audit entry; a different
+    fingerprint raises :class:`AlreadyExists` (REQUEST_ID_REUSED).
+    """
+    ns = req.filter.namespace
+    if req.dry_run:
+        matched = await count_matching(conn, req.filter)
+        await insert_audit_entry(
+            conn,
+            namespace=ns,
+            actor=req.actor,
+            action=ACTION_REPLAY_DRY_RUN,
+            reason=req.reason,
+            request_id=req.request_id,
+            details=_audit_details(req, matched),
+        )
+        return ReplayOutcome(matched=matched, replayed=0, job_names=[], dry_run=True, done=True)
+    known = await _existing(conn, req)
+    if known is not None:
+        return known
+    matched = await count_matching(conn, req.filter)
+    target = min(matched, req.max_jobs)
+    stmt = (
+        pg_insert(dlq_replays)
+        .values(
+            namespace=ns,
+            request_id=req.request_id,
+            request_hash=req.request_hash,
+            created_at=func.now(),
+            matched=matched,
+            target=target,
+            replayed=0,
+            next_at=func.now(),
+            completed_at=func.now() if target == 0 else None,
+            job_names="[]",
+        )
+        .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
+        .returning(*dlq_replays.c)
+    )
+    row = (await conn.execute(stmt)).mappings().first()
+    if row is None:  # a concurrent call with the same request_id won the insert
+        known = await _existing(conn, req)
+        assert known is not None
+        return known
+    await insert_audit_entry(
+        conn,
+        namespace=ns,
+        actor=req.actor,
+        action=ACTION_REPLAY,
+        reason=req.reason,
+        request_id=req.request_id,
+        details=_audit_details(req, matched),
+    )
+    return _outcome(row)
+
+
+_R = unnest_rows("r", new_id=Uuid, old_id=Uuid, shard=Integer, at=DateTime(timezone=True))
+_COPY = [jobs.c[c] for c in REPLAY_COPY_COLUMNS]
+#: One INSERT ... SELECT per batch: the payload is copied inside the database.
+INSERT_REPLAYS = insert(jobs).from_select(
+    ["id", "shard", "scheduled_at", "state", "version", "attempt", "replay_of", *REPLAY_COPY_COLUMNS],
+    select(
+        _R.c.new_id,
+        _R.c.shard,
+        _R.c.at,
+        literal(S.SCHEDULED),
+        literal(1, BigInteger),
+        literal(0, Integer),
+        jobs.c.id,
+        *_COPY,
+    ).select_from(_R.join(jobs, jobs.c.id == _R.c.old_id)),
+)
+_M = unnest_rows("m", new_id=Uuid, old_id=Uuid)
+MARK_REPLAYED = (
+    update(jobs)
+    .where(jobs.c.id == _M.c.old_id, jobs.c.state == S.DEAD, jobs.c.replayed_by.is_(None))
+    .values(replayed_by=_M.c.new_id)
+    .returning(jobs.c.id)
+)
+
+
+async def replay_batch(
+    conn: AsyncConnection, req: ReplayRequest, *, shards: int, batch: int = REPLAY_BATCH
+) -> ReplayOutcome:
+    """Replays the next at most ``batch`` dead letters of a started replay, in one transaction.
+
+    Locks the replay's ``dlq_replays`` row (concurrent repeats of one request serialize here), takes
+    the oldest matching dead letters not replayed yet that finished before the replay started
+    (``FOR UPDATE SKIP LOCKED``: a dead letter being replayed or pruned concurrently is left alone),
+    inserts their new jobs with ``scheduled_at`` = max(now(), where pacing stopped) + k/max_rate,
+    marks the originals ``replayed_by`` and advances the replay row. Marks the replay complete when it
+    reached its target or found nothing more.
+    """
+    ns = req.filter.namespace
+    rep = (await conn.execute(_replay_row_q(ns, req.request_id).with_for_update())).mappings().one()
+    if rep["completed_at"] is not None:
+        return _outcome(rep)
+    want = min(batch, rep["target"] - rep["replayed"])
+    picked = []
+    if want > 0:
+        picked = (
+            (
+                await conn.execute(
+                    select(jobs.c.id)
+                    .where(*_where(req.filter), jobs.c.finished_at <= rep["created_at"])
+                    .order_by(jobs.c.finished_at, jobs.c.id)
+                    .limit(want)
+                    .with_for_update(skip_locked=True)
+                )
+            )
+            .scalars()
+            .all()
+        )
+    values: dict = {}
+    names = json.loads(rep["job_names"])
+    if picked:
+        base = (await conn.execute(select(func.greatest(func.now(), rep["next_at"])))).scalar_one()
+        step_us = 1_000_000 / req.max_rate
+        new_ids = [uuid.uuid4() for _ in picked]
+        at = [base + timedelta(microseconds=round(k * step_us)) for k in range(len(picked))]
+        await conn.execute(
+            INSERT_REPLAYS,
+            row_params(
+                "r", new_id=new_ids, old_id=list(picked), shard=[shard_of(i, shards) for i in new_ids], at=at
+            ),
+        )
+        marked = (
+            await conn.execute(MARK_REPLAYED, row_params("m", new_id=new_ids, old_id=list(picked)))
+        ).all()
+        if len(marked) != len(picked):  # cannot happen under the row locks; never leave half a batch
+            raise RuntimeError(f"replay batch marked {len(marked)} of {len(picked)} dead letters")
+        names += [job_name(ns, i) for i in new_ids[: max(0, MAX_JOB_NAMES - len(names))]]
+        values.update(
+            replayed=dlq_replays.c.replayed + len(picked),
+            job_names=json.dumps(names),
+            next_at=base + timedelta(microseconds=round(len(picked) * step_us)),
+        )
+    finished = len(picked) < want or rep["replayed"] + len(picked) >= rep["target"]
+    if finished:
+        values["completed_at"] = func.now()
+    if values:
+        rep = (
+            (
+                await conn.execute(
+                    update(dlq_replays)
+                    .where(dlq_replays.c.namespace == ns, dlq_replays.c.request_id == req.request_id)
+                    .values(**values)
+                    .returning(*dlq_replays.c)
+                )
+            )
+            .mappings()
+            .one()
+        )
+    return _outcome(rep)
+
+
+async def replay_dead_letters(
+    engine: AsyncEngine, req: ReplayRequest, *, shards: int, batch: int = REPLAY_BATCH
+) -> ReplayOutcome:
+    """Runs a whole replay: :func:`start_replay`, then :func:`replay_batch` transactions until done
+    (at most ``target / batch + 1`` of them: each replays at least one job or completes the replay).
+    If it fails midway, the batches committed so far stay replayed and the same request resumes."""
+    out = await run_transaction(engine, lambda c: start_replay(c, req))
+    while not out.done:
+        out = await run_transaction(engine, lambda c: replay_batch(c, req, shards=shards, batch=batch))
+    return out
+
+
+__all__ = [
+    "DeadLetterFilter",
+    "ReplayRequest",
+    "ReplayOutcome",
+    "list_dead_letters",
+    "recent_attempts",
+    "count_matching",
+    "start_replay",
+    "replay_batch",
+    "replay_dead_letters",
+    "insert_audit_entry",
+    "list_audit_entries",
+    "MAX_MATCH_COUNT",
+    "REPLAY_BATCH",
+    "MAX_JOB_NAMES",
+    "ATTEMPTS_SHOWN",
+    "ACTION_REPLAY",
+    "ACTION_REPLAY_DRY_RUN",
+]

@@ -1,0 +1,317 @@
+"""Named queries of per-queue health: the retry budget's window counts, the circuit breaker's state
+(``queue_state``, compare-and-set) and failure statistics, and the backlog figures of
+``QueueService.GetQueue``.
+
+Every read is bounded: window counts walk one queue's range of an ``attempts`` index
+(``(region, namespace, queue, claimed_at)`` or ``(..., finished_at)``, migration 0005) newest first,
+with a ``LIMIT``; the backlog walks the due index of one queue with a ``LIMIT``. Instants are the
+database's ``now()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gnomon.common import states as S
+from gnomon.common.storage.schema import attempts, jobs, queue_state
+
+CLOSED, OPEN, HALF_OPEN = "CLOSED", "OPEN", "HALF_OPEN"
+
+#: Rows a window count reads at most; beyond it the counts are extrapolated (see :func:`budget_counts`).
+MAX_COUNTED = 10_000
+#: Due jobs :func:`read_backlog` counts at most.
+MAX_DUE_COUNTED = 100_000
+
+_REGION, _NS, _QUEUE = (
+    bindparam("p_region", type_=String),
+    bindparam("p_namespace", type_=String),
+    bindparam("p_queue", type_=String),
+)
+_CAP = bindparam("p_cap", type_=Integer)
+
+
+def _params(region: str, namespace: str, queue: str, **kw) -> dict:
+    return {"p_region": region, "p_namespace": namespace, "p_queue": queue, **kw}
+
+
+# ---- retry budget ----------------------------------------------------------------------------
+
+_claimed = (
+    select(attempts.c.attempt, attempts.c.claimed_at)
+    .where(
+        attempts.c.region == _REGION,
+        attempts.c.namespace == _NS,
+        attempts.c.queue == _QUEUE,
+        attempts.c.claimed_at >= func.now() - bindparam("p_window", type_=Interval),
+    )
+    .order_by(attempts.c.claimed_at.desc())
+    .limit(_CAP)
+    .subquery()
+)
+#: First attempts and retries claimed in the window (newest first, at most ``p_cap`` rows), and how
+#: far back the rows read reach (seconds).
+BUDGET_COUNTS = select(
+    func.coalesce(func.sum(case((_claimed.c.attempt == 1, 1), else_=0)), 0),
+    func.coalesce(func.sum(case((_claimed.c.attempt > 1, 1), else_=0)), 0),
+    func.count(),
+    func.extract("epoch", func.now() - func.min(_claimed.c.claimed_at)),
+)
+
+
+@dataclass(frozen=True)
+class WindowCounts:
+    """Attempts of one queue claimed in the budget window: ``first_attempts`` (attempt 1) and
+    ``retries`` (attempt >= 2). ``estimated``: more than :data:`MAX_COUNTED` rows, so both were
+    extrapolated from the newest ones."""
+
+    first_attempts: int
+    retries: int
+    estimated: bool = False
+
+
+async def budget_counts(
+    conn: AsyncConnection, *, region: str, namespace: str, queue: str, window_s: float, cap: int = MAX_COUNTED
+) -> WindowCounts:
+    """First attempts and retries of the queue claimed within the last ``window_s`` seconds
+    (database clock). Reads at most ``cap`` attempt rows (the newest); when the window holds more,
+    both counts are scaled by ``window / span of the rows read`` (their ratio, which the budget
+    compares, is kept)."""
+    firsts, retries, n, span = (
+        await conn.execute(
+            BUDGET_COUNTS, _params(region, namespace, queue, p_window=timedelta(seconds=window_s), p_cap=cap)
+        )
+    ).one()
+    firsts, retries = int(firsts), int(retries)
+    if n >= cap and span is not None and float(span) > 0:
+        scale = max(1.0, window_s / float(span))
+        return WindowCounts(int(firsts * scale), int(retries * scale), True)
+    return WindowCounts(firsts, retries)
+
+
+# ---- circuit breaker -------------------------------------------------------------------------
+
+_FAILED = attempts.c.state.in_([S.A_FAILED, S.A_LOST]) & (
+    func.coalesce(attempts.c.failure_class, "") != "PERMANENT"
+)
+_COUNTED = (attempts.c.state == S.A_SUCCEEDED) | _FAILED
+_finished = (
+    select(_COUNTED.label("counted"), _FAILED.label("failed"))
+    .where(
+        attempts.c.region == _REGION,
+        attempts.c.namespace == _NS,
+        attempts.c.queue == _QUEUE,
+        attempts.c.finished_at
+        >= func.greatest(
+            func.now() - bindparam("p_window", type_=Interval),
+            bindparam("p_since", type_=attempts.c.finished_at.type),
+        ),
+    )
+    .order_by(attempts.c.finished_at.desc())
+    .limit(_CAP)
+    .subquery()
+)
+#: Results counted by the breaker (SUCCEEDED, or FAILED/LOST not PERMANENT) and failures among them,
+#: of attempts finished since max(now() - window, p_since), newest first, at most ``p_cap`` rows.
+FAILURE_STATS = select(
+    func.coalesce(func.sum(case((_finished.c.counted, 1), else_=0)), 0),
+    func.coalesce(func.sum(case((_finished.c.failed, 1), else_=0)), 0),
+)
+
+
+async def failure_stats(
+    conn: AsyncConnection,
+    *,
+    region: str,
+    namespace: str,
+    queue: str,
+    window_s: float,
+    since: datetime,
+    cap: int = MAX_COUNTED,
+) -> tuple[int, int]:
+    """``(results, failures)`` of the queue's attempts finished in the last ``window_s`` seconds and
+    not before ``since``. A result is a SUCCEEDED attempt or a failure; a failure is a FAILED or LOST
+    attempt whose class is not PERMANENT (bad input says nothing about the dependency's health);
+    cancelled attempts are not counted."""
+    total, failed = (
+        await conn.execute(
+            FAILURE_STATS,
+            _params(region, namespace, queue, p_window=timedelta(seconds=window_s), p_since=since, p_cap=cap),
+        )
+    ).one()
+    return int(total), int(failed)
+
+
+_probes = (
+    select(attempts.c.state, attempts.c.failure_class)
+    .where(
+        attempts.c.region == _REGION,
+        attempts.c.namespace == _NS,
+        attempts.c.queue == _QUEUE,
+        attempts.c.claimed_at >= bindparam("p_since", type_=attempts.c.claimed_at.type),
+    )
+    .order_by(attempts.c.claimed_at)
+    .limit(_CAP)
+    .subquery()
+)
+_pf = _probes.c.state.in_([S.A_FAILED, S.A_LOST]) & (
+    func.coalesce(_probes.c.failure_class, "") != "PERMANENT"
+)
+#: Attempts claimed since ``p_since`` (the HALF_OPEN transition): succeeded, failed, still live.
+PROBE_STATS = select(
+    func.coalesce(func.sum(case((_probes.c.state == S.A_SUCCEEDED, 1), else_=0)), 0),
+    func.coalesce(func.sum(case((_pf, 1), else_=0)), 0),
+    func.coalesce(func.sum(case((_probes.c.state.in_([S.A_QUEUED, S.A_RUNNING]), 1), else_=0)), 0),
+)
+
+
+async def probe_stats(
+    conn: AsyncConnection, *, region: str, namespace: str, queue: str, since: datetime, cap: int = 10_000
+) -> tuple[int, int, int]:
+    """``(succeeded, failed, live)`` among the queue's attempts claimed at or after ``since`` (the
+    probes of a HALF_OPEN breaker); failed as in :func:`failure_stats`, live = QUEUED or RUNNING."""
+    s, f, live = (
+        await conn.execute(PROBE_STATS, _params(region, namespace, queue, p_since=since, p_cap=cap))
+    ).one()
+    return int(s), int(f), int(live)
+
+
+GET_STATE = select(queue_state).where(
+    queue_state.c.region == _REGION, queue_state.c.namespace == _NS, queue_state.c.queue == _QUEUE
+)
+LOCK_STATE = GET_STATE.with_for_update()
+
+
+async def get_state(
+    conn: AsyncConnection, *, region: str, namespace: str, queue: str, lock: bool = False
+) -> dict | None:
+    """The queue's ``queue_state`` row (``None``: never evaluated, i.e. CLOSED); ``lock`` takes its row
+    lock (``FOR UPDATE``) until the transaction ends."""
+    row = (
+        (await conn.execute(LOCK_STATE if lock else GET_STATE, _params(region, namespace, queue)))
+        .mappings()
+        .first()
+    )
+    return dict(row) if row else None
+
+
+async def ensure_state(conn: AsyncConnection, *, region: str, namespace: str, queue: str) -> dict:
+    """The queue's ``queue_state`` row, created CLOSED (version 1) if missing."""
+    row = await get_state(conn, region=region, namespace=namespace, queue=queue)
+    if row is not None:
+        return row
+    await conn.execute(
+        pg_insert(queue_state)
+        .values(
+            region=region, namespace=namespace, queue=queue, state=CLOSED, version=1, updated_at=func.now()
+        )
+        .on_conflict_do_nothing(index_elements=["region", "namespace", "queue"])
+    )
+    return await get_state(conn, region=region, namespace=namespace, queue=queue)
+
+
+_TO = bindparam("p_to", type_=String)
+#: Compare-and-set of a breaker state: only from ``p_from`` at ``p_version``, and (for OPEN ->
+#: HALF_OPEN) only once ``p_min_open`` has passed since ``opened_at`` by the database clock.
+TRANSITION = (
+    queue_state.update()
+    .where(
+        queue_state.c.region == _REGION,
+        queue_state.c.namespace == _NS,
+        queue_state.c.queue == _QUEUE,
+        queue_state.c.state == bindparam("p_from", type_=String),
+        queue_state.c.version == bindparam("p_version", type_=queue_state.c.version.type),
+        func.coalesce(queue_state.c.opened_at, func.now())
+        <= func.now() - bindparam("p_min_open", type_=Interval),
+    )
+    .values(
+        state=_TO,
+        version=queue_state.c.version + 1,
+        updated_at=func.now(),
+        opened_at=case((_TO == literal(OPEN), func.now()), else_=queue_state.c.opened_at),
+        opened_count=queue_state.c.opened_count + case((_TO == literal(OPEN), 1), else_=0),
+        failure_ratio=bindparam("p_ratio", type_=queue_state.c.failure_ratio.type),
+        window_results=bindparam("p_results", type_=Integer),
+    )
+    .returning(*queue_state.c)
+)
+
+
+async def transition(
+    conn: AsyncConnection,
+    row: dict,
+    to: str,
+    *,
+    ratio: float = 0.0,
+    results: int = 0,
+    min_open_s: float = 0.0,
+) -> dict | None:
+    """Moves the breaker of ``row`` (a ``queue_state`` row as read) to ``to`` if it is still in the
+    state and version read (compare-and-set; from OPEN only after ``min_open_s`` since it opened).
+    Returns the new row, or ``None`` when another dispatcher changed it first (nothing written).
+    ``ratio``/``results``: the figures that justified the change, kept on the row."""
+    new = (
+        (
+            await conn.execute(
+                TRANSITION,
+                _params(
+                    row["region"],
+                    row["namespace"],
+                    row["queue"],
+                    p_from=row["state"],
+                    p_version=row["version"],
+                    p_to=to,
+                    p_min_open=timedelta(seconds=min_open_s),
+                    p_ratio=float(ratio),
+                    p_results=int(results),
+                ),
+            )
+        )
+        .mappings()
+        .first()
+    )
+    return dict(new) if new else None
+
+
+# ---- backlog (GetQueue) ----------------------------------------------------------------------
+
+_due = (
+    select(jobs.c.id)
+    .where(
+        jobs.c.region == _REGION,
+        jobs.c.namespace == _NS,
+        jobs.c.queue == _QUEUE,
+        jobs.c.state == S.SCHEDULED,
+        jobs.c.scheduled_at <= func.now(),
+    )
+    .limit(_CAP)
+    .subquery()
+)
+DUE_COUNT = select(func.count()).select_from(_due)
+OLDEST_DUE = (
+    select(func.extract("epoch", func.now() - jobs.c.scheduled_at))
+    .where(
+        jobs.c.region == _REGION,
+        jobs.c.namespace == _NS,
+        jobs.c.queue == _QUEUE,
+        jobs.c.state == S.SCHEDULED,
+        jobs.c.scheduled_at <= func.now(),
+    )
+    .order_by(jobs.c.scheduled_at)
+    .limit(1)
+)
+
+
+async def read_backlog(
+    conn: AsyncConnection, *, region: str, namespace: str, queue: str, cap: int = MAX_DUE_COUNTED
+) -> tuple[int, bool, float | None]:
+    """``(due_jobs, truncated, oldest_due_age_s)``: SCHEDULED jobs of the queue whose schedule time
+    passed (database clock), counted up to ``cap`` (``truncated`` when there are more), and how long
+    the oldest of them has been due (``None`` when none is)."""
+    n = int((await conn.execute(DUE_COUNT, _params(region, namespace, queue, p_cap=cap + 1))).scalar_one())
+    age = (await conn.execute(OLDEST_DUE, _params(region, namespace, queue))).scalar()
+    return min(n, cap), n > cap, None if age is None else max(0.0, float(age))

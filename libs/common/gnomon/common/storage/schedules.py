@@ -1,0 +1,429 @@
+"""Named queries for the schedule resource: create, read, list, update, delete, pause, resume, and
+the decision records (``schedule_occurrences``) they expose. Planning itself is in
+:mod:`gnomon.common.storage.planning`.
+
+Every function takes an open :class:`AsyncConnection` inside a transaction
+(:func:`gnomon.common.storage.engine.run_transaction`). Instants are UTC-aware datetimes; spans are
+stored as integer milliseconds. Changes are compare-and-set on ``version`` (AIP-154 etags).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gnomon.common import states as S
+from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
+from gnomon.common.storage.jobs import policy_columns
+from gnomon.common.storage.schema import jobs, schedule_occurrences, schedules
+from gnomon.common.time import DstFold, DstGap, RuleKind, RuleSpec
+
+#: Defaults filled in when a request leaves a policy unset (documented in docs/schedules.md).
+DEFAULT_MISFIRE = "RUN_LATEST"
+DEFAULT_OVERLAP = "SKIP"
+DEFAULT_GRACE = timedelta(seconds=60)
+DEFAULT_CATCHUP_WINDOW = timedelta(hours=24)
+DEFAULT_MAX_CATCHUP = 100
+
+
+@dataclass(frozen=True)
+class ScheduleValues:
+    """The user-settable columns of a schedule (a validated request), keyed like ``schedules``.
+
+    ``start_time``/``end_time`` are UTC instants or None; spans are :class:`timedelta`.
+    """
+
+    rule_kind: str
+    expression: str
+    interval: timedelta | None
+    time_zone: str
+    dst_gap: str
+    dst_fold: str
+    start_time: datetime | None
+    end_time: datetime | None
+    misfire_policy: str
+    misfire_grace: timedelta
+    catchup_window: timedelta
+    max_catchup: int
+    overlap_policy: str
+    jitter: timedelta
+    queue: str
+    payload: bytes
+    max_attempts: int
+    lease: timedelta
+    idempotent: bool
+    start_to_close: timedelta | None
+    start_deadline: timedelta | None
+    retry: RetryPolicy = DEFAULT_POLICY
+    paused: bool = False
+
+    def columns(self) -> dict:
+        """The ``schedules`` columns these values set."""
+        ms = _ms
+        return dict(
+            rule_kind=self.rule_kind,
+            expression=self.expression,
+            interval_ms=ms(self.interval),
+            time_zone=self.time_zone,
+            dst_gap=self.dst_gap,
+            dst_fold=self.dst_fold,
+            start_time=self.start_time,
+            end_time=self.end_time,
+            misfire_policy=self.misfire_policy,
+            misfire_grace_ms=ms(self.misfire_grace),
+            catchup_window_ms=ms(self.catchup_window),
+            max_catchup=self.max_catchup,
+            overlap_policy=self.overlap_policy,
+            jitter_ms=ms(self.jitter),
+            queue=self.queue,
+            payload=self.payload,
+            max_attempts=self.max_attempts,
+            lease_ms=ms(self.lease),
+            idempotent=self.idempotent,
+            start_to_close_ms=ms(self.start_to_close),
+            start_deadline_ms=ms(self.start_deadline),
+            **policy_columns(self.retry),
+        )
+
+    def spec(self) -> RuleSpec:
+        """The recurrence rule these values describe."""
+        return RuleSpec(
+            kind=RuleKind(self.rule_kind),
+            expression=self.expression,
+            interval=self.interval,
+            time_zone=self.time_zone,
+            start=self.start_time,
+            end=self.end_time,
+            dst_gap=DstGap(self.dst_gap),
+            dst_fold=DstFold(self.dst_fold),
+        )
+
+
+@dataclass(frozen=True)
+class NewSchedule:
+    """A validated CreateSchedule request."""
+
+    namespace: str
+    schedule_id: str
+    region: str
+    values: ScheduleValues
+    request_id: uuid.UUID | None = None
+    request_hash: str | None = None
+    uid: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+def _ms(d: timedelta | None) -> int | None:
+    return None if d is None else round(d.total_seconds() * 1000)
+
+
+def rule_spec_of(row) -> RuleSpec:
+    """The :class:`RuleSpec` of a ``schedules`` row (a mapping)."""
+    return RuleSpec(
+        kind=RuleKind(row["rule_kind"]),
+        expression=row["expression"],
+        interval=None if row["interval_ms"] is None else timedelta(milliseconds=row["interval_ms"]),
+        time_zone=row["time_zone"],
+        start=row["start_time"],
+        end=row["end_time"],
+        dst_gap=DstGap(row["dst_gap"]),
+        dst_fold=DstFold(row["dst_fold"]),
+    )
+
+
+def schedule_name(namespace: str, schedule_id: str) -> str:
+    """The resource name ``namespaces/{ns}/schedules/{id}``."""
+    return f"namespaces/{namespace}/schedules/{schedule_id}"
+
+
+async def db_now(conn: AsyncConnection) -> datetime:
+    """The database clock (``now()``, the transaction's start instant), UTC-aware."""
+    return (await conn.execute(select(func.now()))).scalar_one().astimezone(UTC)
+
+
+def planning_start(start_time: datetime | None, now: datetime) -> datetime:
+    """The initial high-water mark of a schedule: nominal times strictly after it are planned.
+    A schedule never fires for nominal times before its creation (``now``) or its ``start_time``."""
+    if start_time is not None and start_time > now:
+        return start_time - timedelta(microseconds=1)
+    return now
+
+
+def _first_plan_at(paused: bool, next_fire_at: datetime | None, now: datetime) -> datetime | None:
+    """``plan_at`` of a new or re-planned schedule: at once (``now``), so a planner applies its own
+    horizon from the first fire on (an OVERLAP ALLOW schedule gets its first job ahead of time, and a
+    mass creation does not make every schedule due at the same boundary); None if paused or exhausted."""
+    return None if paused or next_fire_at is None else now
+
+
+async def insert_schedule(
+    conn: AsyncConnection, new: NewSchedule, *, now: datetime, next_fire_at: datetime | None
+) -> tuple[dict, bool]:
+    """Inserts a schedule; returns ``(row, created)``. ``next_fire_at`` is the first nominal time after
+    :func:`planning_start` (None: the rule never fires again).
+
+    Raises :class:`AlreadyExists` with reason SCHEDULE_EXISTS (id taken) or REQUEST_ID_REUSED (the
+    ``request_id`` was used with another request); a repeat of the same request returns the original.
+    """
+    if new.request_id is not None:
+        prior = (
+            (
+                await conn.execute(
+                    select(schedules).where(
+                        schedules.c.namespace == new.namespace, schedules.c.request_id == new.request_id
+                    )
+                )
+            )
+            .mappings()
+            .first()
+        )
+        if prior is not None:
+            if prior["request_hash"] != new.request_hash:
+                raise AlreadyExists(
+                    f"request_id {new.request_id} was already used with a different request",
+                    metadata={"schedule": schedule_name(prior["namespace"], prior["schedule_id"])},
+                )
+            return dict(prior), False
+    values = dict(
+        namespace=new.namespace,
+        schedule_id=new.schedule_id,
+        uid=new.uid,
+        region=new.region,
+        **new.values.columns(),
+        paused=new.values.paused,
+        skip_through=None,
+        version=1,
+        created_at=now,
+        updated_at=now,
+        request_id=new.request_id,
+        request_hash=new.request_hash,
+        planned_through=planning_start(new.values.start_time, now),
+        next_fire_at=next_fire_at,
+        plan_at=_first_plan_at(new.values.paused, next_fire_at, now),
+        buffered=0,
+        missed_count=0,
+        missed_first=None,
+    )
+    stmt = (
+        pg_insert(schedules)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["namespace", "schedule_id"])
+        .returning(*schedules.c)
+    )
+    row = (await conn.execute(stmt)).mappings().first()
+    if row is None:
+        raise AlreadyExists(
+            f"schedule {schedule_name(new.namespace, new.schedule_id)} already exists",
+            reason="SCHEDULE_EXISTS",
+        )
+    return dict(row), True
+
+
+async def get_schedule(
+    conn: AsyncConnection, namespace: str, schedule_id: str, *, lock: bool = False
+) -> dict:
+    """The schedule row (``lock``: ``FOR UPDATE``); raises :class:`NotFound` (SCHEDULE_NOT_FOUND)."""
+    q = select(schedules).where(schedules.c.namespace == namespace, schedules.c.schedule_id == schedule_id)
+    if lock:
+        q = q.with_for_update()
+    row = (await conn.execute(q)).mappings().first()
+    if row is None:
+        raise NotFound(
+            f"schedule {schedule_name(namespace, schedule_id)} not found", reason="SCHEDULE_NOT_FOUND"
+        )
+    return dict(row)
+
+
+async def list_schedules(
+    conn: AsyncConnection,
+    namespace: str,
+    *,
+    paused: bool | None,
+    queue: str | None,
+    after: str | None,
+    limit: int,
+) -> list[dict]:
+    """Up to ``limit`` schedules of ``namespace`` ordered by id, strictly after id ``after``."""
+    q = select(schedules).where(schedules.c.namespace == namespace)
+    if paused is not None:
+        q = q.where(schedules.c.paused == paused)
+    if queue:
+        q = q.where(schedules.c.queue == queue)
+    if after is not None:
+        q = q.where(schedules.c.schedule_id > after)
+    q = q.order_by(schedules.c.schedule_id).limit(limit)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+def check_etag(row: dict, etag: str | None) -> None:
+    """Raises :class:`FailedPrecondition` (STALE_VERSION) when ``etag`` is given and is not the row's."""
+    if etag and etag != str(row["version"]):
+        raise FailedPrecondition(
+            f"schedule is at etag {row['version']}, not {etag}; nothing was changed",
+            reason="STALE_VERSION",
+            metadata={"etag": str(row["version"])},
+        )
+
+
+async def withdraw_future_jobs(conn: AsyncConnection, row: dict, *, now: datetime | None) -> int:
+    """Deletes the occurrence jobs of schedule ``row`` not dispatched yet (SCHEDULED, attempt 0) with
+    their decision records, so they can be planned again: with ``now``, only those created ahead of
+    time (nominal and schedule time after ``now``: pause, update); with None, all of them (delete).
+    Returns how many jobs were withdrawn."""
+    q = select(jobs.c.id).where(
+        jobs.c.schedule_uid == row["uid"], jobs.c.state == S.SCHEDULED, jobs.c.attempt == 0
+    )
+    if now is not None:
+        q = q.where(jobs.c.scheduled_at > now, jobs.c.nominal_time > now)
+    ids = list((await conn.execute(q.with_for_update())).scalars().all())
+    if ids:
+        await conn.execute(
+            delete(schedule_occurrences).where(
+                schedule_occurrences.c.schedule_uid == row["uid"], schedule_occurrences.c.job_id.in_(ids)
+            )
+        )
+        await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+    return len(ids)
+
+
+async def update_schedule(
+    conn: AsyncConnection,
+    row: dict,
+    changes: dict,
+    *,
+    now: datetime,
+    replan_from: datetime | None = None,
+    next_fire_at: datetime | None = None,
+) -> dict:
+    """Applies ``changes`` (``schedules`` columns) to the locked ``row``, bumping ``version``.
+
+    ``replan_from`` (the rule changed): the planned-ahead jobs are withdrawn, the high-water mark is
+    set to it (nominal times after it are planned again under the new rule) and ``next_fire_at``
+    (the new rule's first nominal time after it, computed by the caller) is stored. Returns the new row.
+    """
+    values = dict(changes, version=row["version"] + 1, updated_at=now)
+    if replan_from is not None:
+        await withdraw_future_jobs(conn, row, now=now)
+        values.update(
+            planned_through=replan_from,
+            next_fire_at=next_fire_at,
+            plan_at=_first_plan_at(row["paused"], next_fire_at, now),
+        )
+    new = (
+        (
+            await conn.execute(
+                update(schedules)
+                .where(
+                    schedules.c.namespace == row["namespace"],
+                    schedules.c.schedule_id == row["schedule_id"],
+                    schedules.c.version == row["version"],
+                )
+                .values(**values)
+                .returning(*schedules.c)
+            )
+        )
+        .mappings()
+        .one()
+    )
+    return dict(new)
+
+
+def replan_start(planned_through: datetime, start_time: datetime | None, now: datetime) -> datetime:
+    """Where a re-planned schedule resumes: nominal times after ``min(planned_through, now)`` (jobs
+    already dispatched stay), or after the new ``start_time`` when that is in the future."""
+    if start_time is not None and start_time > now:
+        return start_time - timedelta(microseconds=1)
+    return min(planned_through, now)
+
+
+async def delete_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> int:
+    """Deletes the locked ``row``, its decision records and every occurrence job not dispatched yet;
+    returns how many jobs were withdrawn. Dispatched or running occurrences are left alone."""
+    n = await withdraw_future_jobs(conn, row, now=None)
+    await conn.execute(delete(schedule_occurrences).where(schedule_occurrences.c.schedule_uid == row["uid"]))
+    await conn.execute(delete(schedules).where(schedules.c.uid == row["uid"]))
+    return n
+
+
+async def pause_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> tuple[dict, int]:
+    """Pauses the locked ``row`` (idempotent): planned-ahead jobs are withdrawn, nothing more is planned.
+    Returns ``(row, withdrawn jobs)``."""
+    if row["paused"]:
+        return row, 0
+    n = await withdraw_future_jobs(conn, row, now=now)
+    new = (
+        (
+            await conn.execute(
+                update(schedules)
+                .where(schedules.c.uid == row["uid"])
+                .values(
+                    paused=True,
+                    plan_at=None,
+                    planned_through=min(row["planned_through"], now),
+                    version=row["version"] + 1,
+                    updated_at=now,
+                )
+                .returning(*schedules.c)
+            )
+        )
+        .mappings()
+        .one()
+    )
+    return dict(new), n
+
+
+async def resume_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> dict:
+    """Resumes the locked ``row`` (idempotent): nominal times up to ``now`` become SKIPPED_PAUSED when
+    the planner reaches them (``skip_through``), and planning restarts at once."""
+    if not row["paused"]:
+        return row
+    new = (
+        (
+            await conn.execute(
+                update(schedules)
+                .where(schedules.c.uid == row["uid"])
+                .values(
+                    paused=False,
+                    skip_through=now,
+                    plan_at=now if row["next_fire_at"] is not None else None,
+                    version=row["version"] + 1,
+                    updated_at=now,
+                )
+                .returning(*schedules.c)
+            )
+        )
+        .mappings()
+        .one()
+    )
+    return dict(new)
+
+
+async def list_occurrences(
+    conn: AsyncConnection, uid: uuid.UUID, *, decision: str | None, before: datetime | None, limit: int
+) -> list[dict]:
+    """Up to ``limit`` decision records of schedule ``uid``, newest nominal time first, strictly before
+    the cursor ``before``; optionally one ``decision``."""
+    t = schedule_occurrences
+    q = select(t).where(t.c.schedule_uid == uid)
+    if decision:
+        q = q.where(t.c.decision == decision)
+    if before is not None:
+        q = q.where(t.c.nominal_time < before)
+    q = q.order_by(t.c.nominal_time.desc()).limit(limit)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+async def get_occurrence(conn: AsyncConnection, uid: uuid.UUID, nominal: datetime) -> dict | None:
+    """The decision record of ``(uid, nominal)``, or None."""
+    t = schedule_occurrences
+    row = (
+        (await conn.execute(select(t).where(t.c.schedule_uid == uid, t.c.nominal_time == nominal)))
+        .mappings()
+        .first()
+    )
+    return dict(row) if row else None

@@ -1,0 +1,56 @@
+"""gnomon.sdk: the Python client and worker SDK of Gnomon.
+
+Client side (create and inspect jobs)::
+
+    from gnomon.sdk import Client
+    with Client("127.0.0.1:7070", namespace="default") as c:
+        job = c.create_job("emails", {"to": "a@example.com"}, delay=5)
+        print(c.get_job(job.id).state)          # "SCHEDULED", ... "SUCCEEDED"
+
+Worker side (run jobs)::
+
+    from gnomon.sdk import Worker, PermanentError
+    def handle(ctx):                            # or `async def`
+        if not ctx.json().get("to"):
+            raise PermanentError("no recipient")
+    Worker(["emails"], handle, concurrency=16).run()
+
+Times are UTC-aware ``datetime`` objects; spans are ``timedelta`` or float seconds. RPC failures
+raise :class:`GnomonError` (gRPC code, message, ``reason``, ``field_violations``).
+"""
+
+from .client import AsyncClient, Client
+from .context import JobContext
+from .dead_letters import AuditEntry, DeadLetter, DeadLetterAttempt, ReplayResult
+from .errors import AmbiguousError, Cancelled, GnomonError, PermanentError, ThrottledError, TransientError
+from .failures import Failure, FailureClass, classify_exception
+from .models import DispatcherInfo, Job, JobAttempt
+from .queues import Queue, RetryBudgetInfo
+from .retry import RetryPolicy
+from .worker import Worker
+
+__all__ = [
+    "Client",
+    "AsyncClient",
+    "Job",
+    "JobAttempt",
+    "DispatcherInfo",
+    "DeadLetter",
+    "DeadLetterAttempt",
+    "ReplayResult",
+    "AuditEntry",
+    "Worker",
+    "JobContext",
+    "FailureClass",
+    "Failure",
+    "classify_exception",
+    "GnomonError",
+    "Cancelled",
+    "PermanentError",
+    "ThrottledError",
+    "AmbiguousError",
+    "TransientError",
+    "RetryPolicy",
+    "Queue",
+    "RetryBudgetInfo",
+]

@@ -1,0 +1,307 @@
+"""``gnomon.v1.DeadLetterService``: a thin gRPC adapter over ``gnomon.common.storage.dead_letters``.
+
+Here: authorization (``x-gnomon-namespaces``), who is calling (``x-gnomon-actor`` + the gRPC peer,
+for the audit log), validation (every rule a field violation, all reported at once, nothing
+written on bad input), proto <-> row conversion and page tokens. The replay itself (pacing,
+idempotency, batches, audit) lives in the storage module.
+
+Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` 1-16 characters of
+``[A-Z_]``; ``error_contains`` at most 1000 characters; ``start_time``/``end_time`` in
+1970..9999 and ``start_time < end_time``; ``page_size`` 0-1000 (0 = 100); ``max_rate``
+0 < r <= 1000 jobs/s; ``max_jobs`` 1-100000; ``reason`` 1-1000 characters, not blank;
+``request_id`` a canonical UUID.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
+from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
+from gnomon.api.convert import job_to_proto
+from gnomon.api.names import job_name, parse_parent
+from gnomon.api.validation import QUEUE_RE
+from gnomon.common.errors import PermissionDenied, Validator
+from gnomon.common.storage import dead_letters as dlq
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.timeconv import to_timestamp
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 100
+MAX_RATE = 1000.0
+MAX_JOBS = 100_000
+MAX_REASON = 1000
+MAX_ERROR_CONTAINS = 1000
+MAX_ACTOR = 200
+FAILURE_CLASS_RE = re.compile(r"^[A-Z_]{1,16}$")
+MIN_SECONDS, MAX_SECONDS = 0, 253402300799  # 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59Z
+
+#: Call metadata: comma-separated namespaces the caller may act on (set by a trusted gateway).
+NAMESPACES_HEADER = "x-gnomon-namespaces"
+#: Call metadata: who the caller is, recorded in the audit log next to the gRPC peer.
+ACTOR_HEADER = "x-gnomon-actor"
+
+
+def _metadata(context) -> list[tuple[str, str]]:
+    md = context.invocation_metadata() or ()
+    return [(k.lower(), v if isinstance(v, str) else v.decode("utf-8", "replace")) for k, v in md]
+
+
+def authorize(namespace: str, context) -> None:
+    """PERMISSION_DENIED (NAMESPACE_NOT_ALLOWED) when the call carries ``x-gnomon-namespaces`` and
+    ``namespace`` is not in it. Without the header every namespace is allowed (no gateway in front)."""
+    values = [v for k, v in _metadata(context) if k == NAMESPACES_HEADER]
+    if not values:
+        return
+    allowed = {n.strip() for v in values for n in v.split(",") if n.strip()}
+    if namespace not in allowed:
+        raise PermissionDenied(
+            f"namespace {namespace!r} is not among the caller's namespaces", metadata={"namespace": namespace}
+        )
+
+
+def caller(context) -> tuple[str, str, str]:
+    """``(actor, actor_header, peer)``: ``actor`` is "header (peer)" or just the peer; the header is
+    cut to 200 characters and stripped of control characters."""
+    peer = context.peer() or "unknown"
+    claimed = next((v for k, v in _metadata(context) if k == ACTOR_HEADER), "")
+    claimed = "".join(ch for ch in claimed if ch.isprintable()).strip()[:MAX_ACTOR]
+    return (f"{claimed} ({peer})" if claimed else peer), claimed, peer
+
+
+def _timestamp(v: Validator, msg, field: str) -> datetime | None:
+    if not (MIN_SECONDS <= msg.seconds <= MAX_SECONDS) or not (0 <= msg.nanos < 1_000_000_000):
+        v.add(field, "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z")
+        return None
+    return datetime.fromtimestamp(msg.seconds, tz=UTC) + timedelta(microseconds=msg.nanos // 1000)
+
+
+def validate_filter(v: Validator, namespace: str, req) -> dlq.DeadLetterFilter:
+    """The filter fields shared by ListDeadLetters and ReplayDeadLetters."""
+    if req.queue:
+        v.check(
+            bool(QUEUE_RE.fullmatch(req.queue)),
+            "queue",
+            "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit",
+        )
+    if req.failure_class:
+        v.check(
+            bool(FAILURE_CLASS_RE.fullmatch(req.failure_class)),
+            "failure_class",
+            "must be a failure class such as TRANSIENT, THROTTLED, PERMANENT or AMBIGUOUS",
+        )
+    v.check(
+        len(req.error_contains) <= MAX_ERROR_CONTAINS,
+        "error_contains",
+        f"must be at most {MAX_ERROR_CONTAINS} characters",
+    )
+    start = _timestamp(v, req.start_time, "start_time") if req.HasField("start_time") else None
+    end = _timestamp(v, req.end_time, "end_time") if req.HasField("end_time") else None
+    if start is not None and end is not None and end <= start:
+        v.add("end_time", "must be after start_time")
+    return dlq.DeadLetterFilter(
+        namespace=namespace,
+        queue=req.queue or None,
+        failure_class=req.failure_class or None,
+        error_contains=req.error_contains or None,
+        start_time=start,
+        end_time=end,
+    )
+
+
+def _page_size(v: Validator, size: int) -> int:
+    v.check(0 <= size <= MAX_PAGE, "page_size", f"must be between 0 and {MAX_PAGE}")
+    return size or DEFAULT_PAGE
+
+
+def _fingerprint(req, *clear: str) -> str:
+    """sha256 of the deterministic serialization of ``req`` with the fields ``clear`` cleared."""
+    copy = type(req)()
+    copy.CopyFrom(req)
+    for name in clear:
+        copy.ClearField(name)
+    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
+
+
+def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -> dlq.ReplayRequest:
+    """Checks every field; raises :class:`InvalidArgument` listing all violations (nothing is written)."""
+    v = Validator()
+    f = validate_filter(v, namespace, req)
+    v.check(
+        not math.isnan(req.max_rate) and 0 < req.max_rate <= MAX_RATE,
+        "max_rate",
+        f"is required: jobs per second, greater than 0 and at most {MAX_RATE:g}",
+    )
+    v.check(1 <= req.max_jobs <= MAX_JOBS, "max_jobs", f"is required: 1 to {MAX_JOBS}")
+    if not req.reason.strip():
+        v.add("reason", "is required: why the dead letters are replayed (for the audit log)")
+    else:
+        v.check(len(req.reason) <= MAX_REASON, "reason", f"must be at most {MAX_REASON} characters")
+    request_id = None
+    try:
+        request_id = uuid.UUID(req.request_id)
+        if str(request_id) != req.request_id.lower():
+            raise ValueError
+    except ValueError:
+        v.add("request_id", "is required: a UUID in its canonical 8-4-4-4-12 form (AIP-155)")
+    v.raise_if_any()
+    actor, claimed, peer = caller(context)
+    return dlq.ReplayRequest(
+        filter=f,
+        max_rate=req.max_rate,
+        max_jobs=req.max_jobs,
+        dry_run=req.dry_run,
+        reason=req.reason,
+        request_id=request_id,
+        request_hash=_fingerprint(req, "parent", "reason", "request_id"),
+        actor=actor,
+        audit_extra={"peer": peer, "actor_header": claimed or None},
+    )
+
+
+def _encode_token(ts: datetime, row_id: uuid.UUID, filt: str) -> str:
+    raw = json.dumps({"t": ts.isoformat(), "id": str(row_id), "f": filt}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(v: Validator, token: str, filt: str, method: str) -> tuple[datetime, uuid.UUID] | None:
+    if not token:
+        return None
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if d["f"] != filt:
+            v.add("page_token", "belongs to a request with other filters")
+            return None
+        return datetime.fromisoformat(d["t"]), uuid.UUID(d["id"])
+    except Exception:
+        v.add("page_token", f"is not a token returned by {method}")
+        return None
+
+
+def attempt_to_proto(a: dict) -> pb.DeadLetterAttempt:
+    """An ``attempts`` row -> ``gnomon.v1.DeadLetterAttempt``."""
+    m = pb.DeadLetterAttempt(
+        attempt=a["attempt"],
+        state=a["state"],
+        failure_class=a["failure_class"] or "",
+        error=a["error"] or "",
+        worker_id=a["worker_id"] or "",
+        fencing_token=a["token"],
+    )
+    for field, col in (
+        ("claim_time", "claimed_at"),
+        ("start_time", "accepted_at"),
+        ("finish_time", "finished_at"),
+    ):
+        if a[col] is not None:
+            getattr(m, field).CopyFrom(to_timestamp(a[col]))
+    return m
+
+
+def dead_letter_to_proto(row: dict, atts: list[dict]) -> pb.DeadLetter:
+    """A dead ``jobs`` row and its recent attempts -> ``gnomon.v1.DeadLetter``."""
+    ns = row["namespace"]
+    return pb.DeadLetter(
+        job=job_to_proto(row),
+        attempts=[attempt_to_proto(a) for a in atts],
+        replay_of=job_name(ns, row["replay_of"]) if row["replay_of"] else "",
+        replayed_by=job_name(ns, row["replayed_by"]) if row["replayed_by"] else "",
+    )
+
+
+def audit_to_proto(row: dict) -> pb.AuditEntry:
+    """An ``audit_log`` row -> ``gnomon.v1.AuditEntry``."""
+    return pb.AuditEntry(
+        name=f"namespaces/{row['namespace']}/auditEntries/{row['id']}",
+        create_time=to_timestamp(row["created_at"]),
+        actor=row["actor"],
+        action=row["action"],
+        reason=row["reason"],
+        request_id=str(row["request_id"]) if row["request_id"] else "",
+        details=row["details"],
+    )
+
+
+class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
+    """``gnomon.v1.DeadLetterService`` over the DLQ storage module. ``shards`` is the region's shard
+    count (new jobs get a shard); ``hints`` (optional) wakes dispatchers after a replay."""
+
+    def __init__(self, engine: AsyncEngine, *, shards: int, hints=None):
+        self.engine, self.shards, self.hints = engine, shards, hints
+
+    async def ListDeadLetters(self, request, context):
+        ns = parse_parent(request.parent)
+        authorize(ns, context)
+        v = Validator()
+        f = validate_filter(v, ns, request)
+        size = _page_size(v, request.page_size)
+        filt = _fingerprint(request, "page_size", "page_token")[:16]
+        after = _decode_token(v, request.page_token, filt, "ListDeadLetters")
+        v.raise_if_any()
+
+        async def read(conn):
+            rows = await dlq.list_dead_letters(
+                conn, f, include_replayed=request.include_replayed, limit=size + 1, after=after
+            )
+            return rows, await dlq.recent_attempts(conn, [r["id"] for r in rows[:size]])
+
+        rows, atts = await run_transaction(self.engine, read)
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = _encode_token(rows[-1]["finished_at"], rows[-1]["id"], filt)
+        return pb.ListDeadLettersResponse(
+            dead_letters=[dead_letter_to_proto(r, atts.get(r["id"], [])) for r in rows], next_page_token=token
+        )
+
+    async def ReplayDeadLetters(self, request, context):
+        ns = parse_parent(request.parent)
+        authorize(ns, context)
+        req = validate_replay(request, ns, context)
+        out = await dlq.replay_dead_letters(self.engine, req, shards=self.shards)
+        if self.hints is not None and out.replayed and not out.dry_run:
+            self.hints.wake(datetime.now(UTC))
+        return pb.ReplayDeadLettersResponse(
+            matched_count=out.matched,
+            replayed_count=out.replayed,
+            replayed_jobs=out.job_names,
+            dry_run=out.dry_run,
+        )
+
+    async def ListAuditEntries(self, request, context):
+        ns = parse_parent(request.parent)
+        authorize(ns, context)
+        v = Validator()
+        size = _page_size(v, request.page_size)
+        filt = hashlib.sha256(ns.encode()).hexdigest()[:16]
+        after = _decode_token(v, request.page_token, filt, "ListAuditEntries")
+        v.raise_if_any()
+        rows = await run_transaction(
+            self.engine, lambda c: dlq.list_audit_entries(c, ns, limit=size + 1, after=after)
+        )
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = _encode_token(rows[-1]["created_at"], rows[-1]["id"], filt)
+        return pb.ListAuditEntriesResponse(
+            audit_entries=[audit_to_proto(r) for r in rows], next_page_token=token
+        )
+
+
+__all__ = [
+    "DeadLetterServicer",
+    "authorize",
+    "caller",
+    "validate_replay",
+    "validate_filter",
+    "NAMESPACES_HEADER",
+    "ACTOR_HEADER",
+]

@@ -1,0 +1,257 @@
+"""Thin gRPC adapters of the API: validate, convert, call storage. No business rules here."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import uuid
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon._proto.gnomon.v1 import (
+    cluster_service_pb2,
+    cluster_service_pb2_grpc,
+    job_pb2,
+    job_service_pb2,
+    job_service_pb2_grpc,
+)
+from gnomon.api.convert import attempt_to_proto, job_to_proto
+from gnomon.api.names import parse_job_name, parse_parent
+from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
+from gnomon.common.coordination.etcd import EtcdClient, EtcdError
+from gnomon.common.coordination.hints import DispatcherHints
+from gnomon.common.coordination.registry import list_dispatchers, shards_prefix
+from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.storage import attempts as attempts_store
+from gnomon.common.storage import cancel as cancel_store
+from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import shards as shards_store
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.timeconv import to_timestamp
+
+MAX_PAGE = 1000
+#: ListJobAttempts page cap: a job has at most 100 attempts (max_attempts <= 100).
+MAX_ATTEMPTS_PAGE = 100
+DEFAULT_PAGE = 100
+
+
+class JobServicer(job_service_pb2_grpc.JobServiceServicer):
+    """``gnomon.v1.JobService`` over the jobs storage module."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        region: str,
+        shards: int,
+        hints: DispatcherHints | None,
+        prefetch_s: float = 5.0,
+    ):
+        self.engine, self.region, self.shards, self.hints, self.prefetch_s = (
+            engine,
+            region,
+            shards,
+            hints,
+            prefetch_s,
+        )
+
+    async def CreateJob(self, request, context):
+        new = validate_create(request, region=self.region, shards=self.shards)
+        row, created = await run_transaction(self.engine, lambda c: jobs_store.insert_job(c, new))
+        if (
+            created
+            and self.hints is not None
+            and row["scheduled_at"] <= row["created_at"] + timedelta(seconds=self.prefetch_s)
+        ):
+            self.hints.wake(row["scheduled_at"])
+        return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
+
+    async def BatchCreateJobs(self, request, context):
+        batch = validate_batch(request.parent, request.requests, region=self.region, shards=self.shards)
+        rows = await run_transaction(self.engine, lambda c: jobs_store.insert_jobs(c, batch))
+        if self.hints is not None:
+            soon = [
+                r["scheduled_at"]
+                for r in rows
+                if r["scheduled_at"] <= r["created_at"] + timedelta(seconds=self.prefetch_s)
+            ]
+            if soon:
+                self.hints.wake(min(soon))
+        return job_service_pb2.BatchCreateJobsResponse(jobs=[job_to_proto(r) for r in rows])
+
+    async def GetJob(self, request, context):
+        ns, job_id = parse_job_name(request.name)
+        row = await run_transaction(self.engine, lambda c: jobs_store.get_job(c, ns, job_id))
+        return job_service_pb2.GetJobResponse(job=job_to_proto(row))
+
+    async def ListJobs(self, request, context):
+        ns = parse_parent(request.parent)
+        if request.page_size < 0 or request.page_size > MAX_PAGE:
+            raise InvalidArgument([FieldViolation("page_size", f"must be between 0 and {MAX_PAGE}")])
+        state = None
+        if request.state != job_pb2.JOB_STATE_UNSPECIFIED:
+            name = (
+                job_pb2.JobState.Name(request.state) if request.state in job_pb2.JobState.values() else None
+            )
+            if name is None:
+                raise InvalidArgument([FieldViolation("state", "unknown state")])
+            state = name.removeprefix("JOB_STATE_")
+        filt = hashlib.sha256(f"{ns}|{state}|{request.queue}".encode()).hexdigest()[:16]
+        after = _decode_token(request.page_token, filt) if request.page_token else None
+        size = request.page_size or DEFAULT_PAGE
+        rows = await run_transaction(
+            self.engine,
+            lambda c: jobs_store.list_jobs(
+                c, ns, state=state, queue=request.queue or None, limit=size + 1, after=after
+            ),
+        )
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = _encode_token(rows[-1]["created_at"], rows[-1]["id"], filt)
+        return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in rows], next_page_token=token)
+
+    async def CancelJob(self, request, context):
+        ns, job_id = parse_job_name(request.name)
+        expected = request.expected_version if request.HasField("expected_version") else None
+        res = await run_transaction(
+            self.engine, lambda c: cancel_store.cancel_job(c, ns, job_id, expected_version=expected)
+        )
+        return job_service_pb2.CancelJobResponse(
+            job=job_to_proto(res.job),
+            outcome=job_service_pb2.CancelOutcome.Value("CANCEL_OUTCOME_" + res.outcome),
+        )
+
+    async def RescheduleJob(self, request, context):
+        r = validate_reschedule(request)
+        res = await run_transaction(
+            self.engine,
+            lambda c: cancel_store.reschedule_job(
+                c,
+                r.namespace,
+                r.job_id,
+                schedule_at=r.schedule_at,
+                delay=r.delay,
+                expected_version=r.expected_version,
+            ),
+        )
+        if self.hints is not None and res.job["scheduled_at"] <= res.db_now + timedelta(
+            seconds=self.prefetch_s
+        ):
+            self.hints.wake(res.job["scheduled_at"])
+        return job_service_pb2.RescheduleJobResponse(job=job_to_proto(res.job))
+
+    async def ListJobAttempts(self, request, context):
+        ns, job_id = parse_job_name(request.parent, field="parent")
+        if request.page_size < 0:
+            raise InvalidArgument([FieldViolation("page_size", "must not be negative")])
+        size = min(request.page_size or MAX_ATTEMPTS_PAGE, MAX_ATTEMPTS_PAGE)
+        after = _decode_attempts_token(request.page_token, job_id) if request.page_token else 0
+        rows = await run_transaction(
+            self.engine, lambda c: attempts_store.list_attempts(c, ns, job_id, after=after, limit=size + 1)
+        )
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = _encode_attempts_token(job_id, rows[-1]["attempt"])
+        return job_service_pb2.ListJobAttemptsResponse(
+            attempts=[attempt_to_proto(r) for r in rows], next_page_token=token
+        )
+
+
+def _encode_attempts_token(job_id: uuid.UUID, attempt: int) -> str:
+    raw = json.dumps({"j": str(job_id), "a": attempt}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_attempts_token(token: str, job_id: uuid.UUID) -> int:
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if d["j"] == str(job_id) and isinstance(d["a"], int) and d["a"] >= 0:
+            return d["a"]
+    except Exception:
+        pass
+    raise InvalidArgument(
+        [FieldViolation("page_token", "is not a token returned by ListJobAttempts for this job")]
+    )
+
+
+def _encode_token(ts: datetime, job_id: uuid.UUID, filt: str) -> str:
+    raw = json.dumps({"t": ts.isoformat(), "id": str(job_id), "f": filt}).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(token: str, filt: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if d["f"] != filt:
+            raise InvalidArgument([FieldViolation("page_token", "belongs to a request with other filters")])
+        return datetime.fromisoformat(d["t"]), uuid.UUID(d["id"])
+    except GnomonError:
+        raise
+    except Exception:
+        raise InvalidArgument([FieldViolation("page_token", "is not a token returned by ListJobs")]) from None
+
+
+class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
+    """``gnomon.v1.ClusterService``: dispatcher discovery and shard ownership from the etcd registry,
+    joined with the fencing tokens recorded in the database.
+
+    ``engine``/``shards`` default to an engine of ``GNOMON_DATABASE_URL`` (made on first use) and
+    ``GNOMON_SHARDS``.
+    """
+
+    def __init__(self, etcd: EtcdClient, prefix: str, region: str, *, engine: AsyncEngine, shards: int):
+        self.etcd, self.prefix, self.region = etcd, prefix, region
+        self.engine, self.shards = engine, shards
+
+    async def ListDispatchers(self, request, context):
+        region = request.region or self.region
+        try:
+            ds = await list_dispatchers(self.etcd, self.prefix, region)
+        except EtcdError as e:
+            raise GnomonError("etcd unavailable", reason="COORDINATION_UNAVAILABLE") from e
+        return cluster_service_pb2.ListDispatchersResponse(
+            dispatchers=[
+                cluster_service_pb2.Dispatcher(
+                    dispatcher_id=d.dispatcher_id, region=d.region, address=d.address
+                )
+                for d in ds
+            ]
+        )
+
+    async def ListShards(self, request, context):
+        region = request.region or self.region
+        if not _REGION.fullmatch(region):
+            raise InvalidArgument([FieldViolation("region", "must match [a-z][a-z0-9-]{0,31}")])
+        try:
+            keys = {}
+            for kv in await self.etcd.get_prefix(shards_prefix(self.prefix, region)):
+                try:
+                    keys[int(kv.key.rsplit(b"/", 1)[1])] = kv
+                except ValueError:
+                    continue
+        except EtcdError as e:
+            raise GnomonError("etcd unavailable", reason="COORDINATION_UNAVAILABLE") from e
+        recorded = await run_transaction(self.engine, lambda c: shards_store.list_shard_owners(c, region))
+        out = []
+        for s in sorted(set(range(self.shards)) | set(keys) | set(recorded)):
+            kv, rec = keys.get(s), recorded.get(s)
+            shard = cluster_service_pb2.Shard(
+                region=region,
+                shard=s,
+                owner=kv.value.decode(errors="replace") if kv else "",
+                fencing_token=kv.create_revision if kv else 0,
+                recorded_token=rec["token"] if rec else 0,
+                owned=kv is not None,
+            )
+            if rec:
+                shard.acquire_time.CopyFrom(to_timestamp(rec["acquired_at"]))
+            out.append(shard)
+        return cluster_service_pb2.ListShardsResponse(shards=out)
+
+
+_REGION = re.compile(r"[a-z][a-z0-9-]{0,31}")

@@ -1,0 +1,154 @@
+"""The outbox relay: delivers claimed attempts to worker streams.
+
+An outbox row counts as **published** once a worker accepted its attempt (the accept transaction
+marks it); until then the attempt is "in flight" on a live stream (:meth:`SessionRegistry.in_flight`).
+Fast path: right after a claim commits, the claimed attempts are handed to streams with credits.
+Recovery path: every ``relay_interval_s`` the relay re-reads unpublished outbox rows of its shards
+that no live stream holds (a previous owner died between claim commit and delivery; a worker
+released an attempt or disconnected before accepting; no worker had credits at claim time),
+re-fences them under the current token and delivers them again. A duplicate delivery is harmless:
+the accept of the second copy is refused (the attempt is already RUNNING for another worker), and
+a worker starts a handler only after its accept is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.common.errors import GnomonError, StaleFencingToken
+from gnomon.common.storage import dispatch as store
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.timeconv import to_duration, to_timestamp
+from gnomon.dispatcher.sessions import SessionRegistry
+from gnomon.dispatcher.shards import ShardOwnership
+
+log = logging.getLogger(__name__)
+
+
+def assignment(c: store.Claimed) -> wpb.Assignment:
+    """The wire form of a claimed attempt."""
+    a = wpb.Assignment(
+        attempt=wpb.AttemptRef(
+            job=f"namespaces/{c.namespace}/jobs/{c.job_id}",
+            attempt=c.attempt,
+            version=c.version,
+            fencing_token=c.token,
+        ),
+        queue=c.queue,
+        payload=c.payload,
+        idempotency_key=c.idempotency_key,
+        lease_expire_time=to_timestamp(c.lease_expires_at),
+        schedule_time=to_timestamp(c.scheduled_at),
+        max_attempts=c.max_attempts,
+        lease_duration=to_duration(timedelta(milliseconds=c.lease_ms)),
+    )
+    if c.deadline is not None:
+        a.deadline.CopyFrom(to_timestamp(c.deadline))
+    if c.checkpoint:
+        a.checkpoint = c.checkpoint
+    if c.start_to_close_ms is not None:
+        a.start_to_close.CopyFrom(to_duration(timedelta(milliseconds=c.start_to_close_ms)))
+    o = c.occurrence
+    if o is not None:
+        a.schedule = f"namespaces/{c.namespace}/schedules/{o['schedule_id']}"
+        a.coalesced_count = o["coalesced_count"] or 0
+        for field, col in (
+            ("nominal_time", "nominal_time"),
+            ("coalesced_first_time", "coalesced_first"),
+            ("coalesced_last_time", "coalesced_last"),
+        ):
+            if o[col] is not None:
+                getattr(a, field).CopyFrom(to_timestamp(o[col]))
+    return a
+
+
+class Relay:
+    """Delivers :class:`store.Claimed` attempts to sessions and recovers undelivered outbox rows."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        registry: SessionRegistry,
+        shards: ShardOwnership,
+        *,
+        region: str,
+        interval_s: float,
+        batch: int,
+    ):
+        self.engine, self.registry, self.shards = engine, registry, shards
+        self.region, self.interval_s, self.batch = region, interval_s, batch
+        self.delivered = 0
+        self._task: asyncio.Task | None = None
+
+    def deliver(self, claimed: list[store.Claimed]) -> int:
+        """Hands attempts to sessions with credits; returns how many were delivered. The rest stay
+        unpublished in the outbox for the recovery scan."""
+        per_session = defaultdict(list)
+        for c in claimed:
+            s = self.registry.pick(c.namespace, c.queue)
+            if s is None:
+                continue
+            s.credits -= 1
+            key = (c.job_id, c.attempt)
+            s.held[key] = c
+            per_session[s].append(c)
+        for s, items in per_session.items():
+            s.out.put_nowait(
+                wpb.LeaseResponse(assignments=wpb.Assignments(assignments=[assignment(c) for c in items]))
+            )
+            self.delivered += len(items)
+        return sum(len(v) for v in per_session.values())
+
+    def start(self) -> None:
+        """Starts the recovery scan."""
+        self._task = asyncio.create_task(self._loop())
+
+    async def stop(self) -> None:
+        """Stops the recovery scan."""
+        if self._task:
+            self._task.cancel()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.recover_once()
+            except Exception:
+                log.warning("outbox recovery scan failed", exc_info=True)
+
+    async def recover_once(self) -> int:
+        """One recovery scan: re-delivers unpublished attempts of owned shards; returns the count."""
+        tokens = self.shards.tokens()
+        cap = sum(self.registry.capacity().values())
+        if not tokens or cap == 0:
+            return 0
+        try:
+            rows = await run_transaction(
+                self.engine,
+                lambda c: store.pending_outbox(
+                    c,
+                    region=self.region,
+                    tokens=tokens,
+                    exclude=self.registry.in_flight(),
+                    limit=min(cap, self.batch),
+                    min_age_s=self.interval_s,
+                ),
+            )
+        except StaleFencingToken as e:
+            self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
+            return 0
+        except GnomonError as e:
+            log.warning("outbox scan: %s", e)
+            return 0
+        # A claim may have committed and delivered while this scan ran: never deliver those twice.
+        held = self.registry.in_flight()
+        rows = [r for r in rows if (r.job_id, r.attempt) not in held]
+        if rows:
+            log.info("re-delivering %d unpublished outbox rows", len(rows))
+        return self.deliver(rows)

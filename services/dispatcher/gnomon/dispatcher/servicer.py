@@ -1,0 +1,303 @@
+"""gRPC adapters of the dispatcher: the worker lease stream and the wake-up hint."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc
+from gnomon.common import metrics
+from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
+from gnomon.common.storage.dispatch import AttemptKey, Result
+from gnomon.common.timeconv import to_duration, to_timestamp
+from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
+from gnomon.dispatcher.writes import WriteBatcher
+
+log = logging.getLogger(__name__)
+
+_CLASSES = {
+    wpb.FAILURE_CLASS_UNSPECIFIED: "TRANSIENT",
+    wpb.FAILURE_CLASS_TRANSIENT: "TRANSIENT",
+    wpb.FAILURE_CLASS_THROTTLED: "THROTTLED",
+    wpb.FAILURE_CLASS_PERMANENT: "PERMANENT",
+    wpb.FAILURE_CLASS_AMBIGUOUS: "AMBIGUOUS",
+}
+
+
+def _key(ref: wpb.AttemptRef) -> AttemptKey | None:
+    try:
+        parts = ref.job.split("/")
+        return AttemptKey(uuid.UUID(parts[3]), ref.attempt, ref.version, ref.fencing_token)
+    except (ValueError, IndexError):
+        return None
+
+
+class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
+    """``gnomon.v1.WorkerService.Lease``: one session per stream (see worker_service.proto)."""
+
+    def __init__(
+        self,
+        registry: SessionRegistry,
+        writes: WriteBatcher,
+        *,
+        dispatcher_id: str,
+        region: str,
+        heartbeat_interval_s: float,
+        on_credits,
+    ):
+        self.registry, self.writes = registry, writes
+        self.dispatcher_id, self.region, self.heartbeat_interval_s = (
+            dispatcher_id,
+            region,
+            heartbeat_interval_s,
+        )
+        self.on_credits = on_credits
+        self.draining = False
+
+    async def Lease(self, request_iterator, context):
+        try:
+            first = await request_iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        if first.WhichOneof("kind") != "hello":
+            raise GnomonError("the first message must be hello", reason="PROTOCOL_VIOLATION")
+        h = first.hello
+        v = []
+        if not h.queues:
+            v.append(FieldViolation("hello.queues", "name at least one queue"))
+        if not (1 <= h.credits <= 10000):
+            v.append(FieldViolation("hello.credits", "must be between 1 and 10000"))
+        ns = h.namespace.split("/")[-1] if h.namespace else "default"
+        if v:
+            raise InvalidArgument(v)
+        if self.draining:
+            raise GnomonError("dispatcher is draining", reason="SHUTTING_DOWN")
+        session = self.registry.add(h.worker_id or "anonymous", ns, list(h.queues), h.credits)
+        metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
+        log.info(
+            "worker %s connected: ns=%s queues=%s credits=%d",
+            session.worker_id,
+            ns,
+            list(h.queues),
+            h.credits,
+        )
+        self.on_credits()
+        reader = asyncio.create_task(self._read(session, request_iterator))
+        try:
+            yield wpb.LeaseResponse(
+                welcome=wpb.DispatcherWelcome(
+                    dispatcher_id=self.dispatcher_id,
+                    region=self.region,
+                    heartbeat_interval=to_duration(
+                        __import__("datetime").timedelta(seconds=self.heartbeat_interval_s)
+                    ),
+                )
+            )
+            while True:
+                msg = await session.out.get()
+                if msg is None:
+                    break
+                yield msg
+        finally:
+            reader.cancel()
+            self.registry.remove(session)
+            metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
+            unaccepted = [k for k in session.held if k not in session.accepted]
+            # their outbox rows are still unpublished: the relay's recovery scan re-delivers them
+            log.info(
+                "worker %s disconnected (%d unaccepted attempts go back to the outbox)",
+                session.worker_id,
+                len(unaccepted),
+            )
+
+    async def _read(self, s: WorkerSession, it) -> None:
+        try:
+            async for msg in it:
+                kind = msg.WhichOneof("kind")
+                if kind == "credits":
+                    if msg.credits.credits > 0:
+                        self.registry.add_credits(s, msg.credits.credits)
+                        self.on_credits()
+                elif kind == "accepts":
+                    self._accepts(s, msg.accepts.attempts)
+                elif kind == "heartbeats":
+                    self._heartbeats(s, msg.heartbeats.attempts)
+                    if msg.heartbeats.checkpoints:
+                        self._checkpoints(s, msg.heartbeats.checkpoints)
+                elif kind == "results":
+                    self._results(s, msg.results.results)
+                elif kind == "releases":
+                    self._releases(s, msg.releases.attempts)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.debug("stream read ended", exc_info=True)
+        finally:
+            s.out.put_nowait(None)
+
+    def _ack_later(
+        self, s: WorkerSession, futs: list[tuple[wpb.AttemptRef, asyncio.Future]], kind, build
+    ) -> None:
+        async def wait():
+            acks = []
+            for ref, fut in futs:
+                try:
+                    res = await fut
+                except Exception:
+                    acks.append(wpb.Ack(attempt=ref, kind=kind, ok=False, reason="DATABASE_UNAVAILABLE"))
+                    continue
+                acks.append(build(ref, res))
+            if acks and not s.closed:
+                s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
+
+        asyncio.create_task(wait())
+
+    def _accepts(self, s: WorkerSession, refs) -> None:
+        futs = []
+        for ref in refs:
+            k = _key(ref)
+            if k is None:
+                continue
+            futs.append((ref, self.writes.submit("accept", k, s.worker_id)))
+
+        def build(ref, lease_end):
+            k = _key(ref)
+            ok = lease_end is not None
+            if ok:
+                c = s.held.get((k.job_id, k.attempt))
+                if c is not None and (k.job_id, k.attempt) not in s.accepted:
+                    # accepted_at (= outbox published_at) is lease end - lease duration (same now())
+                    metrics.OUTBOX_PUBLICATION_LAG.record(
+                        max(0.0, (lease_end - c.dispatched_at).total_seconds() - c.lease_ms / 1000),
+                        {"queue": c.queue},
+                    )
+                s.accepted.add((k.job_id, k.attempt))
+            else:
+                s.held.pop((k.job_id, k.attempt), None)
+            a = wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_ACCEPT, ok=ok, reason="" if ok else "STALE_ATTEMPT")
+            if ok:
+                a.lease_expire_time.CopyFrom(to_timestamp(lease_end))
+            return a
+
+        self._ack_later(s, futs, wpb.ACK_KIND_ACCEPT, build)
+
+    def _heartbeats(self, s: WorkerSession, refs) -> None:
+        futs = [(ref, self.writes.submit("heartbeat", k)) for ref in refs if (k := _key(ref)) is not None]
+
+        def build(ref, renewed):
+            # renewed: (lease end, cancel_requested) or None (not live: refused)
+            a = wpb.Ack(
+                attempt=ref,
+                kind=wpb.ACK_KIND_HEARTBEAT,
+                ok=renewed is not None,
+                reason="" if renewed is not None else "STALE_ATTEMPT",
+            )
+            if renewed is not None:
+                a.lease_expire_time.CopyFrom(to_timestamp(renewed[0]))
+                a.cancel_requested = renewed[1]
+            return a
+
+        self._ack_later(s, futs, wpb.ACK_KIND_HEARTBEAT, build)
+
+    def _checkpoints(self, s: WorkerSession, checkpoints) -> None:
+        """Progress checkpoints (``Heartbeats.checkpoints``): one over 64 KiB is refused whole at
+        once (``CHECKPOINT_TOO_LARGE``; never truncated, nothing written); the others are saved by
+        the write batcher if their attempt is still the job's RUNNING attempt under that token
+        (else ``STALE_ATTEMPT``). Each is answered by an ack of kind CHECKPOINT."""
+        futs, refused = [], []
+        for cp in checkpoints:
+            k = _key(cp.attempt)
+            if k is None:
+                continue
+            if len(cp.data) > MAX_CHECKPOINT_BYTES:
+                refused.append(
+                    wpb.Ack(
+                        attempt=cp.attempt,
+                        kind=wpb.ACK_KIND_CHECKPOINT,
+                        ok=False,
+                        reason="CHECKPOINT_TOO_LARGE",
+                    )
+                )
+                continue
+            item = CheckpointWrite(k.job_id, k.attempt, k.token, bytes(cp.data))
+            futs.append((cp.attempt, self.writes.submit("checkpoint", item)))
+        if refused:
+            s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=refused)))
+        if futs:
+            self._ack_later(
+                s,
+                futs,
+                wpb.ACK_KIND_CHECKPOINT,
+                lambda ref, saved: wpb.Ack(
+                    attempt=ref,
+                    kind=wpb.ACK_KIND_CHECKPOINT,
+                    ok=bool(saved),
+                    reason="" if saved else "STALE_ATTEMPT",
+                ),
+            )
+
+    def _results(self, s: WorkerSession, results) -> None:
+        futs = []
+        for r in results:
+            k = _key(r.attempt)
+            if k is None:
+                continue
+            res = Result(
+                key=k,
+                succeeded=r.outcome == wpb.OUTCOME_SUCCEEDED,
+                failure_class=_CLASSES.get(r.failure_class, "TRANSIENT"),
+                error=r.error,
+                retry_after_s=r.retry_after.ToTimedelta().total_seconds() if r.HasField("retry_after") else 0,
+            )
+            futs.append((r.attempt, self.writes.submit("result", res)))
+
+        throttled = {
+            (k.job_id, k.attempt)
+            for r in results
+            if r.failure_class == wpb.FAILURE_CLASS_THROTTLED
+            and r.outcome != wpb.OUTCOME_SUCCEEDED
+            and (k := _key(r.attempt)) is not None
+        }
+
+        def build(ref, reason):
+            k = _key(ref)
+            c = s.held.pop((k.job_id, k.attempt), None)
+            if not reason and (k.job_id, k.attempt) in throttled:
+                metrics.THROTTLED_RESULTS.add(1, {"namespace": s.namespace, "queue": c.queue if c else ""})
+            s.accepted.discard((k.job_id, k.attempt))
+            return wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_RESULT, ok=reason == "", reason=reason or "")
+
+        self._ack_later(s, futs, wpb.ACK_KIND_RESULT, build)
+
+    def _releases(self, s: WorkerSession, refs) -> None:
+        """Unstarted attempts handed back: forget them here; their outbox rows are unpublished, so
+        the relay's recovery scan re-delivers them (to any worker)."""
+        acks = []
+        for ref in refs:
+            k = _key(ref)
+            if k is not None and (k.job_id, k.attempt) not in s.accepted:
+                s.held.pop((k.job_id, k.attempt), None)
+            acks.append(wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_RELEASE, ok=True))
+        if acks:
+            s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
+
+    def close_all(self) -> None:
+        """Ends every stream (drain)."""
+        self.draining = True
+        for s in list(self.registry.sessions.values()):
+            s.out.put_nowait(None)
+
+
+class HintServicer(hint_pb2_grpc.HintServiceServicer):
+    """``gnomon.internal.v1.HintService``: wakes the claim loop."""
+
+    def __init__(self, wake: asyncio.Event):
+        self.wake = wake
+
+    async def WakeDispatcher(self, request, context):
+        self.wake.set()
+        return hint_pb2.WakeDispatcherResponse()

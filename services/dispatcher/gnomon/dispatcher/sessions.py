@@ -1,0 +1,80 @@
+"""Connected worker streams: identity, queues, credits, the attempts each holds, the outgoing queue."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import uuid
+from dataclasses import dataclass, field
+
+from gnomon.common.storage.dispatch import Claimed
+
+Key = tuple[uuid.UUID, int]
+
+
+@dataclass(eq=False)
+class WorkerSession:
+    """One worker's lease stream. ``credits`` = attempts it can still take; ``held`` = attempts
+    delivered to it and not finished; ``accepted`` = the subset it started."""
+
+    session_id: int
+    worker_id: str
+    namespace: str
+    queues: frozenset[str]
+    credits: int
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    held: dict[Key, Claimed] = field(default_factory=dict)
+    accepted: set[Key] = field(default_factory=set)
+    closed: bool = False
+
+
+class SessionRegistry:
+    """All live sessions of this dispatcher; picks sessions with credits for a (namespace, queue)."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[int, WorkerSession] = {}
+        self._ids = itertools.count(1)
+        self._rr = itertools.count()
+        self.changed = asyncio.Event()
+
+    def add(self, worker_id: str, namespace: str, queues: list[str], credits: int) -> WorkerSession:
+        """Registers a new stream."""
+        s = WorkerSession(next(self._ids), worker_id, namespace, frozenset(queues), credits)
+        self.sessions[s.session_id] = s
+        self.changed.set()
+        return s
+
+    def remove(self, s: WorkerSession) -> None:
+        """Forgets a stream (it ended)."""
+        s.closed = True
+        self.sessions.pop(s.session_id, None)
+
+    def add_credits(self, s: WorkerSession, n: int) -> None:
+        """The worker can take ``n`` more attempts."""
+        s.credits += n
+        self.changed.set()
+
+    def capacity(self) -> dict[tuple[str, str], int]:
+        """(namespace, queue) -> total credits of the streams that serve it (only > 0)."""
+        cap: dict[tuple[str, str], int] = {}
+        for s in self.sessions.values():
+            if s.credits > 0:
+                for q in s.queues:
+                    cap[(s.namespace, q)] = cap.get((s.namespace, q), 0) + s.credits
+        return cap
+
+    def in_flight(self) -> set[Key]:
+        """Attempts delivered to a live stream and not accepted yet. Their outbox rows are still
+        unpublished (an accept marks them published), so the relay's recovery scan skips them."""
+        return {k for s in self.sessions.values() for k in s.held if k not in s.accepted}
+
+    def pick(self, namespace: str, queue: str) -> WorkerSession | None:
+        """A session with a free credit for the queue (round robin), or None."""
+        cands = [
+            s
+            for s in self.sessions.values()
+            if s.credits > 0 and s.namespace == namespace and queue in s.queues
+        ]
+        if not cands:
+            return None
+        return cands[next(self._rr) % len(cands)]

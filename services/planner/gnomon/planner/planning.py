@@ -1,0 +1,271 @@
+"""The planner's engine: bounded planning steps over due schedules, and releases of buffered
+occurrences. Knows nothing of gRPC.
+
+One planning step (:meth:`Planner.plan_once`) is one transaction:
+
+1. read the database clock ``now`` (or take the test's explicit one);
+2. claim up to ``batch`` schedules whose ``plan_at`` has come (``FOR UPDATE SKIP LOCKED``);
+3. per schedule, expand the rule from its high-water mark ``planned_through`` up to the horizon
+   (``now + lookahead`` for OVERLAP ALLOW, which may create jobs ahead of time; ``now`` for the other
+   policies, whose decision needs the state at the due time), at most ``max_step_occurrences``
+   nominal times;
+4. classify them (misfire, pause, DST gap: :mod:`gnomon.common.scheduling.misfire`), apply the
+   overlap policy against the schedule's active occurrences read from the database, take catch-up
+   budget slots, and write jobs + decision records idempotently;
+5. move ``planned_through``, ``next_fire_at`` and ``plan_at`` forward (one statement).
+
+A crash anywhere before the commit loses nothing: the next step (by any planner) replays it and,
+because occurrence ids are deterministic and inserts are ``ON CONFLICT DO NOTHING``, writes each
+occurrence exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon.common.config import PlannerSettings
+from gnomon.common.errors import Unavailable
+from gnomon.common.scheduling.misfire import Carry, MisfireRules, classify
+from gnomon.common.scheduling.occurrences import StepBuilder
+from gnomon.common.scheduling.overlap import OverlapState
+from gnomon.common.storage import planning as store
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.regions import served_regions
+from gnomon.common.storage.schedules import db_now, rule_spec_of
+from gnomon.common.time import Recurrence, compile_rule
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one step did: schedules looked at, jobs inserted, decision records written, and the
+    earliest schedule time among the new jobs (for a dispatcher hint)."""
+
+    schedules: int
+    jobs: int
+    records: int
+    earliest: datetime | None
+
+
+class RuleCache:
+    """Compiled recurrences keyed by (schedule uid, version); at most ``size`` kept (LRU)."""
+
+    def __init__(self, size: int = 200_000):
+        self.size = size
+        self._d: OrderedDict = OrderedDict()
+
+    def get(self, sched: dict) -> Recurrence:
+        """The compiled rule of ``sched`` (a ``schedules`` row)."""
+        key = (sched["uid"], sched["version"])
+        rec = self._d.get(key)
+        if rec is None:
+            rec = self._d[key] = compile_rule(rule_spec_of(sched))
+            if len(self._d) > self.size:
+                self._d.popitem(last=False)
+        else:
+            self._d.move_to_end(key)
+        return rec
+
+
+class Planner:
+    """Plans the schedules of ``region``. ``hint(earliest)`` is called after a step that created jobs
+    (a dispatcher wake-up; best effort)."""
+
+    def __init__(
+        self, engine: AsyncEngine, settings: PlannerSettings, *, region: str, shards: int, hint=None
+    ):
+        self.engine, self.settings, self.region, self.shards, self.hint = (
+            engine,
+            settings,
+            region,
+            shards,
+            hint,
+        )
+        self.rules = RuleCache()
+        self.wake = asyncio.Event()
+        self.stepped = asyncio.Event()  # set after every loop round (tests wait on it)
+
+    # -- one planning step -------------------------------------------------------------------
+    async def plan_once(self, now: datetime | None = None) -> StepStats:
+        """One planning transaction (see the module docstring); ``now`` overrides the database clock."""
+        return await run_transaction(self.engine, lambda c: self._plan(c, now))
+
+    async def served(self, conn) -> list[str]:
+        """Home regions this planner plans: its own, and those whose ``region_owners`` row names its
+        region (a failover: docs/regions.md)."""
+        return sorted({self.region, *await served_regions(conn, home=self.region)})
+
+    async def _plan(self, conn, now: datetime | None) -> StepStats:
+        now = now or await db_now(conn)
+        s = self.settings
+        rows = await store.claim_due(conn, regions=await self.served(conn), now=now, limit=s.batch)
+        if not rows:
+            return StepStats(0, 0, 0, None)
+        active = await store.active_occurrences(conn, [r["uid"] for r in rows])
+        b = StepBuilder(now=now, shards=self.shards)
+        for sched in rows:
+            self._plan_schedule(b, sched, now, active.setdefault(sched["uid"], []))
+        res = await b.finish(
+            conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
+        )
+        return StepStats(len(rows), len(res.inserted), len(res.records), res.earliest)
+
+    def _plan_schedule(self, b: StepBuilder, sched: dict, now: datetime, active: list[dict]) -> None:
+        s = self.settings
+        ahead = timedelta(seconds=s.lookahead_s) if sched["overlap_policy"] == "ALLOW" else timedelta(0)
+        bound = now + ahead
+        try:
+            rec = self.rules.get(sched)
+        except Exception as e:
+            log.error(
+                "schedule %s/%s: rule no longer compiles (%s); not planned",
+                sched["namespace"],
+                sched["schedule_id"],
+                e,
+            )
+            b.writes.schedule_updates.append(
+                self._state(sched, sched["planned_through"], None, None, Carry())
+            )
+            return
+        occs, nxt, capped = [], None, False
+        for o in rec.iter_after(sched["planned_through"]):
+            if o.fire_time > bound:
+                nxt = o
+                break
+            if len(occs) >= s.max_step_occurrences:
+                nxt, capped = o, True
+                break
+            occs.append(o)
+        rules = MisfireRules(
+            sched["misfire_policy"],
+            timedelta(milliseconds=sched["misfire_grace_ms"]),
+            timedelta(milliseconds=sched["catchup_window_ms"]),
+            sched["max_catchup"],
+        )
+        final = not capped or occs[-1].fire_time >= now - rules.grace
+        decisions, carry = classify(
+            occs,
+            now=now,
+            rules=rules,
+            skip_through=sched["skip_through"],
+            carry=Carry(sched["missed_count"], sched["missed_first"]),
+            final=final,
+        )
+        state = OverlapState(active=len(active), buffered=sched["buffered"])
+        for d in decisions:
+            b.add(sched, d, source="RULE", state=state, active=active)
+        if len(decisions) < len(occs):  # the tail was held back for the next step
+            planned_through, nxt = decisions[-1].nominal, occs[len(decisions)]
+        elif capped:
+            planned_through = occs[-1].fire_time
+        else:
+            planned_through = max(bound, sched["planned_through"])
+        next_fire = nxt.fire_time if nxt is not None else None
+        if next_fire is None:
+            plan_at = None
+        else:
+            plan_at = now if capped else max(next_fire - ahead, now)
+        b.writes.schedule_updates.append(
+            dict(self._state(sched, planned_through, next_fire, plan_at, carry), buffered=state.buffered)
+        )
+
+    @staticmethod
+    def _state(sched: dict, planned_through, next_fire, plan_at, carry: Carry) -> dict:
+        return dict(
+            uid=sched["uid"],
+            version=sched["version"],
+            planned_through=planned_through,
+            next_fire_at=next_fire,
+            plan_at=plan_at if not sched["paused"] else None,
+            missed_count=carry.missed_count,
+            missed_first=carry.missed_first,
+            buffered=sched["buffered"],
+        )
+
+    # -- releases of buffered occurrences ------------------------------------------------------
+    async def release_once(self, now: datetime | None = None) -> StepStats:
+        """One transaction releasing BUFFERED occurrences whose schedule has no active occurrence
+        left (or whose policy lets them go now); ``now`` overrides the database clock."""
+        return await run_transaction(self.engine, lambda c: self._release(c, now))
+
+    async def _release(self, conn, now: datetime | None) -> StepStats:
+        now = now or await db_now(conn)
+        rows = await store.claim_buffered(conn, regions=await self.served(conn), limit=self.settings.batch)
+        if not rows:
+            return StepStats(0, 0, 0, None)
+        active = await store.active_occurrences(conn, [r["uid"] for r in rows])
+        b = StepBuilder(now=now, shards=self.shards)
+        changed = 0
+        for sched in rows:
+            acts = active.setdefault(sched["uid"], [])
+            state = OverlapState(active=len(acts), buffered=sched["buffered"])
+            waiting = await store.buffered_records(conn, sched["uid"], limit=100)
+            for rec in waiting:
+                if not b.add_release(sched, rec, state=state, active=acts):
+                    break
+                changed += 1
+            if not waiting:
+                state.buffered = 0  # repair a counter that drifted (records deleted by a re-plan)
+            b.writes.schedule_updates.append(
+                dict(
+                    uid=sched["uid"],
+                    version=sched["version"],
+                    planned_through=sched["planned_through"],
+                    next_fire_at=sched["next_fire_at"],
+                    plan_at=sched["plan_at"],
+                    missed_count=sched["missed_count"],
+                    missed_first=sched["missed_first"],
+                    buffered=max(state.buffered, 0),
+                )
+            )
+        s = self.settings
+        res = await b.finish(
+            conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
+        )
+        return StepStats(len(rows), len(res.inserted), changed, res.earliest)
+
+    # -- the loop ----------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Plans and releases until ``stop`` is set. Sleeps until the next ``plan_at`` (at most
+        ``max_idle_poll_s``, at most ``buffer_poll_s`` while occurrences are buffered) or a hint."""
+        s = self.settings
+        while not stop.is_set():
+            busy = False
+            try:
+                for step in (self.plan_once, self.release_once):
+                    st = await step()
+                    if st.jobs and self.hint is not None and st.earliest is not None:
+                        self.hint(st.earliest)
+                    busy = busy or st.schedules >= s.batch
+                sleep = await self._sleep_for()
+            except Unavailable as e:
+                log.warning("planner: %s", e)
+                sleep = s.max_idle_poll_s
+            except Exception:
+                log.exception("planning step failed")
+                sleep = s.max_idle_poll_s
+            self.stepped.set()
+            if busy:
+                continue
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), sleep)
+            except TimeoutError:
+                pass
+
+    async def _sleep_for(self) -> float:
+        s = self.settings
+
+        async def probe(conn):
+            return await db_now(conn), await store.next_plan_at(conn, regions=await self.served(conn))
+
+        now, nxt = await run_transaction(self.engine, probe)
+        sleep = s.max_idle_poll_s if nxt is None else (nxt - now).total_seconds()
+        return max(0.0, min(sleep, s.max_idle_poll_s, s.buffer_poll_s))

@@ -1,0 +1,106 @@
+"""The reaper's engine: repeated bounded sweeps (lost leases, deadlines, retention).
+
+Competing reapers need no leader: every sweep takes its rows with ``FOR UPDATE SKIP LOCKED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon.common import metrics
+from gnomon.common.config import ReaperSettings
+from gnomon.common.errors import Unavailable
+from gnomon.common.storage import reaping
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.regions import served_regions
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Counters:
+    """Totals since start (also logged)."""
+
+    lost_leases: int = 0
+    retried: int = 0
+    dead: int = 0
+    cancelled: int = 0
+    expired: int = 0
+    pruned: int = 0
+    by_state: dict = field(default_factory=dict)
+
+
+class Sweeper:
+    """Runs the three sweeps in a loop; each sweep repeats at once while it fills a whole batch."""
+
+    def __init__(self, engine: AsyncEngine, settings: ReaperSettings, *, region: str):
+        self.engine, self.settings, self.region = engine, settings, region
+        self.counters = Counters()
+        self.swept = asyncio.Event()  # set after every full round (tests wait on it)
+
+    async def sweep_once(self) -> int:
+        """One round of all sweeps over every home region this reaper serves (its own, and those
+        ``region_owners`` assigns to its region during a failover); returns how many rows changed."""
+        served = await run_transaction(self.engine, lambda c: served_regions(c, home=self.region))
+        changed = 0
+        for region in sorted({self.region, *served}):
+            changed += await self._sweep(region)
+        self.swept.set()
+        return changed
+
+    async def _sweep(self, region: str) -> int:
+        s = self.settings
+        reaped = await run_transaction(
+            self.engine,
+            lambda c: reaping.reap_lost_leases(
+                c, region=region, skew_margin_s=s.skew_margin_s, limit=s.batch
+            ),
+        )
+        for r in reaped:
+            log.info("attempt %d of job %s lost its lease -> %s", r.attempt, r.job_id, r.new_state)
+            metrics.LEASES_LOST.add(1, {"outcome": r.new_state})
+        self.counters.lost_leases += len(reaped)
+        self.counters.retried += sum(r.new_state == "SCHEDULED" for r in reaped)
+        self.counters.dead += sum(r.new_state == "DEAD" for r in reaped)
+        self.counters.cancelled += sum(r.new_state == "CANCELLED" for r in reaped)
+        expired = await run_transaction(
+            self.engine, lambda c: reaping.expire_deadlines(c, region=region, limit=s.batch)
+        )
+        if expired:
+            log.info("%d jobs passed their deadline undispatched -> EXPIRED", len(expired))
+        self.counters.expired += len(expired)
+        metrics.EXPIRED_JOBS.add(len(expired))
+        pruned = await run_transaction(
+            self.engine,
+            lambda c: reaping.prune_finished(c, region=region, retention_s=s.retention_s, limit=s.batch),
+        )
+        pruned += await run_transaction(
+            self.engine,
+            lambda c: reaping.prune_decisions(
+                c, region=region, retention_s=s.decision_retention_s, limit=s.batch
+            ),
+        )
+        self.counters.pruned += pruned
+        return len(reaped) + len(expired) + pruned
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Sweeps until ``stop`` is set; sleeps ``interval_s`` between rounds that changed little."""
+        while not stop.is_set():
+            try:
+                changed = await self.sweep_once()
+            except Unavailable as e:
+                log.warning("reaper: %s", e)
+                changed = 0
+            except Exception:
+                log.exception("reaper sweep failed")
+                changed = 0
+            if changed >= self.settings.batch:
+                continue
+            try:
+                await asyncio.wait_for(stop.wait(), self.settings.interval_s)
+            except TimeoutError:
+                pass
