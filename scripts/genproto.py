@@ -5,7 +5,7 @@ Usage: ``python scripts/genproto.py [--check]``.
 
 protoc names Python imports after the ``-I`` path (``from gnomon.v1 import job_pb2``); we rewrite
 them to live under ``gnomon._proto`` so generated modules never shadow real packages
-(STACK.md pitfall 3).
+(a bare ``import kv_pb2`` for the etcd protos would be a top-level module).
 """
 
 from __future__ import annotations

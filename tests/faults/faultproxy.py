@@ -1,4 +1,4 @@
-"""A TCP fault proxy for the fault suite (issue 5): ``127.0.0.1:<port>`` -> ``upstream``.
+"""A TCP fault proxy for the fault suite (docs/faults.md): ``127.0.0.1:<port>`` -> ``upstream``.
 
 The proxy runs its own asyncio loop in a daemon thread, so a synchronous test can switch its mode
 at any moment while real processes talk through it:

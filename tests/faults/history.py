@@ -1,4 +1,4 @@
-"""History of a fault run and the checker of DESIGN.md section 4 (issue 5).
+"""History of a fault run and the checker of the invariants in docs/concepts.md.
 
 A run records what clients did (:meth:`History.created`: job name, id and the ``schedule_time``
 the API returned), and after the run :meth:`History.collect` reads what the system did: the job
@@ -6,7 +6,7 @@ rows, every attempt row (claim/accept/finish times by the database clock, token,
 worker, state) and the executions the handler wrote to its record file. :func:`check` then asserts
 the invariants it can observe and returns a :class:`Report`; tests do ``assert report.ok, report``.
 
-Invariants checked (numbers from DESIGN.md section 4):
+Invariants checked (numbers as in docs/concepts.md, "Invariants"):
 
 * **never lost** (2): every created job exists and is terminal (or, with ``require_terminal=False``,
   visibly pending: SCHEDULED / QUEUED / RUNNING).
@@ -19,7 +19,7 @@ Invariants checked (numbers from DESIGN.md section 4):
   attempt is LOST (lease expired) or FAILED (the handler failed, a retry); never two SUCCEEDED
   attempts; never two attempts live (accepted and not LOST) at overlapping times; at most one
   attempt QUEUED or RUNNING at the end.
-* **legal transitions** (section 3): the job's path derived from its attempts (SCHEDULED -> QUEUED
+* **legal transitions** (the job lifecycle): the job's path derived from its attempts (SCHEDULED -> QUEUED
   -> RUNNING -> SCHEDULED (retry) ... -> final state) follows ``gnomon.common.states.TRANSITIONS``;
   attempt numbers are 1..n with no gaps; non-final attempts are ended; the job's state agrees with
   its last attempt.

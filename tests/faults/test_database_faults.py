@@ -1,4 +1,4 @@
-"""Database faults (issue 5): injected serialization failures (SQLSTATE 40001) and a database outage.
+"""Database faults (docs/faults.md): injected serialization failures (SQLSTATE 40001) and a database outage.
 
 40001 is injected on PostgreSQL by a test-only trigger (:data:`FAULT_SQL`): a statement-level
 ``BEFORE INSERT OR UPDATE OR DELETE`` trigger on ``jobs`` and ``attempts`` that raises 40001 with

@@ -1,4 +1,4 @@
-"""Dispatcher faults (issue 5): a dispatcher paused (SIGSTOP) past its etcd lease while jobs are due.
+"""Dispatcher faults (docs/faults.md): a dispatcher paused (SIGSTOP) past its etcd lease while jobs are due.
 
 Two dispatchers A and B share the 64 shards. A reaches PostgreSQL through a :class:`FaultProxy` in
 ``delay`` mode (each chunk 150 ms late each way), so its claim transactions take long enough to be

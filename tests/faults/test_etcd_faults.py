@@ -1,4 +1,4 @@
-"""etcd faults (issue 5): one member of three lost under load, then quorum lost, then restored.
+"""etcd faults (docs/faults.md): one member of three lost under load, then quorum lost, then restored.
 
 The suite runs on a three-member :class:`EtcdCluster` (:class:`ClusterSuite`: :class:`Suite` with
 an etcd it is given instead of the one-member cluster it starts itself; every service gets the three

@@ -1,4 +1,4 @@
-"""Worker partition (issue 5): a worker cut off from its dispatcher until its lease expires.
+"""Worker partition (docs/faults.md): a worker cut off from its dispatcher until its lease expires.
 
 Worker W1 reaches the dispatcher only through a :class:`FaultProxy` (SDK ``Worker`` with static
 ``dispatchers=[proxy]``; W2 connects directly). W1 accepts attempt 1 of an ``idempotent`` job with a

@@ -54,7 +54,7 @@ async def api_address(db_url):
 @pytest.fixture
 async def crdb_api(db_url):
     """The same servicer through the production ``cockroachdb+psycopg`` dialect (which also runs
-    against PostgreSQL, STACK.md section 5), so every DLQ statement compiles for it."""
+    against PostgreSQL), so every DLQ statement compiles for it."""
     async for stub, engine, _ in _serve(db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")):
         assert engine.dialect.name == "cockroachdb"
         yield stub, engine

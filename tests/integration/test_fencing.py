@@ -26,7 +26,7 @@ SHARDS = 4
 @pytest.fixture(params=["postgresql", "cockroachdb"])
 async def engine(db_url, request):
     """The same queries through both dialects: PostgreSQL (default) and the production
-    ``cockroachdb+psycopg`` dialect (which also runs against PostgreSQL, STACK.md section 5)."""
+    ``cockroachdb+psycopg`` dialect (which also runs against PostgreSQL)."""
     url = (
         db_url
         if request.param == "postgresql"

@@ -1,4 +1,5 @@
-"""Long jobs through real processes: renewable leases and progress checkpoints (DESIGN.md section 6).
+"""Long jobs through real processes: renewable leases and progress checkpoints
+(docs/api.md#progress-checkpoints).
 
 * A job with a 2 s lease runs for 60 s and survives on heartbeats alone: one attempt, SUCCEEDED.
 * A worker that stops heartbeating (SIGSTOP for longer than lease + reaper skew margin, then

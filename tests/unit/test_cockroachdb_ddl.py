@@ -1,9 +1,9 @@
 """The CockroachDB-only SQL in deploy/cockroachdb/, compile-checked against the cockroachdb dialect.
 
-No CockroachDB binary is obtainable here (STACK.md section 6), so nothing below executes: statements
-the cockroachdb SQLAlchemy dialect can express are compiled by it (computed column DDL, the SKIP
-LOCKED claim queries); the CockroachDB-only grammar (ALTER DATABASE ... REGION, SET LOCALITY) is
-checked by structure against the schema it has to cover.
+No CockroachDB binary is available to CI (none is packaged for apt or PyPI), so nothing below
+executes: statements the cockroachdb SQLAlchemy dialect can express are compiled by it (computed
+column DDL, the SKIP LOCKED claim queries); the CockroachDB-only grammar (ALTER DATABASE ...
+REGION, SET LOCALITY) is checked by structure against the schema it has to cover.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class ClusterSettings(BaseSettings):
     region: str = Field(
         default="local",
         pattern=r"^[a-z][a-z0-9-]{0,31}$",
-        description="Region this process serves (DESIGN.md section 5).",
+        description="Home region this process serves (docs/regions.md).",
     )
     shards: int = Field(
         default=64,

@@ -1,4 +1,4 @@
-"""Job and attempt state names (DESIGN.md section 3) and the legal job transitions.
+"""Job and attempt state names (docs/concepts.md, "The life of a job") and the legal job transitions.
 
 States are stored as these strings; the public API maps them to ``gnomon.v1.JobState``.
 """

@@ -186,7 +186,7 @@ class JobContext:
     def checkpoint(self, data: bytes | bytearray | memoryview) -> None:
         """Saves a progress checkpoint: if this attempt is lost or fails, the next attempt of the
         job gets ``data`` as :attr:`last_checkpoint` and can resume from there instead of from
-        the start (DESIGN.md section 6).
+        the start (docs/api.md#progress-checkpoints).
 
         The checkpoint travels with the next heartbeat and is saved only while this attempt still
         holds its lease. Only the latest one counts: calling this faster than heartbeats are sent

@@ -1,4 +1,4 @@
-"""Local lease bookkeeping of one attempt (CONVENTIONS.md: trust a lease only until a local
+"""Local lease bookkeeping of one attempt (docs/concepts.md: trust a lease only until a local
 deadline with a safety margin).
 
 The dispatcher reports lease ends in *database* time. Comparing those with the worker's wall

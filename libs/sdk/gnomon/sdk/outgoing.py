@@ -3,7 +3,7 @@
 Everything the worker wants to tell one dispatcher (accepts, heartbeats, results, releases,
 credits) is added here; the stream's single sender task calls :meth:`OutgoingBuffer.take` when
 woken and writes the returned messages. Whatever piled up since the last write goes out as one
-message per kind (PERFORMANCE.md: never one stream message per job when several are pending),
+message per kind (docs/performance.md: never one stream message per job when several are pending),
 split only to keep each message under ``max_per_message`` items.
 
 Order of the messages returned by one ``take()``: accepts, heartbeats, results, releases, credits

@@ -1,5 +1,5 @@
 """One worker's connection to one dispatcher: the ``WorkerService.Lease`` stream, kept alive
-across reconnects (DESIGN.md section 6).
+across reconnects (the lease protocol: docs/concepts.md).
 
 A :class:`DispatcherSession` outlives individual streams. It holds the attempts received from
 its dispatcher (queued or running), the results/releases/accepts not yet acknowledged (re-sent on

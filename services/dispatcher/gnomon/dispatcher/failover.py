@@ -1,4 +1,4 @@
-"""Standby for other regions' shards (DESIGN.md section 5, "Home region"; docs/regions.md).
+"""Standby for other regions' shards (docs/regions.md).
 
 A dispatcher started with ``GNOMON_DISPATCHER_STANDBY_FOR=a,b`` watches those home regions. When
 no dispatcher of region ``a`` has been registered for ``failover_after_s`` seconds and nobody holds

@@ -2,8 +2,8 @@
 
 Each dispatcher holds one etcd session lease (:class:`LeaseKeeper`), registers itself under it and
 acquires shard keys with ``create_if_absent`` (attached to the lease). The key's ``create_revision``
-is the fencing token (STACK.md section 3: etcd revisions are cluster-wide and strictly increasing, so
-a later owner always has a larger token). The token is recorded in ``shard_owners`` before the
+is the fencing token (docs/adr/0002-etcd-client.md: etcd revisions are cluster-wide and strictly
+increasing, so a later owner always has a larger token). The token is recorded in ``shard_owners`` before the
 shard is used; every claim re-checks it in its own transaction.
 
 A dispatcher stops claiming as soon as its lease is no longer locally trusted
@@ -11,7 +11,7 @@ A dispatcher stops claiming as soon as its lease is no longer locally trusted
 renewal), before etcd itself expires the lease. Balance: each live dispatcher aims at ceil(S/N)
 shards and releases extras, so N dispatchers own about S/N each.
 
-Region level (DESIGN.md section 5, "Home region"): before using any shard the dispatcher also needs
+Region level (docs/regions.md): before using any shard the dispatcher also needs
 the home region's ownership key ``{prefix}/regions/{region}/owner`` to be held by its own home
 region; its create revision is the region token, recorded in ``region_owners`` and checked by every
 claim. The home region's dispatchers take the key whenever it is free; a standby (``standby=True``,

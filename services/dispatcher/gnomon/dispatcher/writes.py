@@ -1,6 +1,6 @@
 """Batched writes of the data plane: many accepts, heartbeats, results and outbox marks per transaction.
 
-PERFORMANCE.md: a transaction per accept/heartbeat/result caps the system near 1.5 k jobs/s, so
+docs/performance.md: a transaction per accept/heartbeat/result caps the system near 1.5 k jobs/s, so
 stream handlers enqueue operations here and one flusher commits whatever is pending in a single
 transaction (up to ``write_batch`` operations), then resolves each operation's future.
 """

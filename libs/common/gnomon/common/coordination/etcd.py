@@ -371,7 +371,8 @@ class EtcdClient:
 
     async def _txn(self, req: rpc_pb2.TxnRequest) -> rpc_pb2.TxnResponse:
         # Deliberately a single attempt: a Txn whose reply was lost may already be applied, and a retry
-        # of a create-if-absent would then see its own key and report a false failure (STACK.md 3).
+        # of a create-if-absent would then see its own key and report a false failure
+        # (docs/adr/0002-etcd-client.md).
         return await self._unary("Txn", self._kv_stub.Txn, req)
 
     async def create_if_absent(self, key: bytes, value: bytes, lease_id: int = 0) -> tuple[bool, KeyValue]:
@@ -554,7 +555,7 @@ class EtcdClient:
 class LeaseKeeper:
     """Holds one etcd lease alive in the background and tells its holder when to stop trusting it.
 
-    Safety rule (CONVENTIONS.md 'Coordination'): trust the lease only until a LOCAL deadline
+    Safety rule (docs/concepts.md, "Coordination"): trust the lease only until a LOCAL deadline
     = (monotonic time when the last successful keepalive was SENT) + granted TTL - safety_margin_s.
     A holder that cannot renew stops acting before the lease expires; it does not wait to be fenced.
 

@@ -1,5 +1,5 @@
-"""Wake-up hints to dispatchers (a job is due) and planners (a schedule changed) -- DESIGN.md
-section 1: hints cost latency if lost, never correctness. At most one hint per target is in flight;
+"""Wake-up hints to dispatchers (a job is due) and planners (a schedule changed) -- see
+docs/concepts.md: hints cost latency if lost, never correctness. At most one hint per target is in flight;
 hints during it coalesce into one follow-up hint (keeping the one that matters most, e.g. the
 earliest due time), so a burst of 20,000 creates sends a handful of RPCs, not 20,000. Targets are
 read from the etcd registry (:mod:`gnomon.common.coordination.registry`)."""

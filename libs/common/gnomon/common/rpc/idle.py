@@ -1,7 +1,7 @@
 """A service process with nothing to do yet: serves gRPC health and reflection only.
 
-The planner (issue 3) and reaper (issue 4) start through this until their engines land, so
-``gnomon dev`` already runs the final process layout.
+A service whose engine does not exist yet can start through this, so ``gnomon dev`` runs the
+final process layout from the start.
 """
 
 from __future__ import annotations

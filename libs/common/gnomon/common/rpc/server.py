@@ -1,7 +1,7 @@
 """gRPC server bootstrap shared by every service: aio server + error interceptor + health + reflection.
 
 Every server exposes ``grpc.health.v1.Health`` and server reflection (``grpc.reflection.v1alpha``;
-grpcio-reflection 1.85 serves only v1alpha, STACK.md section 1), so
+grpcio-reflection 1.85 serves only v1alpha, not v1), so
 ``grpcurl -plaintext HOST:PORT list`` works against any Gnomon process.
 """
 

@@ -1,4 +1,4 @@
-"""Named queries for cancelling and rescheduling jobs (DESIGN.md section 3).
+"""Named queries for cancelling and rescheduling jobs (the job lifecycle: docs/concepts.md).
 
 Every change is a compare-and-set on the job row: ``UPDATE jobs ... WHERE id = :id AND state = :s
 AND version = :v``, bumping ``version``. The current row is read first (no lock); if a concurrent

@@ -1,4 +1,4 @@
-"""Progress checkpoints (DESIGN.md section 6): a running attempt saves opaque bytes with its
+"""Progress checkpoints (docs/api.md#progress-checkpoints): a running attempt saves opaque bytes with its
 heartbeats; the job row keeps the latest (``jobs.checkpoint``) and the claim hands it to the next
 attempt in ``Assignment.checkpoint``.
 

@@ -1,4 +1,4 @@
-"""The CockroachDB dialect seam (DESIGN.md section 7): the only CockroachDB-only SQL Gnomon carries.
+"""The CockroachDB dialect seam (deploy/README.md): the only CockroachDB-only SQL Gnomon carries.
 
 Everything else in :mod:`gnomon.common.storage` stays inside what PostgreSQL and CockroachDB both
 accept. What lives here is applied by an operator, never by the services' own queries:
@@ -16,9 +16,9 @@ accept. What lives here is applied by an operator, never by the services' own qu
         --primary us-east1 --regions us-west1,europe-west1 > deploy/cockroachdb/multiregion.sql
 
 and ``tests/unit/test_cockroachdb_ddl.py`` checks that the committed file equals that output. No
-CockroachDB binary is obtainable on our build machines (STACK.md section 6), so these statements are
-compile-checked (through the ``cockroachdb`` SQLAlchemy dialect where it can express them, by
-structure otherwise), never executed here.
+CockroachDB binary is available to our build machines (none is packaged for apt or PyPI), so
+these statements are compile-checked (through the ``cockroachdb`` SQLAlchemy dialect where it can
+express them, by structure otherwise), never executed here.
 
 Sources (CockroachDB docs, ``stable`` = v24.1+ at the time of writing):
 

@@ -1,6 +1,6 @@
 """Named queries of the data plane: shard fencing, claims, the outbox, accepts, heartbeats, results.
 
-Fencing (DESIGN.md section 5): the owner of a shard records its etcd token in ``shard_owners``
+Fencing (docs/concepts.md, "Coordination"): the owner of a shard records its etcd token in ``shard_owners``
 (:func:`record_ownership`, only ever raising the token); every claim or re-publication transaction
 then re-checks ``(region, shard, token)`` against that row *inside the same transaction*
 (:func:`check_fence`) and aborts with :class:`StaleFencingToken` if a newer owner recorded a larger
@@ -659,8 +659,8 @@ class Result:
 
 
 def retryable(failure_class: str, idempotent: bool) -> bool:
-    """Whether a failure of this class may be retried (DESIGN.md section 2): TRANSIENT and THROTTLED
-    yes, PERMANENT never, AMBIGUOUS (the effect may or may not have happened) only for an
+    """Whether a failure of this class may be retried (docs/concepts.md, "failure class"): TRANSIENT
+    and THROTTLED yes, PERMANENT never, AMBIGUOUS (the effect may or may not have happened) only for an
     idempotent job."""
     if failure_class == "PERMANENT":
         return False

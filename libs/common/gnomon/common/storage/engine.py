@@ -4,7 +4,8 @@
 CockroachDB's "restart transaction") with capped, jittered exponential backoff and a bound, as
 CockroachDB requires of clients (https://www.cockroachlabs.com/docs/stable/transaction-retry-error-reference).
 ``sqlalchemy_cockroachdb.run_transaction`` is not used: it is sync-only, unbounded by default, and its
-savepoint restart cannot fix a real PostgreSQL serialization failure (STACK.md section 5).
+savepoint restart cannot fix a real PostgreSQL serialization failure (a retry inside the same
+snapshot fails again every time).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Named queries of the planner: claiming due schedules, reading the durable overlap state, writing
 occurrence jobs and decision records idempotently, and the global catch-up budget.
 
-Idempotence (DESIGN.md invariant 5): an occurrence's job id is :func:`occurrence_job_id` (a UUIDv5 of
-the schedule's uid and the nominal instant) and its decision record is keyed by (schedule uid,
+Idempotence (invariant 5 of docs/concepts.md): an occurrence's job id is :func:`occurrence_job_id`
+(a UUIDv5 of the schedule's uid and the nominal instant) and its decision record is keyed by (schedule uid,
 nominal time); both are inserted ``ON CONFLICT DO NOTHING``, so replaying a planning step after a
 crash, a retry or a failover writes nothing new. The high-water mark ``planned_through`` only moves
 forward under the row lock taken by :func:`claim_due` (``FOR UPDATE SKIP LOCKED``: competing

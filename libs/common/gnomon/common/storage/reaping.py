@@ -1,8 +1,8 @@
 """Named queries of the reaper: lost leases, passed deadlines, retention. All bounded, all
 ``FOR UPDATE SKIP LOCKED`` (competing reapers need no leader), all on the database clock.
 
-Lease expiry (DESIGN.md sections 3 and 4): an attempt **RUNNING** whose lease ended, or that has
-run longer than its job's ``start_to_close`` since it was accepted, more than
+Lease expiry (docs/concepts.md: the job lifecycle, invariants 2 and 3): an attempt **RUNNING**
+whose lease ended, or that has run longer than its job's ``start_to_close`` since it was accepted, more than
 ``skew_margin_s`` ago (database clock) is marked ``LOST``. Its outcome is unknown (the worker may have
 performed the effect and lost only the ack), so the job is retried only if it is declared
 idempotent and attempts remain; otherwise it goes to the DLQ (``DEAD``, failure class AMBIGUOUS). A

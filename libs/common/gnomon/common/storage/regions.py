@@ -1,5 +1,5 @@
 """Named queries of home-region ownership (``region_owners``): which region acts for a home region,
-under which region-level fencing token (DESIGN.md section 5, "Home region").
+under which region-level fencing token (docs/regions.md).
 
 The token is the etcd ``create_revision`` of the region ownership key
 (:func:`gnomon.common.coordination.registry.region_key`); like shard tokens it only ever grows, so

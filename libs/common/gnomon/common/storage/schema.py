@@ -1,6 +1,6 @@
 """The relational schema (SQLAlchemy Core). Alembic migrations must produce exactly this.
 
-SQL stays inside what both PostgreSQL and CockroachDB accept (DESIGN.md section 7). Instants are
+SQL stays inside what both PostgreSQL and CockroachDB accept (docs/concepts.md). Instants are
 ``timestamptz`` (UTC); spans are integer milliseconds. ``region`` is the home-region column
 (on CockroachDB the tables become REGIONAL BY ROW on it, see deploy/cockroachdb/).
 """
@@ -444,7 +444,7 @@ queue_limits = Table(
 
 #: Which region serves each home region, with the region-level fencing token (migration 0010):
 #: normally a region serves itself; during a failover a standby region does, under a larger token
-#: (DESIGN.md section 5, "Home region"). Every claim checks its region token against this row.
+#: (docs/regions.md). Every claim checks its region token against this row.
 region_owners = Table(
     "region_owners",
     metadata,
