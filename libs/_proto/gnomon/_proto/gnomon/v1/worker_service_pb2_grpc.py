@@ -27,7 +27,7 @@ if _version_not_supported:
 
 
 class WorkerServiceStub:
-    """The worker lease protocol (DESIGN.md section 6), served by every dispatcher.
+    """The worker lease protocol, served by every dispatcher.
 
     One bidirectional stream per worker and dispatcher. The worker opens with `hello` (who it is,
     which queues, how many attempts it can hold = credits). The dispatcher answers `welcome`, then
@@ -58,7 +58,7 @@ class WorkerServiceStub:
 
 
 class WorkerServiceServicer:
-    """The worker lease protocol (DESIGN.md section 6), served by every dispatcher.
+    """The worker lease protocol, served by every dispatcher.
 
     One bidirectional stream per worker and dispatcher. The worker opens with `hello` (who it is,
     which queues, how many attempts it can hold = credits). The dispatcher answers `welcome`, then
@@ -100,7 +100,7 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
-    """The worker lease protocol (DESIGN.md section 6), served by every dispatcher.
+    """The worker lease protocol, served by every dispatcher.
 
     One bidirectional stream per worker and dispatcher. The worker opens with `hello` (who it is,
     which queues, how many attempts it can hold = credits). The dispatcher answers `welcome`, then

@@ -27,7 +27,8 @@ if _version_not_supported:
 
 
 class HintServiceStub:
-    """Hints between services (DESIGN.md section 1): losing one may cost latency, never correctness.
+    """Hints between services. The database is the only source of truth and every receiver re-reads it,
+    so losing a hint may cost latency, never correctness.
     """
 
     def __init__(self, channel):
@@ -49,7 +50,8 @@ class HintServiceStub:
 
 
 class HintServiceServicer:
-    """Hints between services (DESIGN.md section 1): losing one may cost latency, never correctness.
+    """Hints between services. The database is the only source of truth and every receiver re-reads it,
+    so losing a hint may cost latency, never correctness.
     """
 
     def WakeDispatcher(self, request, context):
@@ -90,7 +92,8 @@ def add_HintServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class HintService:
-    """Hints between services (DESIGN.md section 1): losing one may cost latency, never correctness.
+    """Hints between services. The database is the only source of truth and every receiver re-reads it,
+    so losing a hint may cost latency, never correctness.
     """
 
     @staticmethod
