@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from gnomon.common.embedded import EtcdCluster, PostgresServer, etcd_binary_dir, free_port
+from gnomon.devservers import EtcdCluster, PostgresServer, etcd_binary_dir, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -198,7 +198,7 @@ def test_etcd_three_members_survive_member_loss() -> None:
 def test_servers_do_not_outlive_a_killed_parent() -> None:
     script = textwrap.dedent("""
         import json, sys, time
-        from gnomon.common.embedded import EtcdCluster, PostgresServer
+        from gnomon.devservers import EtcdCluster, PostgresServer
         pg = PostgresServer().start()
         etcd = EtcdCluster(1).start()
         print(json.dumps({"pg_pid": pg.pid, "pg_dir": pg.base_dir,
@@ -212,6 +212,7 @@ def test_servers_do_not_outlive_a_killed_parent() -> None:
     finally:
         proc.send_signal(signal.SIGKILL)  # no atexit, no finally: only the watchdog can clean up
         proc.wait()
+        proc.stdout.close()
     _wait(lambda: not _alive(info["etcd_pid"]), 10, "etcd outlived its parent")
     _wait(lambda: not _alive(info["pg_pid"]), 10, "postgres outlived its parent")
     _wait(

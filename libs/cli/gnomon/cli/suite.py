@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gnomon.common.embedded import EtcdCluster, PostgresServer, free_port
+from gnomon.devservers import EtcdCluster, PostgresServer, free_port
 
 
 @dataclass
