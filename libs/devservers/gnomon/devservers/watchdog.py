@@ -22,9 +22,12 @@ when the *thread* that forked the child exits (a fixture thread would kill its s
 reach daemons. A parent that exits normally closes the pipe from an :mod:`atexit` hook after stopping
 what it still tracks (:func:`track`), so the helper then finds nothing left to do.
 
-Limits: a helper killed on purpose (e.g. ``kill -9`` of the whole session by pid) cannot clean up;
-a registered pid that exited and was reused by an unrelated process before the parent died would be
-killed, which is why owners :meth:`~Watchdog.remove` a key as soon as they reap its process.
+Pid reuse: each registered pid is stored with its start time (``/proc/<pid>/stat``); a pid whose
+start time no longer matches was reused by an unrelated process and is left alone, and a plain
+``kill`` (not ``killpg``) is only sent to a pid that still exists. Owners also
+:meth:`~Watchdog.remove` a key as soon as they reap its process.
+
+Limits: a helper killed on purpose cannot clean up; the commands run as whoever the parent was.
 """
 
 from __future__ import annotations
@@ -55,15 +58,27 @@ for line in sys.stdin:
         entries[msg["key"]] = msg
     elif msg.get("op") == "del":
         entries.pop(msg["key"], None)
+def start_time(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 # EOF: the parent closed the pipe or died. Undo whatever is still registered.
 for e in entries.values():
-    for pid in e.get("kill", []):
-        for fn in (os.killpg, os.kill):
-            try:
-                fn(pid, signal.SIGKILL)
-                break
-            except OSError:
-                pass
+    for item in e.get("kill", []):
+        pid, started = item if isinstance(item, list) else (item, None)
+        now = start_time(pid)
+        if now is not None and started is not None and now != started:
+            continue  # the pid was reused by an unrelated process: leave it alone
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            if now is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 for e in entries.values():
     for cmd in e.get("cmds", []):
         try:
@@ -77,6 +92,15 @@ for e in entries.values():
     for path in e.get("rmtree", []):
         shutil.rmtree(path, ignore_errors=True)
 """
+
+
+def _start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot (``/proc/<pid>/stat`` field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class Watchdog:
@@ -118,11 +142,18 @@ class Watchdog:
         rmtree: list[str] | None = None,
     ) -> None:
         """Register (or replace) entry ``key``: if this process dies, SIGKILL the process groups (or
-        processes) ``kill``, run the argv lists ``cmds``, then delete the directories ``rmtree``.
+        processes) of the pids ``kill`` (skipped if a pid was reused meanwhile), run the argv lists
+        ``cmds``, then delete the directories ``rmtree``.
 
         Starts the helper on first use, and a new one (told every entry again) if it died.
         """
-        msg = {"op": "add", "key": key, "kill": kill or [], "cmds": cmds or [], "rmtree": rmtree or []}
+        msg = {
+            "op": "add",
+            "key": key,
+            "kill": [[pid, _start_time(pid)] for pid in kill or []],
+            "cmds": cmds or [],
+            "rmtree": rmtree or [],
+        }
         with cls._lock:
             cls._entries[key] = msg
             proc = cls._ensure()
