@@ -114,7 +114,7 @@ def check_reachable_as(os_user: str, path: str) -> None:
     raise DataDirNotReachableError(
         f"PostgreSQL runs as OS user {os_user!r} (initdb refuses root) and cannot enter {blocking} "
         f"({mode}): choose a data dir that user can reach (e.g. under /var/tmp), or let it pass with "
-        f"`setfacl -m u:{os_user}:x {blocking}`",
+        f"`setfacl -m u:{os_user}:x {blocking}` or `chmod o+x {blocking}`",
         path=path,
         blocking=blocking,
         os_user=os_user,
