@@ -28,7 +28,8 @@ class EtcdCluster:
     50/500 (ms), so a killed leader is replaced in well under a second. ``base_dir``: where member
     data (``<base_dir>/m<i>``), logs (``m<i>.log``) and ``cluster.json`` (ports, token) live; ``None``
     means a temporary dir deleted by :meth:`stop`. A given ``base_dir`` that already holds a cluster
-    is restarted on its recorded ports. ``start_timeout``: seconds to wait for all members healthy.
+    is restarted on its recorded ports, keeping its data; if a recorded port was taken meanwhile, a
+    one-member cluster moves to new ports (``--force-new-cluster``, data kept), a larger one fails. ``start_timeout``: seconds to wait for all members healthy.
 
     Single member ~0.15 s, three members ~0.3 s to all-healthy on the project machine.
     """
@@ -81,6 +82,7 @@ class EtcdCluster:
                     f"{self.base_dir} holds a {len(saved['ports'])}-member cluster, not {self.size}"
                 )
         hb, el = (10, 100) if self.size == 1 else (50, 500)
+        force_new = False
         try:
             for attempt in range(3):
                 ports = saved["ports"] if saved else [[free_port(), free_port()] for _ in range(self.size)]
@@ -107,15 +109,23 @@ class EtcdCluster:
                     # instead of up to 2.4 s when started together).
                     deadline = time.monotonic() + self.start_timeout
                     for i, m in enumerate(self.members):
-                        m.spawn("existing" if saved else "new")
+                        m.spawn("existing" if saved else "new", force_new_cluster=force_new)
                         if i < len(self.members) - 1:
                             m.wait_peer_serving(max(0.1, deadline - time.monotonic()))
                     self._wait_all_healthy(max(0.1, deadline - time.monotonic()), self.members)
                 except EmbeddedServerError as e:
                     for m in self.members:
                         m.kill()
-                    if saved or attempt == 2 or "address already in use" not in str(e):
+                    if attempt == 2 or "address already in use" not in str(e):
                         raise
+                    if saved:
+                        if self.size != 1:
+                            raise  # peers know each other's URLs; moving them is not automatic
+                        # a single member keeps its data on new ports: --force-new-cluster rewrites
+                        # its membership to the new peer URL (cluster.json is updated below)
+                        saved = {"ports": [[free_port(), free_port()]], "token": saved["token"]}
+                        force_new = True
+                        continue
                     for m in self.members:
                         m._wipe_data()
                     continue

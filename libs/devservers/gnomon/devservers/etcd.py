@@ -169,11 +169,13 @@ class EtcdServer:
                 self.client_port = self.peer_port = None
         raise AssertionError("unreachable")
 
-    def spawn(self, state: str | None = None) -> None:
+    def spawn(self, state: str | None = None, *, force_new_cluster: bool = False) -> None:
         """Start the process without waiting for health (used by :class:`EtcdCluster`).
 
         ``state``: ``--initial-cluster-state`` (``new`` or ``existing``); default ``new`` the first
-        time, ``existing`` afterwards. Returns immediately.
+        time, ``existing`` afterwards. ``force_new_cluster``: add ``--force-new-cluster`` (keep the
+        data, make this member a cluster of one on its current peer URL; how a single member moves
+        to new ports). Returns immediately.
         """
         if self.running:
             return
@@ -212,6 +214,7 @@ class EtcdServer:
             "--election-timeout",
             str(self.election_ms),
             *_etcd_extra_flags(binary),
+            *(["--force-new-cluster"] if force_new_cluster else []),
         ]
         self.log_path = self.data_dir.rstrip("/") + ".log"
         os.makedirs(os.path.dirname(self.data_dir), exist_ok=True)
