@@ -107,7 +107,9 @@ class PostgresServer(SystemBackend, EmbeddedBackend):
         ~0.2 s when ``base_dir`` already holds a cluster. Starting a running server is a no-op.
 
         Raises :class:`EmbeddedServerError` if no PostgreSQL is available for the chosen backend,
-        or if initdb/pg_ctl fail (the message includes the server log tail).
+        or if initdb/pg_ctl fail (the message includes the server log tail);
+        :class:`~gnomon.devservers.errors.DataDirNotReachableError` (a subclass, one line) if, as
+        root, OS user ``postgres`` cannot enter the parent of ``base_dir``.
         """
         if self._running:
             return self
