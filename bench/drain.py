@@ -35,7 +35,7 @@ import psycopg
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.cli.suite import Suite
-from gnomon.common.embedded import PostgresServer, free_port
+from gnomon.devservers import PostgresServer, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

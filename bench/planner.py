@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         "--fast", action="store_true", help="Embedded PostgreSQL without fsync (reported as durable=false)."
     )
     args = ap.parse_args(argv)
-    from gnomon.common.embedded import PostgresServer
+    from gnomon.devservers import PostgresServer
 
     pg = None
     if args.dsn is None:

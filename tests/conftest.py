@@ -1,4 +1,4 @@
-"""Shared fixtures: real PostgreSQL and etcd on free loopback ports (gnomon.common.embedded).
+"""Shared fixtures: real PostgreSQL and etcd on free loopback ports (gnomon.devservers).
 
 Servers are session-scoped; each test gets its own database (copied from a migrated template)
 and its own etcd key prefix. Nothing is skipped when a server cannot start: the fixture fails
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from gnomon.common.embedded import EtcdCluster, PostgresServer
+from gnomon.devservers import EtcdCluster, PostgresServer
 
 TEMPLATE_DB = "gnomon_template"
 

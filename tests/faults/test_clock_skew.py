@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gnomon.cli.suite import Suite, wait_healthy
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon.sdk import Client
 from gnomon_test_support import records, sql, wait_for
 

@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 
 from gnomon.cli.suite import Suite, wait_healthy
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon.sdk import Client, GnomonError
 from gnomon_test_support import sql, wait_for
 

@@ -212,7 +212,7 @@ def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(
     pg_server, migrated_template, tmp_path
 ):
     from gnomon.cli.suite import Suite
-    from gnomon.common.embedded import free_port
+    from gnomon.devservers import free_port
     from gnomon.sdk import Client
     from gnomon_test_support import records, sql, wait_for
 
@@ -278,7 +278,7 @@ def test_database_outage_fails_fast_turns_not_serving_and_recovers(tmp_path):
     from grpc_health.v1 import health_pb2
 
     from gnomon.cli.suite import Suite
-    from gnomon.common.embedded import free_port
+    from gnomon.devservers import free_port
     from gnomon.sdk import Client, GnomonError
     from gnomon_test_support import records, sql, wait_for
 

@@ -31,7 +31,7 @@ from faultproxy import FaultProxy
 from history import History, check, metric, seeded_mix, worker_env
 
 from gnomon.cli.suite import Suite, wait_healthy
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon.sdk import Client
 from gnomon_test_support import sql, wait_for
 

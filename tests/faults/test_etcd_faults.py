@@ -25,7 +25,7 @@ import pytest
 from history import History, check, db_now, seeded_mix, worker_env
 
 from gnomon.cli.suite import Suite, wait_healthy
-from gnomon.common.embedded import EtcdCluster, free_port
+from gnomon.devservers import EtcdCluster, free_port
 from gnomon.sdk import Client
 from gnomon_test_support import sql, wait_for
 

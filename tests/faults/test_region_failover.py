@@ -21,10 +21,10 @@ from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
 from gnomon.cli.suite import Suite, wait_healthy
 from gnomon.common.config import DatabaseSettings
-from gnomon.common.embedded import free_port
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import regions
 from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.devservers import free_port
 from gnomon.sdk import Client
 from gnomon_test_support import records, sql, wait_for
 

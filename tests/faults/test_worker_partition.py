@@ -101,7 +101,7 @@ def test_blackholed_worker_loses_its_lease_and_its_late_result_is_refused(
     from faultproxy import FaultProxy
 
     from gnomon.cli.suite import Suite
-    from gnomon.common.embedded import free_port
+    from gnomon.devservers import free_port
     from gnomon.sdk import Client
     from gnomon_test_support import records, sql, wait_for
 

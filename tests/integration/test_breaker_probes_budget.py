@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from gnomon.cli.suite import Suite
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon.sdk import Client, RetryPolicy
 from gnomon_test_support import sql, wait_for
 

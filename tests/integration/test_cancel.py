@@ -562,7 +562,7 @@ def test_cancel_reaches_a_running_handler_through_real_processes(
     """api, dispatcher, planner, reaper and a worker as processes; the handler loops until
     ``ctx.cancelled`` and raises Cancelled: the job ends CANCELLED within 10 s of CancelJob."""
     from gnomon.cli.suite import Suite
-    from gnomon.common.embedded import free_port
+    from gnomon.devservers import free_port
     from gnomon.sdk import Client
 
     name = f"cancel_{uuid.uuid4().hex[:8]}"

@@ -15,7 +15,7 @@ import pytest
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
 from gnomon.cli.suite import Suite
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon.sdk import AsyncClient, GnomonError
 
 

@@ -35,7 +35,7 @@ def suite(pg_server, migrated_template, tmp_path_factory):
         base_dir=str(base),
         env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"},
     )
-    s.api_listen = f"127.0.0.1:{__import__('gnomon.common.embedded', fromlist=['free_port']).free_port()}"
+    s.api_listen = f"127.0.0.1:{__import__('gnomon.devservers', fromlist=['free_port']).free_port()}"
     s.start()
     s.record_dir = str(base)
     yield s
@@ -126,7 +126,7 @@ def test_kill_9_between_claim_commit_and_delivery_redelivers_under_the_next_owne
 ):
     name = f"kill_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
-    from gnomon.common.embedded import free_port
+    from gnomon.devservers import free_port
 
     s = Suite(
         api_listen=f"127.0.0.1:{free_port()}",

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from gnomon.common.embedded import EtcdCluster, PostgresServer, etcd_binary_dir, free_port
+from gnomon.devservers import EtcdCluster, PostgresServer, etcd_binary_dir, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -198,7 +198,7 @@ def test_etcd_three_members_survive_member_loss() -> None:
 def test_servers_do_not_outlive_a_killed_parent() -> None:
     script = textwrap.dedent("""
         import json, sys, time
-        from gnomon.common.embedded import EtcdCluster, PostgresServer
+        from gnomon.devservers import EtcdCluster, PostgresServer
         pg = PostgresServer().start()
         etcd = EtcdCluster(1).start()
         print(json.dumps({"pg_pid": pg.pid, "pg_dir": pg.base_dir,
@@ -212,6 +212,7 @@ def test_servers_do_not_outlive_a_killed_parent() -> None:
     finally:
         proc.send_signal(signal.SIGKILL)  # no atexit, no finally: only the watchdog can clean up
         proc.wait()
+        proc.stdout.close()
     _wait(lambda: not _alive(info["etcd_pid"]), 10, "etcd outlived its parent")
     _wait(lambda: not _alive(info["pg_pid"]), 10, "postgres outlived its parent")
     _wait(
@@ -219,3 +220,31 @@ def test_servers_do_not_outlive_a_killed_parent() -> None:
         10,
         "temp dirs left behind",
     )
+
+
+def _ports(base: str) -> list[list[int]]:
+    with open(os.path.join(base, "cluster.json")) as f:
+        return json.load(f)["ports"]
+
+
+def test_etcd_restart_in_base_dir_keeps_data_even_when_a_recorded_port_was_taken(tmp_path) -> None:
+    base = str(tmp_path / "etcd")
+    with EtcdCluster(1, base) as first:
+        first.etcdctl("put", "/kept", "v1")
+        old_ports = _ports(base)
+    with EtcdCluster(1, base) as same:  # `gnomon dev --data-dir D` the second time
+        assert _ports(base) == old_ports
+        assert same.etcdctl("get", "/kept", "--print-value-only").strip() == "v1"
+    import socket
+
+    with socket.socket() as squatter:  # another program took the member's recorded peer port
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", old_ports[0][1]))
+        squatter.listen()
+        with EtcdCluster(1, base) as moved:
+            new_ports = _ports(base)
+            assert new_ports != old_ports and moved.endpoints == [f"127.0.0.1:{new_ports[0][0]}"]
+            assert moved.etcdctl("get", "/kept", "--print-value-only").strip() == "v1"
+            moved.etcdctl("put", "/after", "v2")
+    with EtcdCluster(1, base) as again:  # and it restarts normally on the new ports
+        assert again.etcdctl("get", "/after", "--print-value-only").strip() == "v2"

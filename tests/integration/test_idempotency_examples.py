@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from gnomon.cli.suite import Suite
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon.sdk import Client, JobContext, PermanentError
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gnomon.cli.suite import Suite
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon.sdk import Client
 from gnomon_test_support import records, sql, wait_for
 

@@ -12,9 +12,9 @@ import pytest
 
 from gnomon.cli.suite import Suite
 from gnomon.common.config import DatabaseSettings
-from gnomon.common.embedded import free_port
 from gnomon.common.storage import rate_limits
 from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.devservers import free_port
 from gnomon.sdk import Client, GnomonError
 from gnomon_test_support import records, sql, wait_for
 

@@ -207,7 +207,7 @@ def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(
     pg_server, migrated_template, tmp_path
 ):
     from gnomon.cli.suite import Suite
-    from gnomon.common.embedded import free_port
+    from gnomon.devservers import free_port
     from gnomon.sdk import Client
 
     tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -270,7 +270,7 @@ async def test_an_attempt_past_its_start_to_close_is_timed_out_like_a_lost_lease
 
 def test_handler_is_cancelled_at_start_to_close(pg_server, migrated_template, tmp_path):
     from gnomon.cli.suite import Suite
-    from gnomon.common.embedded import free_port
+    from gnomon.devservers import free_port
     from gnomon.sdk import Client
 
     tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

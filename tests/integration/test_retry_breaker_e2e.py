@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 
 from gnomon.cli.suite import Suite
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon.sdk import Client, RetryPolicy
 from gnomon_test_support import records, sql, wait_for
 

@@ -19,7 +19,7 @@ from grpc_status import rpc_status
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
 from gnomon.cli.suite import Suite
-from gnomon.common.embedded import free_port
+from gnomon.devservers import free_port
 from gnomon_test_support import records, sql, wait_for
 
 pytestmark = pytest.mark.integration

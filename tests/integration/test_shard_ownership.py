@@ -10,8 +10,8 @@ import pytest
 
 from gnomon.common.config import DatabaseSettings
 from gnomon.common.coordination.etcd import EtcdClient
-from gnomon.common.embedded import EtcdCluster
 from gnomon.common.storage.engine import make_engine
+from gnomon.devservers import EtcdCluster
 from gnomon.dispatcher.shards import ShardOwnership
 
 

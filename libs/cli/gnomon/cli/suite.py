@@ -1,5 +1,14 @@
 """Runs the whole Gnomon suite on one machine: embedded PostgreSQL + etcd and every service as its
 own process. Used by ``gnomon dev``, by the integration tests and by the benchmarks.
+
+The servers come from :mod:`gnomon.devservers` (the ``gnomon[dev]`` extra), imported only when a
+suite starts, so ``gnomon`` without the dev extra still imports this module.
+
+No process outlives the suite's owner: PostgreSQL and etcd are registered with the
+:class:`gnomon.devservers.Watchdog` by the servers themselves, and every service and worker process
+started here is registered with it too (its own session, so its process group id is its pid). When
+the owner dies, even by SIGKILL, the watchdog's pipe hits EOF and it SIGKILLs those process groups,
+stops PostgreSQL (``pg_ctl stop -m immediate``) and kills etcd (see :mod:`gnomon.devservers.watchdog`).
 """
 
 from __future__ import annotations
@@ -12,12 +21,39 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gnomon.common.embedded import EtcdCluster, PostgresServer, free_port
+if TYPE_CHECKING:
+    from gnomon.devservers import EtcdCluster, PostgresServer
+
+
+def _free_address() -> str:
+    from gnomon.devservers import free_port
+
+    return f"127.0.0.1:{free_port()}"
+
+
+def _watch(p: Proc) -> None:
+    """Register ``p`` with the watchdog: SIGKILL its process group if the suite's owner dies."""
+    from gnomon.devservers import Watchdog
+
+    Watchdog.add(_watch_key(p), kill=[p.popen.pid])
+
+
+def _unwatch(p: Proc) -> None:
+    from gnomon.devservers import Watchdog
+
+    Watchdog.remove(_watch_key(p))
+
+
+def _watch_key(p: Proc) -> str:
+    return f"suite-{p.role}-{p.popen.pid}"
 
 
 @dataclass
@@ -26,12 +62,12 @@ class Proc:
 
     role: str
     address: str
-    popen: subprocess.Popen
+    popen: subprocess.Popen[bytes]
     log_path: str
     region: str = "local"
     metrics_address: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """JSON-friendly description."""
         return {
             "role": self.role,
@@ -71,6 +107,12 @@ class Suite:
     ``regions``: one set of services (api, dispatcher(s), planner, reaper, each with ``GNOMON_REGION``)
     per region, all on the one database and etcd; the first region's API listens on ``api_listen``,
     the others on free ports. Empty (the default): one set without ``GNOMON_REGION`` (region "local").
+    ``on_progress``: called with the suite and a step name (``"dir"``, ``"postgres"``, ``"migrated"``,
+    ``"etcd"``, ``"spawned"``) as :meth:`start` goes, so ``gnomon dev`` can report "starting".
+
+    A given ``base_dir`` that holds a previous suite is reused: the PostgreSQL cluster and its
+    ``gnomon`` database, and the etcd member (on its recorded ports); migrations are re-run (they
+    are idempotent).
     """
 
     api_listen: str = "127.0.0.1:7070"
@@ -78,16 +120,23 @@ class Suite:
     database_url: str | None = None
     durable: bool = False
     base_dir: str | None = None
-    env: dict = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
     keep_dir: bool = False
     regions: list[str] = field(default_factory=list)
     pg: PostgresServer | None = None
     etcd: EtcdCluster | None = None
     procs: list[Proc] = field(default_factory=list)
+    on_progress: Callable[[Suite, str], None] | None = None
 
     def start(self) -> Suite:
-        """Starts servers, migrates, starts api, planner, dispatcher(s), reaper; waits until healthy."""
+        """Starts servers, migrates, starts api, planner, dispatcher(s), reaper; waits until healthy.
+
+        Raises ``ImportError`` without the dev extra (``gnomon.devservers``),
+        ``gnomon.devservers.EmbeddedServerError`` (``DataDirNotReachableError``: one line) if a
+        server does not start, ``TimeoutError`` if a service is not SERVING within 30 s.
+        """
         from gnomon.common.storage.migrations import upgrade
+        from gnomon.devservers import EtcdCluster, PostgresServer
 
         self._own_dir = self.base_dir is None
         self.base_dir = self.base_dir or tempfile.mkdtemp(prefix="gnomon-dev-")
@@ -95,11 +144,16 @@ class Suite:
         os.chmod(self.base_dir, 0o755)  # the PostgreSQL server runs as OS user postgres and must traverse it
         self.log_dir = os.path.join(self.base_dir, "logs")
         os.makedirs(self.log_dir, exist_ok=True)
+        self._progress("dir")
         if self.database_url is None:
             self.pg = PostgresServer(os.path.join(self.base_dir, "pg"), durable=self.durable).start()
-            self.database_url = self.pg.create_database("gnomon")
+            self._progress("postgres")
+            # exist_ok: a restart on the same base_dir reuses the database (migrations are idempotent)
+            self.database_url = self.pg.create_database("gnomon", exist_ok=True)
         upgrade(self.database_url)
+        self._progress("migrated")
         self.etcd = EtcdCluster(1, os.path.join(self.base_dir, "etcd")).start()
+        self._progress("etcd")
         for i, region in enumerate(self.regions or [None]):
             env = {"GNOMON_REGION": region} if region else None
             self.start_service("api", self.api_listen if i == 0 else None, env=env)
@@ -107,11 +161,16 @@ class Suite:
                 self.start_service("dispatcher", env=self.dispatcher_env(region))
             self.start_service("planner", env=env)
             self.start_service("reaper", env=env)
+        self._progress("spawned")
         for p in self.procs:
             wait_healthy(p.address)
         return self
 
-    def dispatcher_env(self, region: str | None) -> dict | None:
+    def _progress(self, step: str) -> None:
+        if self.on_progress is not None:
+            self.on_progress(self, step)
+
+    def dispatcher_env(self, region: str | None) -> dict[str, str] | None:
         """A dispatcher's extra environment: its region and, with several regions, standby for
         every other one (docs/regions.md)."""
         if not region:
@@ -133,8 +192,9 @@ class Suite:
         live = [p for p in apis if p.popen.poll() is None]
         return (live or apis)[-1].address
 
-    def service_env(self, listen: str) -> dict:
+    def service_env(self, listen: str) -> dict[str, str]:
         """The environment a service process gets."""
+        assert self.database_url is not None and self.etcd is not None, "start() first"
         env = dict(os.environ)
         env.update(
             {
@@ -147,23 +207,26 @@ class Suite:
         env.update({k: str(v) for k, v in self.env.items()})
         return env
 
-    def start_service(self, role: str, listen: str | None = None, env: dict | None = None) -> Proc:
-        """Starts ``gnomon <role>`` as a child process on ``listen`` (default: a free loopback port)."""
-        listen = listen or f"127.0.0.1:{free_port()}"
+    def start_service(self, role: str, listen: str | None = None, env: dict[str, str] | None = None) -> Proc:
+        """Starts ``gnomon <role>`` as a child process on ``listen`` (default: a free loopback port),
+        in its own session, registered with the watchdog (killed if this process dies)."""
+        listen = listen or _free_address()
         e = self.service_env(listen)
-        e["GNOMON_METRICS_LISTEN"] = f"127.0.0.1:{free_port()}"
+        e["GNOMON_METRICS_LISTEN"] = _free_address()
         e.update(env or {})
         region = (env or {}).get("GNOMON_REGION")
         n = sum(1 for p in self.procs if p.role == role and (region is None or p.region == region))
         log_path = os.path.join(self.log_dir, f"{role}-{region}-{n}.log" if region else f"{role}-{n}.log")
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "gnomon.cli.main", role],
-            env=e,
-            stdout=open(log_path, "ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(log_path, "ab") as logf:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "gnomon.cli.main", role],
+                env=e,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         p = Proc(role, listen, popen, log_path, e.get("GNOMON_REGION", "local"), e["GNOMON_METRICS_LISTEN"])
+        _watch(p)
         self.procs.append(p)
         return p
 
@@ -173,10 +236,11 @@ class Suite:
         handler: str,
         *,
         concurrency: int = 16,
-        env: dict | None = None,
+        env: dict[str, str] | None = None,
         extra: list[str] | None = None,
     ) -> Proc:
-        """Starts ``gnomon worker`` for ``handler`` (module:function) as a child process."""
+        """Starts ``gnomon worker`` for ``handler`` (module:function) as a child process, registered
+        with the watchdog like the services."""
         n = sum(1 for p in self.procs if p.role == "worker")
         log_path = os.path.join(self.log_dir, f"worker-{n}.log")
         args = [
@@ -194,23 +258,29 @@ class Suite:
             *(extra or []),
         ]
         e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        popen = subprocess.Popen(
-            args, env=e, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with open(log_path, "ab") as logf:
+            popen = subprocess.Popen(
+                args, env=e, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+            )
         p = Proc("worker", "", popen, log_path)
+        _watch(p)
         self.procs.append(p)
         return p
 
     def stop_proc(self, p: Proc, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int | None:
         """Signals one process and waits for it (SIGKILL after ``timeout_s``); returns its exit code."""
-        if p.popen.poll() is None:
-            try:
-                p.popen.send_signal(sig)
-                return p.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                p.popen.kill()
-                return p.popen.wait()
-        return p.popen.returncode
+        try:
+            if p.popen.poll() is None:
+                try:
+                    p.popen.send_signal(sig)
+                    return p.popen.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    p.popen.kill()
+                    return p.popen.wait()
+            return p.popen.returncode
+        finally:
+            if p.popen.returncode is not None:  # reaped: its pid may be reused, the watchdog must forget it
+                _unwatch(p)
 
     def stop(self) -> None:
         """Stops workers, then services, then etcd and PostgreSQL."""
@@ -221,25 +291,73 @@ class Suite:
             self.etcd.stop()
         if self.pg:
             self.pg.stop()
-        if getattr(self, "_own_dir", False) and not self.keep_dir:
+        if getattr(self, "_own_dir", False) and not self.keep_dir and self.base_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
-    def status(self) -> list[dict]:
+    def status(self) -> list[dict[str, Any]]:
         """Every process started, as dicts."""
         return [p.as_dict() for p in self.procs]
 
-    def write_status(self, path: str) -> None:
-        """Writes :meth:`status` plus server endpoints as JSON to ``path`` (atomically: a reader never
-        sees a partial file). ``pid`` is this (the suite owner's) process."""
+    def servers(self) -> list[dict[str, Any]]:
+        """PostgreSQL and each etcd member started so far, as dicts: ``role`` (``postgres``/``etcd``),
+        ``name``, ``pid`` (None if not running or external), ``address`` (``host:port``; for the
+        embedded PostgreSQL back end ``<socket dir>:port``), ``data_dir`` and ``log`` (None if
+        external). With ``database_url`` given, PostgreSQL is listed as ``external``."""
+        out: list[dict[str, Any]] = []
+        if self.pg is not None and self.pg.port is not None:
+            out.append(
+                {
+                    "role": "postgres",
+                    "name": self.pg.backend or "",
+                    "pid": self.pg.pid,
+                    "address": self.pg.address,
+                    "data_dir": self.pg.data_dir,
+                    "log": self.pg.log_path,
+                }
+            )
+        elif self.database_url:
+            u = urlsplit(self.database_url)
+            address = f"{u.hostname}:{u.port or 5432}" if u.hostname else "(unix socket)"
+            out.append(
+                {
+                    "role": "postgres",
+                    "name": "external",
+                    "pid": None,
+                    "address": address,
+                    "data_dir": None,
+                    "log": None,
+                }
+            )
+        for m in self.etcd.members if self.etcd else []:
+            out.append(
+                {
+                    "role": "etcd",
+                    "name": m.name,
+                    "pid": m.pid,
+                    "address": m.endpoint,
+                    "data_dir": m.data_dir,
+                    "log": m.log_path,
+                }
+            )
+        return out
+
+    def write_status(self, path: str, state: str = "ready") -> None:
+        """Writes :meth:`status`, :meth:`servers` and endpoints as JSON to ``path`` (atomically: a
+        reader never sees a partial file). ``pid`` is this (the suite owner's) process; ``state`` is
+        ``"starting"`` or ``"ready"``; ``api`` is the first region's API address (the one asked for
+        while starting)."""
+        has_api = any(p.role == "api" for p in self.procs)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(
                 {
                     "pid": os.getpid(),
+                    "state": state,
                     "base_dir": self.base_dir,
                     "regions": list(dict.fromkeys(p.region for p in self.procs if p.role == "api")),
-                    "api": self.api_address if any(p.role == "api" for p in self.procs) else "",
+                    "api": self.api_address if has_api else self.api_listen,
                     "processes": self.status(),
+                    "servers": self.servers(),
                     "database_url": self.database_url,
                     "etcd": self.etcd.endpoints if self.etcd else [],
                 },
@@ -251,5 +369,5 @@ class Suite:
     def __enter__(self) -> Suite:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
