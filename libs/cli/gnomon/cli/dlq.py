@@ -11,11 +11,14 @@ import getpass
 import json
 import sys
 import time
+from typing import Any
 
 import typer
 
+from gnomon.cli.common import API, NS, fail
 from gnomon.cli.durations import parse_instant
-from gnomon.cli.jobs import API, NS, fail
+from gnomon.cli.render import audit_entry_dict, dead_letter_dict, job_dict
+from gnomon.sdk import AsyncClient, Client, GnomonError
 
 app = typer.Typer(
     help="List and replay dead letters (jobs in state DEAD); read the audit log.", no_args_is_help=True
@@ -50,7 +53,9 @@ def _actor(actor: str | None) -> list[tuple[str, str]]:
     return [("x-gnomon-actor", actor)]
 
 
-def _filters(queue, klass, error, since, until) -> dict:
+def _filters(
+    queue: str | None, klass: str | None, error: str | None, since: str | None, until: str | None
+) -> dict[str, Any]:
     try:
         return dict(
             queue=queue,
@@ -83,8 +88,6 @@ def list_(
     namespace: str = NS,
 ) -> None:
     """List dead letters, most recently finished first (prints the next page token to stderr)."""
-    from gnomon.sdk import Client, GnomonError
-
     filters = _filters(queue, klass, error, since, until)
     with Client(api=api, namespace=namespace, metadata=_actor(actor)) as c:
         token = page_token
@@ -97,9 +100,9 @@ def list_(
                 fail(e)
             for d in items:
                 if json_out:
-                    typer.echo(json.dumps(d.to_json_dict()))
+                    typer.echo(json.dumps(dead_letter_dict(d)))
                     continue
-                j = d.job.to_json_dict()
+                j = job_dict(d.job)
                 err = " ".join(d.job.last_error.split())
                 line = (
                     f"{j['name']}  {j['queue']:<12}  {d.job.failure_class or '-':<10}  {j['finish_time']}  "
@@ -144,8 +147,6 @@ def replay(
     stopping the display does not stop the replay. Repeating the command with the same --request-id
     replays nothing more (and finishes a replay that was interrupted).
     """
-    from gnomon.sdk import Client, GnomonError
-
     filters = _filters(queue, klass, error, since, until)
     metadata = _actor(actor)
     with Client(api=api, namespace=namespace, metadata=metadata) as c:
@@ -177,11 +178,11 @@ def replay(
         fail(e)
 
 
-async def _follow(api: str, namespace: str, metadata, names: list[str], interval_s: float = 1.0) -> None:
+async def _follow(
+    api: str, namespace: str, metadata: list[tuple[str, str]], names: list[str], interval_s: float = 1.0
+) -> None:
     """Polls the jobs ``names`` (GetJob, at most :data:`POLL_CONCURRENCY` at a time, finished ones
     no more) and prints a progress line every ``interval_s`` until all are finished."""
-    from gnomon.sdk import AsyncClient, GnomonError
-
     dispatched: set[str] = set()
     finished: set[str] = set()
     sem = asyncio.Semaphore(POLL_CONCURRENCY)
@@ -224,8 +225,6 @@ def audit(
     namespace: str = NS,
 ) -> None:
     """Show the audit log (replays and dry runs), newest first."""
-    from gnomon.sdk import Client, GnomonError
-
     with Client(api=api, namespace=namespace, metadata=_actor(actor)) as c:
         token = page_token
         while True:
@@ -233,17 +232,17 @@ def audit(
                 items, token = c.list_audit_entries_page(page_size, token)
             except GnomonError as e:
                 fail(e)
-            for e in items:
-                d = e.to_json_dict()
+            for entry in items:
+                d = audit_entry_dict(entry)
                 if json_out:
                     typer.echo(json.dumps(d))
                     continue
-                det = e.details
+                det = entry.details
                 counts = f"matched={det.get('matched_count')} replay={det.get('replay_count')}"
                 typer.echo(
-                    f"{d['create_time']}  {e.action:<28}  {e.actor}  {counts}  "
+                    f"{d['create_time']}  {entry.action:<28}  {entry.actor}  {counts}  "
                     f"filter={json.dumps({k: v for k, v in (det.get('filter') or {}).items() if v})}  "
-                    f"reason={e.reason!r}  request_id={e.request_id}"
+                    f"reason={entry.reason!r}  request_id={entry.request_id}"
                 )
             if not token or not all_pages:
                 break

@@ -7,24 +7,12 @@ import sys
 
 import typer
 
+from gnomon.cli.common import API, NS, fail
 from gnomon.cli.durations import parse_duration, parse_instant
+from gnomon.cli.render import attempt_dict, fields, job_dict, table
+from gnomon.sdk import Client, GnomonError
 
 app = typer.Typer(help="Create, read, list, cancel and reschedule one-time jobs.", no_args_is_help=True)
-API = typer.Option("127.0.0.1:7070", "--api", envvar="GNOMON_API", help="host:port of the Gnomon API.")
-NS = typer.Option("default", "--namespace", "-n", help="Namespace (tenant).")
-
-
-def fail(err) -> None:
-    """Prints a server error (status, reason, field violations) to stderr and exits 1."""
-    code = getattr(getattr(err, "code", None), "name", "ERROR")
-    violations = getattr(err, "field_violations", []) or []
-    if violations:
-        typer.echo(f"error: {code}: invalid request", err=True)
-        for field, desc in violations:
-            typer.echo(f"  {field}: {desc}", err=True)
-    else:
-        typer.echo(f"error: {code}: {getattr(err, 'message', str(err))}", err=True)
-    raise typer.Exit(1)
 
 
 @app.command()
@@ -62,8 +50,6 @@ def create(
     namespace: str = NS,
 ) -> None:
     """Create a one-time job; prints its resource name."""
-    from gnomon.sdk import Client, GnomonError
-
     try:
         delay = parse_duration(in_) if in_ is not None else None
         when = parse_instant(at) if at is not None else None
@@ -98,7 +84,7 @@ def create(
             )
         except GnomonError as e:
             fail(e)
-    typer.echo(json.dumps(job.to_json_dict(), indent=2) if json_out else job.name)
+    typer.echo(json.dumps(job_dict(job), indent=2) if json_out else job.name)
 
 
 @app.command()
@@ -109,31 +95,17 @@ def get(
     namespace: str = NS,
 ) -> None:
     """Show one job."""
-    from gnomon.sdk import Client, GnomonError
-
     with Client(api=api, namespace=namespace) as c:
         try:
             job = c.get_job(name)
         except GnomonError as e:
             fail(e)
-    d = job.to_json_dict()
+    d = job_dict(job)
     if json_out:
         typer.echo(json.dumps(d, indent=2))
-    else:
-        for k in (
-            "name",
-            "state",
-            "queue",
-            "schedule_time",
-            "dispatch_time",
-            "start_time",
-            "finish_time",
-            "attempt",
-            "max_attempts",
-            "version",
-            "last_error",
-        ):
-            typer.echo(f"{k:14} {d.get(k) if d.get(k) is not None else '-'}")
+        return
+    keys = "name state queue schedule_time dispatch_time start_time finish_time attempt max_attempts version"
+    fields([(k, d[k]) for k in (*keys.split(), "last_error")], 14)
 
 
 @app.command("list")
@@ -148,8 +120,6 @@ def list_(
     namespace: str = NS,
 ) -> None:
     """List jobs, newest first, a page at a time (prints the next page token to stderr)."""
-    from gnomon.sdk import Client, GnomonError
-
     with Client(api=api, namespace=namespace) as c:
         token = page_token
         while True:
@@ -160,7 +130,7 @@ def list_(
             except GnomonError as e:
                 fail(e)
             for j in jobs:
-                d = j.to_json_dict()
+                d = job_dict(j)
                 typer.echo(
                     json.dumps(d)
                     if json_out
@@ -191,8 +161,6 @@ def cancel(
     is told, and it ends CANCELLED (or SUCCEEDED if the handler still succeeds); "already finished:
     STATE": nothing changed.
     """
-    from gnomon.sdk import Client, GnomonError
-
     with Client(api=api, namespace=namespace) as c:
         try:
             outcome, job = c.cancel_job(name, expected_version=expected_version)
@@ -216,8 +184,6 @@ def reschedule(
     namespace: str = NS,
 ) -> None:
     """Move a job not yet dispatched (SCHEDULED) to another time; prints its new schedule_time."""
-    from gnomon.sdk import Client, GnomonError
-
     if (at is None) == (in_ is None):
         typer.echo("error: give exactly one of --at and --in", err=True)
         raise typer.Exit(2)
@@ -235,7 +201,7 @@ def reschedule(
         except ValueError as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
-    typer.echo(job.to_json_dict()["schedule_time"])
+    typer.echo(job_dict(job)["schedule_time"])
 
 
 @app.command()
@@ -250,8 +216,6 @@ def history(
     A LOST attempt's lease expired while it ran (worker killed, paused or cut off): its outcome is
     unknown, and the job was retried only if it is idempotent.
     """
-    from gnomon.sdk import Client, GnomonError
-
     with Client(api=api, namespace=namespace) as c:
         try:
             attempts = c.list_job_attempts(name)
@@ -262,7 +226,7 @@ def history(
             raise typer.Exit(2) from None
     if json_out:
         for a in attempts:
-            typer.echo(json.dumps(a.to_json_dict()))
+            typer.echo(json.dumps(attempt_dict(a)))
         return
     if not attempts:
         typer.echo("no attempts yet")
@@ -280,6 +244,4 @@ def history(
                 (err[:77] + "...") if len(err) > 80 else (err or "-"),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(r[:5], widths)) + "  " + r[5])
+    table(rows)
