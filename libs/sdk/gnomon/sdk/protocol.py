@@ -62,7 +62,7 @@ def is_final_refusal(reason: str) -> bool:
 def resend_delay(tries: int) -> float:
     """Seconds before re-sending an item refused for a transient reason the ``tries``-th time
     (1-based): 0.25 s doubling, capped at 5 s."""
-    return min(5.0, 0.25 * (2 ** max(0, tries - 1)))
+    return min(5.0, 0.25 * 2.0 ** max(0, tries - 1))
 
 
 class Ack(enum.Enum):
@@ -157,10 +157,11 @@ class LeaseProtocol(Generic[K, R, S]):
 
     def pending(self, kind: str, key: K) -> R | S | None:
         """The pending ``kind`` (``"accept"``, ``"result"``, ``"release"``) of ``key``, or ``None``."""
-        table: dict[K, R] | dict[K, S] = {"accept": self.accepts, "result": self.results}.get(
-            kind, self.releases
-        )
-        return table.get(key)
+        if kind == "accept":
+            return self.accepts.get(key)
+        if kind == "result":
+            return self.results.get(key)
+        return self.releases.get(key)
 
     # -- acks ---------------------------------------------------------------------------------
 
