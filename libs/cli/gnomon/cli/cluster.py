@@ -6,9 +6,8 @@ import json
 
 import typer
 
-from gnomon.cli.common import API, fail
+from gnomon.cli.common import API, run
 from gnomon.cli.render import shard_dict
-from gnomon.sdk import Client, GnomonError
 
 
 def shards(
@@ -17,11 +16,7 @@ def shards(
     api: str = API,
 ) -> None:
     """List every shard with its owner, etcd fencing token and the token recorded in the database."""
-    with Client(api=api) as c:
-        try:
-            rows = c.list_shards(region or "")
-        except GnomonError as e:
-            fail(e)
+    rows = run(api, "default", lambda c: c.list_shards(region or ""), reason=False)
     if json_out:
         typer.echo(json.dumps([shard_dict(r) for r in rows], indent=2))
         return

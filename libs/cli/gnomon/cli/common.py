@@ -4,6 +4,7 @@ usage error exits 2)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
@@ -11,7 +12,7 @@ import typer
 
 from gnomon.sdk import Client, GnomonError
 
-__all__ = ["API", "NS", "JSON", "fail", "server_fail", "usage", "run"]
+__all__ = ["API", "NS", "JSON", "fail", "server_fail", "usage", "run", "print_pages"]
 
 T = TypeVar("T")
 
@@ -48,13 +49,38 @@ def usage(msg: str) -> NoReturn:
     raise typer.Exit(2)
 
 
-def run(api: str, namespace: str, fn: Callable[[Client], T]) -> T:
-    """Calls ``fn(client)`` with a fresh :class:`~gnomon.sdk.Client`; a server error goes to
-    :func:`server_fail` (exit 1), a local ``ValueError``/``TypeError`` to :func:`usage` (exit 2)."""
-    with Client(api=api, namespace=namespace) as c:
+def run(
+    api: str,
+    namespace: str,
+    fn: Callable[[Client], T],
+    *,
+    reason: bool = True,
+    metadata: list[tuple[str, str]] | None = None,
+) -> T:
+    """Calls ``fn(client)`` with a fresh :class:`~gnomon.sdk.Client` (sending ``metadata``); a server
+    error goes to :func:`server_fail` (or :func:`fail` when not ``reason``; exit 1), a local
+    ``ValueError``/``TypeError`` to :func:`usage` (exit 2)."""
+    with Client(api=api, namespace=namespace, metadata=metadata) as c:
         try:
             return fn(c)
         except GnomonError as e:
-            server_fail(e)
+            (server_fail if reason else fail)(e)
         except (ValueError, TypeError) as e:
             usage(str(e))
+
+
+def print_pages(
+    fetch: Callable[[str], tuple[list[T], str]], token: str, all_pages: bool, show: Callable[[T], None]
+) -> None:
+    """Prints a listing a page at a time: ``fetch(page_token)`` -> ``(items, next_token)`` from
+    ``token`` on, ``show(item)`` for each item; follows the tokens to the end when ``all_pages``, else
+    stops after one page and prints ``next page: --page-token T`` to stderr when there is more."""
+    while True:
+        items, token = fetch(token)
+        for item in items:
+            show(item)
+        if not token or not all_pages:
+            break
+    if token:
+        typer.echo(f"next page: --page-token {token}", err=True)
+    sys.stdout.flush()

@@ -9,16 +9,15 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import sys
 import time
 from typing import Any
 
 import typer
 
-from gnomon.cli.common import API, NS, fail
+from gnomon.cli.common import API, NS, fail, print_pages, run
 from gnomon.cli.durations import parse_instant
 from gnomon.cli.render import audit_entry_dict, dead_letter_dict, job_dict
-from gnomon.sdk import AsyncClient, Client, GnomonError
+from gnomon.sdk import AsyncClient, AuditEntry, Client, DeadLetter, GnomonError
 
 app = typer.Typer(
     help="List and replay dead letters (jobs in state DEAD); read the audit log.", no_args_is_help=True
@@ -89,33 +88,30 @@ def list_(
 ) -> None:
     """List dead letters, most recently finished first (prints the next page token to stderr)."""
     filters = _filters(queue, klass, error, since, until)
-    with Client(api=api, namespace=namespace, metadata=_actor(actor)) as c:
-        token = page_token
-        while True:
-            try:
-                items, token = c.list_dead_letters_page(
-                    include_replayed=include_replayed, page_size=page_size, page_token=token, **filters
-                )
-            except GnomonError as e:
-                fail(e)
-            for d in items:
-                if json_out:
-                    typer.echo(json.dumps(dead_letter_dict(d)))
-                    continue
-                j = job_dict(d.job)
-                err = " ".join(d.job.last_error.split())
-                line = (
-                    f"{j['name']}  {j['queue']:<12}  {d.job.failure_class or '-':<10}  {j['finish_time']}  "
-                    f"attempts={d.job.attempt}  {err[:80]}"
-                )
-                if d.replayed_by:
-                    line += f"  -> replayed by {d.replayed_by}"
-                typer.echo(line)
-            if not token or not all_pages:
-                break
-    if token:
-        typer.echo(f"next page: --page-token {token}", err=True)
-    sys.stdout.flush()
+
+    def show(d: DeadLetter) -> None:
+        if json_out:
+            typer.echo(json.dumps(dead_letter_dict(d)))
+            return
+        j = job_dict(d.job)
+        err = " ".join(d.job.last_error.split())
+        line = (
+            f"{j['name']}  {j['queue']:<12}  {d.job.failure_class or '-':<10}  {j['finish_time']}  "
+            f"attempts={d.job.attempt}  {err[:80]}"
+        )
+        if d.replayed_by:
+            line += f"  -> replayed by {d.replayed_by}"
+        typer.echo(line)
+
+    def listing(c: Client) -> None:
+        def fetch(token: str) -> tuple[list[DeadLetter], str]:
+            return c.list_dead_letters_page(
+                include_replayed=include_replayed, page_size=page_size, page_token=token, **filters
+            )
+
+        print_pages(fetch, page_token, all_pages, show)
+
+    run(api, namespace, listing, reason=False, metadata=_actor(actor))
 
 
 @app.command()
@@ -225,26 +221,21 @@ def audit(
     namespace: str = NS,
 ) -> None:
     """Show the audit log (replays and dry runs), newest first."""
-    with Client(api=api, namespace=namespace, metadata=_actor(actor)) as c:
-        token = page_token
-        while True:
-            try:
-                items, token = c.list_audit_entries_page(page_size, token)
-            except GnomonError as e:
-                fail(e)
-            for entry in items:
-                d = audit_entry_dict(entry)
-                if json_out:
-                    typer.echo(json.dumps(d))
-                    continue
-                det = entry.details
-                counts = f"matched={det.get('matched_count')} replay={det.get('replay_count')}"
-                typer.echo(
-                    f"{d['create_time']}  {entry.action:<28}  {entry.actor}  {counts}  "
-                    f"filter={json.dumps({k: v for k, v in (det.get('filter') or {}).items() if v})}  "
-                    f"reason={entry.reason!r}  request_id={entry.request_id}"
-                )
-            if not token or not all_pages:
-                break
-    if token:
-        typer.echo(f"next page: --page-token {token}", err=True)
+
+    def show(entry: AuditEntry) -> None:
+        d = audit_entry_dict(entry)
+        if json_out:
+            typer.echo(json.dumps(d))
+            return
+        det = entry.details
+        counts = f"matched={det.get('matched_count')} replay={det.get('replay_count')}"
+        typer.echo(
+            f"{d['create_time']}  {entry.action:<28}  {entry.actor}  {counts}  "
+            f"filter={json.dumps({k: v for k, v in (det.get('filter') or {}).items() if v})}  "
+            f"reason={entry.reason!r}  request_id={entry.request_id}"
+        )
+
+    def listing(c: Client) -> None:
+        print_pages(lambda token: c.list_audit_entries_page(page_size, token), page_token, all_pages, show)
+
+    run(api, namespace, listing, reason=False, metadata=_actor(actor))

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import typer
 
-from gnomon.cli.common import API, NS, fail
+from gnomon.cli.common import API, NS, print_pages, run
 from gnomon.cli.durations import parse_duration, parse_instant
 from gnomon.cli.render import attempt_dict, fields, job_dict, table
-from gnomon.sdk import Client, GnomonError
+from gnomon.sdk import Client, Job
 
 app = typer.Typer(help="Create, read, list, cancel and reschedule one-time jobs.", no_args_is_help=True)
 
@@ -68,22 +67,23 @@ def create(
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            job = c.create_job(
-                queue,
-                payload.encode(),
-                schedule_time=when,
-                delay=delay,
-                deadline=dl,
-                max_attempts=max_attempts,
-                request_id=request_id,
-                idempotent=idempotent,
-                lease_duration=lease,
-                retry_policy=policy or None,
-            )
-        except GnomonError as e:
-            fail(e)
+    job = run(
+        api,
+        namespace,
+        lambda c: c.create_job(
+            queue,
+            payload.encode(),
+            schedule_time=when,
+            delay=delay,
+            deadline=dl,
+            max_attempts=max_attempts,
+            request_id=request_id,
+            idempotent=idempotent,
+            lease_duration=lease,
+            retry_policy=policy or None,
+        ),
+        reason=False,
+    )
     typer.echo(json.dumps(job_dict(job), indent=2) if json_out else job.name)
 
 
@@ -95,12 +95,7 @@ def get(
     namespace: str = NS,
 ) -> None:
     """Show one job."""
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            job = c.get_job(name)
-        except GnomonError as e:
-            fail(e)
-    d = job_dict(job)
+    d = job_dict(run(api, namespace, lambda c: c.get_job(name), reason=False))
     if json_out:
         typer.echo(json.dumps(d, indent=2))
         return
@@ -120,27 +115,19 @@ def list_(
     namespace: str = NS,
 ) -> None:
     """List jobs, newest first, a page at a time (prints the next page token to stderr)."""
-    with Client(api=api, namespace=namespace) as c:
-        token = page_token
-        while True:
-            try:
-                jobs, token = c.list_jobs_page(
-                    state=state.upper() if state else None, queue=queue, page_size=page_size, page_token=token
-                )
-            except GnomonError as e:
-                fail(e)
-            for j in jobs:
-                d = job_dict(j)
-                typer.echo(
-                    json.dumps(d)
-                    if json_out
-                    else f"{d['name']}  {d['state']:<9}  {d['queue']:<12}  {d['schedule_time']}"
-                )
-            if not token or not all_pages:
-                break
-    if token:
-        typer.echo(f"next page: --page-token {token}", err=True)
-    sys.stdout.flush()
+
+    def show(job: Job) -> None:
+        d = job_dict(job)
+        text = f"{d['name']}  {d['state']:<9}  {d['queue']:<12}  {d['schedule_time']}"
+        typer.echo(json.dumps(d) if json_out else text)
+
+    def listing(c: Client) -> None:
+        def fetch(token: str) -> tuple[list[Job], str]:
+            return c.list_jobs_page(state.upper() if state else None, queue, page_size, token)
+
+        print_pages(fetch, page_token, all_pages, show)
+
+    run(api, namespace, listing, reason=False)
 
 
 _OUTCOME_TEXT = {"CANCELLED": "cancelled", "CANCEL_REQUESTED": "cancel requested"}
@@ -161,14 +148,9 @@ def cancel(
     is told, and it ends CANCELLED (or SUCCEEDED if the handler still succeeds); "already finished:
     STATE": nothing changed.
     """
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            outcome, job = c.cancel_job(name, expected_version=expected_version)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
+    outcome, job = run(
+        api, namespace, lambda c: c.cancel_job(name, expected_version=expected_version), reason=False
+    )
     typer.echo(_OUTCOME_TEXT.get(outcome) or f"already finished: {job.state}")
 
 
@@ -193,14 +175,12 @@ def reschedule(
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            job = c.reschedule_job(name, schedule_time=when, delay=delay, expected_version=expected_version)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
+    job = run(
+        api,
+        namespace,
+        lambda c: c.reschedule_job(name, schedule_time=when, delay=delay, expected_version=expected_version),
+        reason=False,
+    )
     typer.echo(job_dict(job)["schedule_time"])
 
 
@@ -216,14 +196,7 @@ def history(
     A LOST attempt's lease expired while it ran (worker killed, paused or cut off): its outcome is
     unknown, and the job was retried only if it is idempotent.
     """
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            attempts = c.list_job_attempts(name)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
+    attempts = run(api, namespace, lambda c: c.list_job_attempts(name), reason=False)
     if json_out:
         for a in attempts:
             typer.echo(json.dumps(attempt_dict(a)))

@@ -7,9 +7,8 @@ import json
 
 import typer
 
-from gnomon.cli.common import API, NS, fail
+from gnomon.cli.common import API, NS, run
 from gnomon.cli.render import fields, queue_dict
-from gnomon.sdk import Client, GnomonError
 
 app = typer.Typer(help="Inspect queues (circuit breaker, retry budget, backlog).", no_args_is_help=True)
 
@@ -22,15 +21,7 @@ def get(
     namespace: str = NS,
 ) -> None:
     """Show one queue: breaker state, failure ratio, retry budget use, due jobs and the oldest one's wait."""
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            q = c.get_queue(queue)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-    d = queue_dict(q)
+    d = queue_dict(run(api, namespace, lambda c: c.get_queue(queue), reason=False))
     if json_out:
         typer.echo(json.dumps(d, indent=2))
         return
@@ -70,14 +61,7 @@ def limit(
     namespace: str = NS,
 ) -> None:
     """Set (or with --rate 0 remove) a queue's dispatch rate limit; the backlog beyond it waits SCHEDULED."""
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            q = c.set_queue_rate_limit(queue, rate, burst)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
+    q = run(api, namespace, lambda c: c.set_queue_rate_limit(queue, rate, burst), reason=False)
     typer.echo(
         "no rate limit" if q.rate_limit is None else f"{q.rate_limit.rate:g}/s, burst {q.rate_limit.burst}"
     )

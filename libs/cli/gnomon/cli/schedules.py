@@ -5,12 +5,11 @@ show occurrences (trigger, backfill, history, preview) are in :mod:`gnomon.cli.s
 from __future__ import annotations
 
 import json
-import sys
 
 import typer
 
 from gnomon.cli import schedule_runs
-from gnomon.cli.common import API, JSON, NS, run, usage
+from gnomon.cli.common import API, JSON, NS, print_pages, run, usage
 from gnomon.cli.render import fields, schedule_dict
 from gnomon.cli.schedule_args import (
     CRON,
@@ -150,27 +149,24 @@ def list_(
     namespace: str = NS,
 ) -> None:
     """List schedules by id, a page at a time (prints the next page token to stderr)."""
-    token = page_token
 
-    def page(c: Client) -> tuple[list[Schedule], str]:
-        return c.list_schedules_page(paused, queue, page_size, token)
+    def show(s: Schedule) -> None:
+        d = schedule_dict(s)
+        rule_text = d["cron"] or d["rrule"] or f"every {d['interval']}"
+        typer.echo(
+            json.dumps(d)
+            if json_out
+            else f"{d['name']}  {'paused' if d['paused'] else 'active':<6}  {d['job_template']['queue']:<12}  "
+            f"{d['time_zone']:<20}  {rule_text}  next={d['next_fire_time'] or '-'}"
+        )
 
-    while True:
-        items, token = run(api, namespace, page)
-        for s in items:
-            d = schedule_dict(s)
-            rule_text = d["cron"] or d["rrule"] or f"every {d['interval']}"
-            typer.echo(
-                json.dumps(d)
-                if json_out
-                else f"{d['name']}  {'paused' if d['paused'] else 'active':<6}  {d['job_template']['queue']:<12}  "
-                f"{d['time_zone']:<20}  {rule_text}  next={d['next_fire_time'] or '-'}"
-            )
-        if not token or not all_pages:
-            break
-    if token:
-        typer.echo(f"next page: --page-token {token}", err=True)
-    sys.stdout.flush()
+    def listing(c: Client) -> None:
+        def fetch(token: str) -> tuple[list[Schedule], str]:
+            return c.list_schedules_page(paused, queue, page_size, token)
+
+        print_pages(fetch, page_token, all_pages, show)
+
+    run(api, namespace, listing)
 
 
 @app.command()

@@ -118,8 +118,8 @@ class Client:
     ``ValueError`` for arguments that cannot be encoded) as its async twin; the ``list_*`` iterators
     are plain iterators fetching pages lazily. Usable as a context manager (``with Client(...) as
     c:``); :meth:`close` (or the end of the ``with``) closes the channel and stops the client's
-    background event-loop thread. Safe to share between threads. Do not call it from inside its own
-    callbacks (there are none) or from an ``async`` function (use :class:`AsyncClient` there).
+    background event-loop thread. Safe to share between threads. In ``async`` code use
+    :class:`AsyncClient` instead (a blocking call would stall the caller's event loop).
 
     Raises:
         RuntimeError: a method called after :meth:`close`.
