@@ -136,9 +136,13 @@ class Client:
         channel_options: list[tuple[str, object]] | None = None,
     ) -> None:
         self._portal = Portal(name=f"gnomon-client-{api}")
-        self._async = self._portal.call(
-            _open(api, namespace, timeout, credentials, metadata, channel_options)
-        )
+        try:
+            self._async = self._portal.call(
+                _open(api, namespace, timeout, credentials, metadata, channel_options)
+            )
+        except BaseException:
+            self._portal.stop()
+            raise
         # A client dropped without close() still closes its channel and thread (at the latest at exit).
         self._finalizer = weakref.finalize(self, self._portal.stop, self._async.close)
 
