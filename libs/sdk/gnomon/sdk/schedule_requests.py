@@ -4,9 +4,9 @@ rules, masks of partial updates. Pure functions of their arguments (no I/O)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from google.protobuf import field_mask_pb2
 from google.protobuf.message import Message
@@ -96,64 +96,27 @@ def enum_value(enum_type: EnumType, prefix: str, value: str | int | None, what: 
         raise ValueError(f"unknown {what} {value!r}; expected one of {valid}") from None
 
 
-def misfire_value(v: str | int | None) -> schedule_pb2.MisfirePolicy:
-    """A misfire policy by name or number -> ``MisfirePolicy`` number (see :func:`enum_value`).
+E = TypeVar("E", bound=int)
+
+
+def _parser(enum_type: type[E], prefix: str, what: str) -> Callable[[str | int | None], E]:
+    def parse(v: str | int | None) -> E:
+        return cast(E, enum_value(cast(EnumType, enum_type), prefix, v, what))
+
+    parse.__doc__ = f"""A {what} by short name, full name (``{prefix}...``) or number -> its enum number
+    (``None``/``""`` -> 0, the server default; see :func:`enum_value`).
 
     Raises:
-        ValueError: unknown name or number.
+        ValueError: an unknown name or number.
     """
-    return cast(
-        "schedule_pb2.MisfirePolicy",
-        enum_value(schedule_pb2.MisfirePolicy, "MISFIRE_POLICY_", v, "misfire policy"),
-    )
+    return parse
 
 
-def overlap_value(v: str | int | None) -> schedule_pb2.OverlapPolicy:
-    """A overlap policy by name or number -> ``OverlapPolicy`` number (see :func:`enum_value`).
-
-    Raises:
-        ValueError: unknown name or number.
-    """
-    return cast(
-        "schedule_pb2.OverlapPolicy",
-        enum_value(schedule_pb2.OverlapPolicy, "OVERLAP_POLICY_", v, "overlap policy"),
-    )
-
-
-def dst_gap_value(v: str | int | None) -> schedule_pb2.DstGapPolicy:
-    """A DST gap policy by name or number -> ``DstGapPolicy`` number (see :func:`enum_value`).
-
-    Raises:
-        ValueError: unknown name or number.
-    """
-    return cast(
-        "schedule_pb2.DstGapPolicy",
-        enum_value(schedule_pb2.DstGapPolicy, "DST_GAP_POLICY_", v, "DST gap policy"),
-    )
-
-
-def dst_fold_value(v: str | int | None) -> schedule_pb2.DstFoldPolicy:
-    """A DST fold policy by name or number -> ``DstFoldPolicy`` number (see :func:`enum_value`).
-
-    Raises:
-        ValueError: unknown name or number.
-    """
-    return cast(
-        "schedule_pb2.DstFoldPolicy",
-        enum_value(schedule_pb2.DstFoldPolicy, "DST_FOLD_POLICY_", v, "DST fold policy"),
-    )
-
-
-def decision_value(v: str | int | None) -> schedule_pb2.OccurrenceDecision:
-    """A decision by name or number -> ``OccurrenceDecision`` number (see :func:`enum_value`).
-
-    Raises:
-        ValueError: unknown name or number.
-    """
-    return cast(
-        "schedule_pb2.OccurrenceDecision",
-        enum_value(schedule_pb2.OccurrenceDecision, "OCCURRENCE_DECISION_", v, "decision"),
-    )
+misfire_value = _parser(schedule_pb2.MisfirePolicy, "MISFIRE_POLICY_", "misfire policy")
+overlap_value = _parser(schedule_pb2.OverlapPolicy, "OVERLAP_POLICY_", "overlap policy")
+dst_gap_value = _parser(schedule_pb2.DstGapPolicy, "DST_GAP_POLICY_", "DST gap policy")
+dst_fold_value = _parser(schedule_pb2.DstFoldPolicy, "DST_FOLD_POLICY_", "DST fold policy")
+decision_value = _parser(schedule_pb2.OccurrenceDecision, "OCCURRENCE_DECISION_", "decision")
 
 
 def schedule_name(name_or_id: str, namespace: str) -> str:
