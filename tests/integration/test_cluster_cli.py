@@ -11,12 +11,14 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
+from types import SimpleNamespace
 
 import pytest
 
 from gnomon.cli.suite import Suite
 from gnomon.devservers import free_port
-from gnomon.sdk import Client
+from gnomon.sdk import Client, Shard
 from gnomon_test_support import wait_for
 
 SHARDS = 64
@@ -27,16 +29,16 @@ def cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([*GNOMON, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def balanced(shards: list[dict], owners: set[str]) -> bool:
+def balanced(shards: Sequence[Shard | SimpleNamespace], owners: set[str]) -> bool:
     """All shards owned by exactly ``owners``, about evenly, each token recorded in the database."""
-    counts = collections.Counter(s["owner"] for s in shards if s["owned"])
+    counts = collections.Counter(s.owner for s in shards if s.owned)
     lo, hi = SHARDS / len(owners) - 2, SHARDS / len(owners) + 2
     return (
         len(shards) == SHARDS
-        and all(s["owned"] for s in shards)
+        and all(s.owned for s in shards)
         and set(counts) == owners
         and all(lo <= n <= hi for n in counts.values())
-        and all(s["fencing_token"] == s["recorded_token"] > 0 for s in shards)
+        and all(s.fencing_token == s.recorded_token > 0 for s in shards)
     )
 
 
@@ -68,10 +70,10 @@ def test_list_shards_shows_owners_and_tokens_and_the_hand_over_after_kill_9(suit
             30,
             "64 shards owned by the 3 dispatchers, balanced, tokens recorded",
         )
-        assert [s["shard"] for s in shards] == list(range(SHARDS))
-        assert {s["region"] for s in shards} == {"local"}
-        assert all(s["acquire_time"] is not None for s in shards)
-        assert len({s["fencing_token"] for s in shards}) == SHARDS  # one etcd revision per key
+        assert [s.shard for s in shards] == list(range(SHARDS))
+        assert {s.region for s in shards} == {"local"}
+        assert all(s.acquire_time is not None for s in shards)
+        assert len({s.fencing_token for s in shards}) == SHARDS  # one etcd revision per key
 
         out = cli("shards", "--json", "--api", suite.api_address)
         assert out.returncode == 0, out.stderr
@@ -80,7 +82,10 @@ def test_list_shards_shows_owners_and_tokens_and_the_hand_over_after_kill_9(suit
             {k: p[k] for k in ("region", "shard", "owner", "fencing_token", "recorded_token", "owned")}
             for p in printed
         ] == [
-            {k: s[k] for k in ("region", "shard", "owner", "fencing_token", "recorded_token", "owned")}
+            {
+                k: getattr(s, k)
+                for k in ("region", "shard", "owner", "fencing_token", "recorded_token", "owned")
+            }
             for s in shards
         ]
         table = cli("shards", "--api", suite.api_address)
@@ -90,7 +95,7 @@ def test_list_shards_shows_owners_and_tokens_and_the_hand_over_after_kill_9(suit
         victim = next(
             p for p in suite.procs if p.role == "dispatcher" and p.address == dispatchers[victim_id]
         )
-        before = {s["shard"]: s["fencing_token"] for s in shards if s["owner"] == victim_id}
+        before = {s.shard: s.fencing_token for s in shards if s.owner == victim_id}
         victim.popen.send_signal(signal.SIGKILL)
         victim.popen.wait(10)
         survivors = set(dispatchers) - {victim_id}
@@ -100,8 +105,8 @@ def test_list_shards_shows_owners_and_tokens_and_the_hand_over_after_kill_9(suit
             "the victim's shards re-owned by the survivors",
         )
         for s in after:
-            if s["shard"] in before:
-                assert s["owner"] in survivors and s["fencing_token"] > before[s["shard"]]
+            if s.shard in before:
+                assert s.owner in survivors and s.fencing_token > before[s.shard]
 
     bad = cli("shards", "--region", "Not_A_Region", "--api", suite.api_address)
     assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stderr
@@ -172,7 +177,8 @@ def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(pg_server, mig
 
         def us_shards():
             r = cli("shards", "--region", "us", "--json", "--api", eu_api)
-            return r.returncode == 0 and (x := json.loads(r.stdout)) and balanced(x, us_ids) and x
+            x = json.loads(r.stdout) if r.returncode == 0 else []
+            return x and balanced([SimpleNamespace(**s) for s in x], us_ids) and x
 
         assert {s["region"] for s in wait_for(us_shards, 30, "us shards owned by the us dispatchers")} == {
             "us"

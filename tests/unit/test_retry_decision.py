@@ -9,6 +9,7 @@ import pytest
 
 from gnomon._proto.gnomon.v1 import job_service_pb2, queue_service_pb2
 from gnomon.api.validation import validate_create, validate_retry_policy
+from gnomon.cli.render import queue_dict
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.retry import (
     DEAD_EXHAUSTED,
@@ -26,10 +27,10 @@ from gnomon.common.retry import (
     is_non_retryable,
     retry_decision,
 )
-from gnomon.sdk import FailureClass, Queue, TransientError, classify_exception
+from gnomon.sdk import FailureClass, TransientError, classify_exception
 from gnomon.sdk import RetryPolicy as SdkPolicy
-from gnomon.sdk.client import create_job_request
-from gnomon.sdk.retry import retry_policy_to_proto
+from gnomon.sdk.convert import queue_from_proto, retry_policy_from_proto, retry_policy_to_proto
+from gnomon.sdk.jobs import create_job_request
 
 
 def decide(
@@ -203,7 +204,7 @@ def test_sdk_retry_policy_dataclass_and_dict_encode_the_same():
     req = create_job_request("default", "q", retry_policy={"max_backoff": 5})
     assert req.retry_policy.max_backoff.seconds == 5
     assert not create_job_request("default", "q").HasField("retry_policy")
-    assert SdkPolicy.from_proto(a).max_backoff == timedelta(seconds=20)
+    assert retry_policy_from_proto(a).max_backoff == timedelta(seconds=20)
 
 
 def test_transient_error_and_queue_model():
@@ -218,6 +219,6 @@ def test_transient_error_and_queue_model():
     )
     msg.retry_budget.used, msg.retry_budget.allowed = 3, 60
     msg.oldest_due_age.FromTimedelta(timedelta(seconds=1.5))
-    q = Queue.from_proto(msg)
+    q = queue_from_proto(msg)
     assert (q.breaker_state, q.queue, q.retry_budget.allowed, q.opened_time) == ("OPEN", "q", 60, None)
-    assert q.to_json_dict()["oldest_due_age"] == "1.5s"
+    assert queue_dict(q)["oldest_due_age"] == "1.5s"

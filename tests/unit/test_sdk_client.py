@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import threading
 from concurrent import futures
 from datetime import UTC, datetime
 
@@ -150,3 +152,31 @@ async def test_async_client(api):
             await c.create_job("BAD")
         assert info.value.field_violations == [("queue", "must be lower case")]
         assert len(await c.list_dispatchers()) == 1
+
+
+def test_the_sync_client_mirrors_every_async_method():
+    """Client is generated from AsyncClient: same names, signatures and docstrings, nothing missing."""
+    public = {
+        n
+        for n in dir(AsyncClient)
+        if not n.startswith("_") and callable(getattr(AsyncClient, n)) and n != "close"
+    }
+    assert public <= set(dir(Client))
+    for name in public:
+        sync, coro = getattr(Client, name), getattr(AsyncClient, name)
+        assert sync.__doc__ == coro.__doc__ and sync.__doc__, name
+        assert inspect.signature(sync) == inspect.signature(coro), name
+
+
+def test_sync_client_close_is_idempotent_and_stops_its_thread(api):
+    before = set(threading.enumerate())
+    c = Client(api.address, namespace="closing")
+    assert c.namespace == "closing" and c.api == api.address and c.timeout == 30.0
+    portal = [t for t in threading.enumerate() if t not in before and t.name.startswith("gnomon-client-")]
+    assert len(portal) == 1 and portal[0].is_alive()
+    assert c.list_dispatchers() == [DispatcherInfo("d1", "local", "127.0.0.1:1")]
+    c.close()
+    c.close()
+    assert not portal[0].is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        c.get_job("x")

@@ -1,4 +1,5 @@
-"""gnomon.sdk.convert and gnomon.sdk.models: time/duration/payload/state conversions."""
+"""gnomon.sdk.convert and gnomon.sdk.models: time/duration/payload/state conversions; the CLI's JSON
+view of a job (gnomon.cli.render)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from gnomon._proto.gnomon.v1 import job_pb2
-from gnomon.sdk import Job, convert
-from gnomon.sdk.client import create_job_request, list_jobs_request
+from gnomon.cli.render import job_dict
+from gnomon.sdk import convert
+from gnomon.sdk.jobs import create_job_request, list_jobs_request
 
 UTC = UTC
 
@@ -157,7 +159,7 @@ def _job_proto(**kw) -> job_pb2.Job:
 
 
 def test_job_from_proto_mirrors_fields():
-    job = Job.from_proto(_job_proto())
+    job = convert.job_from_proto(_job_proto())
     assert job.state == "RUNNING"
     assert job.id == "5d0c0b8e-0000-4000-8000-000000000001"
     assert job.namespace == "acme"
@@ -172,7 +174,7 @@ def test_job_from_proto_mirrors_fields():
 
 
 def test_job_to_json_dict():
-    d = Job.from_proto(_job_proto()).to_json_dict()
+    d = job_dict(convert.job_from_proto(_job_proto()))
     assert d["name"] == "namespaces/acme/jobs/5d0c0b8e-0000-4000-8000-000000000001"
     assert d["state"] == "RUNNING"
     assert d["queue"] == "emails"
@@ -187,9 +189,11 @@ def test_job_to_json_dict():
 
 
 def test_job_to_json_dict_binary_payload_has_no_payload_json():
-    d = Job.from_proto(
-        job_pb2.Job(name="namespaces/d/jobs/x", payload=b"\xff\x00", state=job_pb2.JOB_STATE_DEAD)
-    ).to_json_dict()
+    d = job_dict(
+        convert.job_from_proto(
+            job_pb2.Job(name="namespaces/d/jobs/x", payload=b"\xff\x00", state=job_pb2.JOB_STATE_DEAD)
+        )
+    )
     assert d["payload"] == "/wA="
     assert "payload_json" not in d
     assert d["state"] == "DEAD"

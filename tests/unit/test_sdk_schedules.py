@@ -9,7 +9,9 @@ from google.protobuf import timestamp_pb2
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
-from gnomon.sdk import client as c
+from gnomon.cli.render import fire_time_dict, occurrence_dict
+from gnomon.sdk import convert
+from gnomon.sdk import schedule_requests as c
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -123,7 +125,7 @@ def test_fire_time_and_occurrence_dicts():
         note="n",
         skipped=False,
     )
-    assert c.fire_time_dict(ft) == {
+    assert fire_time_dict(convert.fire_time_from_proto(ft)) == {
         "fire_time": "2013-03-11T11:06:40Z",
         "local_time": "2013-03-11T07:06:40-04:00",
         "note": "n",
@@ -134,6 +136,6 @@ def test_fire_time_and_occurrence_dicts():
         source=schedule_pb2.OCCURRENCE_SOURCE_TRIGGER,
         job="namespaces/d/jobs/x",
     )
-    d = c.occurrence_dict(o)
+    d = occurrence_dict(convert.occurrence_from_proto(o))
     assert d["decision"] == "FIRED" and d["source"] == "TRIGGER" and d["job"] == "namespaces/d/jobs/x"
     assert d["nominal_time"] is None

@@ -6,7 +6,8 @@ import json
 
 import typer
 
-from gnomon.cli.jobs import API, fail
+from gnomon.cli.common import API, run
+from gnomon.cli.render import shard_dict
 
 
 def shards(
@@ -15,37 +16,23 @@ def shards(
     api: str = API,
 ) -> None:
     """List every shard with its owner, etcd fencing token and the token recorded in the database."""
-    from gnomon.sdk import Client, GnomonError
-
-    with Client(api=api) as c:
-        try:
-            rows = c.list_shards(region or "")
-        except GnomonError as e:
-            fail(e)
+    rows = run(api, "default", lambda c: c.list_shards(region or ""), reason=False)
     if json_out:
-        typer.echo(
-            json.dumps(
-                [
-                    {**r, "acquire_time": r["acquire_time"].isoformat() if r["acquire_time"] else None}
-                    for r in rows
-                ],
-                indent=2,
-            )
-        )
+        typer.echo(json.dumps([shard_dict(r) for r in rows], indent=2))
         return
     typer.echo(f"{'REGION':<12} {'SHARD':>5}  {'OWNER':<40} {'TOKEN':>10} {'RECORDED':>10}  STATE")
     for r in rows:
-        state = "owned" if r["owned"] else "unowned"
-        if r["owned"] and r["recorded_token"] != r["fencing_token"]:
+        state = "owned" if r.owned else "unowned"
+        if r.owned and r.recorded_token != r.fencing_token:
             state += " (token not recorded yet)"
         typer.echo(
-            f"{r['region']:<12} {r['shard']:>5}  {r['owner'] or '-':<40} {r['fencing_token'] or '-':>10} "
-            f"{r['recorded_token'] or '-':>10}  {state}"
+            f"{r.region:<12} {r.shard:>5}  {r.owner or '-':<40} {r.fencing_token or '-':>10} "
+            f"{r.recorded_token or '-':>10}  {state}"
         )
     owners: dict[str, int] = {}
     for r in rows:
-        if r["owned"]:
-            owners[r["owner"]] = owners.get(r["owner"], 0) + 1
+        if r.owned:
+            owners[r.owner] = owners.get(r.owner, 0) + 1
     typer.echo(
         f"{sum(owners.values())}/{len(rows)} shards owned by {len(owners)} dispatcher(s)"
         + "".join(f"\n  {o}: {n}" for o, n in sorted(owners.items()))

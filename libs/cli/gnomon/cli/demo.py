@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
+from gnomon.sdk import JobContext
 
-def handle(ctx) -> None:
+
+def handle(ctx: JobContext) -> None:
     """Prints the job's JSON payload with its idempotency key, then works for 0.2 s."""
     try:
         payload = ctx.json()

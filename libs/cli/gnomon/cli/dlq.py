@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
-import sys
 import time
+from typing import Any
 
 import typer
 
+from gnomon.cli.common import API, NS, fail, print_pages, run
 from gnomon.cli.durations import parse_instant
-from gnomon.cli.jobs import API, NS, fail
+from gnomon.cli.render import audit_entry_dict, dead_letter_dict, job_dict
+from gnomon.sdk import AsyncClient, AuditEntry, Client, DeadLetter, GnomonError
 
 app = typer.Typer(
     help="List and replay dead letters (jobs in state DEAD); read the audit log.", no_args_is_help=True
@@ -50,7 +52,9 @@ def _actor(actor: str | None) -> list[tuple[str, str]]:
     return [("x-gnomon-actor", actor)]
 
 
-def _filters(queue, klass, error, since, until) -> dict:
+def _filters(
+    queue: str | None, klass: str | None, error: str | None, since: str | None, until: str | None
+) -> dict[str, Any]:
     try:
         return dict(
             queue=queue,
@@ -83,36 +87,31 @@ def list_(
     namespace: str = NS,
 ) -> None:
     """List dead letters, most recently finished first (prints the next page token to stderr)."""
-    from gnomon.sdk import Client, GnomonError
-
     filters = _filters(queue, klass, error, since, until)
-    with Client(api=api, namespace=namespace, metadata=_actor(actor)) as c:
-        token = page_token
-        while True:
-            try:
-                items, token = c.list_dead_letters_page(
-                    include_replayed=include_replayed, page_size=page_size, page_token=token, **filters
-                )
-            except GnomonError as e:
-                fail(e)
-            for d in items:
-                if json_out:
-                    typer.echo(json.dumps(d.to_json_dict()))
-                    continue
-                j = d.job.to_json_dict()
-                err = " ".join(d.job.last_error.split())
-                line = (
-                    f"{j['name']}  {j['queue']:<12}  {d.job.failure_class or '-':<10}  {j['finish_time']}  "
-                    f"attempts={d.job.attempt}  {err[:80]}"
-                )
-                if d.replayed_by:
-                    line += f"  -> replayed by {d.replayed_by}"
-                typer.echo(line)
-            if not token or not all_pages:
-                break
-    if token:
-        typer.echo(f"next page: --page-token {token}", err=True)
-    sys.stdout.flush()
+
+    def show(d: DeadLetter) -> None:
+        if json_out:
+            typer.echo(json.dumps(dead_letter_dict(d)))
+            return
+        j = job_dict(d.job)
+        err = " ".join(d.job.last_error.split())
+        line = (
+            f"{j['name']}  {j['queue']:<12}  {d.job.failure_class or '-':<10}  {j['finish_time']}  "
+            f"attempts={d.job.attempt}  {err[:80]}"
+        )
+        if d.replayed_by:
+            line += f"  -> replayed by {d.replayed_by}"
+        typer.echo(line)
+
+    def listing(c: Client) -> None:
+        def fetch(token: str) -> tuple[list[DeadLetter], str]:
+            return c.list_dead_letters_page(
+                include_replayed=include_replayed, page_size=page_size, page_token=token, **filters
+            )
+
+        print_pages(fetch, page_token, all_pages, show)
+
+    run(api, namespace, listing, reason=False, metadata=_actor(actor))
 
 
 @app.command()
@@ -144,8 +143,6 @@ def replay(
     stopping the display does not stop the replay. Repeating the command with the same --request-id
     replays nothing more (and finishes a replay that was interrupted).
     """
-    from gnomon.sdk import Client, GnomonError
-
     filters = _filters(queue, klass, error, since, until)
     metadata = _actor(actor)
     with Client(api=api, namespace=namespace, metadata=metadata) as c:
@@ -177,11 +174,11 @@ def replay(
         fail(e)
 
 
-async def _follow(api: str, namespace: str, metadata, names: list[str], interval_s: float = 1.0) -> None:
+async def _follow(
+    api: str, namespace: str, metadata: list[tuple[str, str]], names: list[str], interval_s: float = 1.0
+) -> None:
     """Polls the jobs ``names`` (GetJob, at most :data:`POLL_CONCURRENCY` at a time, finished ones
     no more) and prints a progress line every ``interval_s`` until all are finished."""
-    from gnomon.sdk import AsyncClient, GnomonError
-
     dispatched: set[str] = set()
     finished: set[str] = set()
     sem = asyncio.Semaphore(POLL_CONCURRENCY)
@@ -224,28 +221,21 @@ def audit(
     namespace: str = NS,
 ) -> None:
     """Show the audit log (replays and dry runs), newest first."""
-    from gnomon.sdk import Client, GnomonError
 
-    with Client(api=api, namespace=namespace, metadata=_actor(actor)) as c:
-        token = page_token
-        while True:
-            try:
-                items, token = c.list_audit_entries_page(page_size, token)
-            except GnomonError as e:
-                fail(e)
-            for e in items:
-                d = e.to_json_dict()
-                if json_out:
-                    typer.echo(json.dumps(d))
-                    continue
-                det = e.details
-                counts = f"matched={det.get('matched_count')} replay={det.get('replay_count')}"
-                typer.echo(
-                    f"{d['create_time']}  {e.action:<28}  {e.actor}  {counts}  "
-                    f"filter={json.dumps({k: v for k, v in (det.get('filter') or {}).items() if v})}  "
-                    f"reason={e.reason!r}  request_id={e.request_id}"
-                )
-            if not token or not all_pages:
-                break
-    if token:
-        typer.echo(f"next page: --page-token {token}", err=True)
+    def show(entry: AuditEntry) -> None:
+        d = audit_entry_dict(entry)
+        if json_out:
+            typer.echo(json.dumps(d))
+            return
+        det = entry.details
+        counts = f"matched={det.get('matched_count')} replay={det.get('replay_count')}"
+        typer.echo(
+            f"{d['create_time']}  {entry.action:<28}  {entry.actor}  {counts}  "
+            f"filter={json.dumps({k: v for k, v in (det.get('filter') or {}).items() if v})}  "
+            f"reason={entry.reason!r}  request_id={entry.request_id}"
+        )
+
+    def listing(c: Client) -> None:
+        print_pages(lambda token: c.list_audit_entries_page(page_size, token), page_token, all_pages, show)
+
+    run(api, namespace, listing, reason=False, metadata=_actor(actor))

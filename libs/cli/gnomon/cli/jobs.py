@@ -3,28 +3,15 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import typer
 
+from gnomon.cli.common import API, NS, print_pages, run
 from gnomon.cli.durations import parse_duration, parse_instant
+from gnomon.cli.render import attempt_dict, fields, job_dict, table
+from gnomon.sdk import Client, Job
 
 app = typer.Typer(help="Create, read, list, cancel and reschedule one-time jobs.", no_args_is_help=True)
-API = typer.Option("127.0.0.1:7070", "--api", envvar="GNOMON_API", help="host:port of the Gnomon API.")
-NS = typer.Option("default", "--namespace", "-n", help="Namespace (tenant).")
-
-
-def fail(err) -> None:
-    """Prints a server error (status, reason, field violations) to stderr and exits 1."""
-    code = getattr(getattr(err, "code", None), "name", "ERROR")
-    violations = getattr(err, "field_violations", []) or []
-    if violations:
-        typer.echo(f"error: {code}: invalid request", err=True)
-        for field, desc in violations:
-            typer.echo(f"  {field}: {desc}", err=True)
-    else:
-        typer.echo(f"error: {code}: {getattr(err, 'message', str(err))}", err=True)
-    raise typer.Exit(1)
 
 
 @app.command()
@@ -62,8 +49,6 @@ def create(
     namespace: str = NS,
 ) -> None:
     """Create a one-time job; prints its resource name."""
-    from gnomon.sdk import Client, GnomonError
-
     try:
         delay = parse_duration(in_) if in_ is not None else None
         when = parse_instant(at) if at is not None else None
@@ -82,23 +67,24 @@ def create(
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            job = c.create_job(
-                queue,
-                payload.encode(),
-                schedule_time=when,
-                delay=delay,
-                deadline=dl,
-                max_attempts=max_attempts,
-                request_id=request_id,
-                idempotent=idempotent,
-                lease_duration=lease,
-                retry_policy=policy or None,
-            )
-        except GnomonError as e:
-            fail(e)
-    typer.echo(json.dumps(job.to_json_dict(), indent=2) if json_out else job.name)
+    job = run(
+        api,
+        namespace,
+        lambda c: c.create_job(
+            queue,
+            payload.encode(),
+            schedule_time=when,
+            delay=delay,
+            deadline=dl,
+            max_attempts=max_attempts,
+            request_id=request_id,
+            idempotent=idempotent,
+            lease_duration=lease,
+            retry_policy=policy or None,
+        ),
+        reason=False,
+    )
+    typer.echo(json.dumps(job_dict(job), indent=2) if json_out else job.name)
 
 
 @app.command()
@@ -109,31 +95,12 @@ def get(
     namespace: str = NS,
 ) -> None:
     """Show one job."""
-    from gnomon.sdk import Client, GnomonError
-
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            job = c.get_job(name)
-        except GnomonError as e:
-            fail(e)
-    d = job.to_json_dict()
+    d = job_dict(run(api, namespace, lambda c: c.get_job(name), reason=False))
     if json_out:
         typer.echo(json.dumps(d, indent=2))
-    else:
-        for k in (
-            "name",
-            "state",
-            "queue",
-            "schedule_time",
-            "dispatch_time",
-            "start_time",
-            "finish_time",
-            "attempt",
-            "max_attempts",
-            "version",
-            "last_error",
-        ):
-            typer.echo(f"{k:14} {d.get(k) if d.get(k) is not None else '-'}")
+        return
+    keys = "name state queue schedule_time dispatch_time start_time finish_time attempt max_attempts version"
+    fields([(k, d[k]) for k in (*keys.split(), "last_error")], 14)
 
 
 @app.command("list")
@@ -148,29 +115,19 @@ def list_(
     namespace: str = NS,
 ) -> None:
     """List jobs, newest first, a page at a time (prints the next page token to stderr)."""
-    from gnomon.sdk import Client, GnomonError
 
-    with Client(api=api, namespace=namespace) as c:
-        token = page_token
-        while True:
-            try:
-                jobs, token = c.list_jobs_page(
-                    state=state.upper() if state else None, queue=queue, page_size=page_size, page_token=token
-                )
-            except GnomonError as e:
-                fail(e)
-            for j in jobs:
-                d = j.to_json_dict()
-                typer.echo(
-                    json.dumps(d)
-                    if json_out
-                    else f"{d['name']}  {d['state']:<9}  {d['queue']:<12}  {d['schedule_time']}"
-                )
-            if not token or not all_pages:
-                break
-    if token:
-        typer.echo(f"next page: --page-token {token}", err=True)
-    sys.stdout.flush()
+    def show(job: Job) -> None:
+        d = job_dict(job)
+        text = f"{d['name']}  {d['state']:<9}  {d['queue']:<12}  {d['schedule_time']}"
+        typer.echo(json.dumps(d) if json_out else text)
+
+    def listing(c: Client) -> None:
+        def fetch(token: str) -> tuple[list[Job], str]:
+            return c.list_jobs_page(state.upper() if state else None, queue, page_size, token)
+
+        print_pages(fetch, page_token, all_pages, show)
+
+    run(api, namespace, listing, reason=False)
 
 
 _OUTCOME_TEXT = {"CANCELLED": "cancelled", "CANCEL_REQUESTED": "cancel requested"}
@@ -191,16 +148,9 @@ def cancel(
     is told, and it ends CANCELLED (or SUCCEEDED if the handler still succeeds); "already finished:
     STATE": nothing changed.
     """
-    from gnomon.sdk import Client, GnomonError
-
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            outcome, job = c.cancel_job(name, expected_version=expected_version)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
+    outcome, job = run(
+        api, namespace, lambda c: c.cancel_job(name, expected_version=expected_version), reason=False
+    )
     typer.echo(_OUTCOME_TEXT.get(outcome) or f"already finished: {job.state}")
 
 
@@ -216,8 +166,6 @@ def reschedule(
     namespace: str = NS,
 ) -> None:
     """Move a job not yet dispatched (SCHEDULED) to another time; prints its new schedule_time."""
-    from gnomon.sdk import Client, GnomonError
-
     if (at is None) == (in_ is None):
         typer.echo("error: give exactly one of --at and --in", err=True)
         raise typer.Exit(2)
@@ -227,15 +175,13 @@ def reschedule(
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            job = c.reschedule_job(name, schedule_time=when, delay=delay, expected_version=expected_version)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-    typer.echo(job.to_json_dict()["schedule_time"])
+    job = run(
+        api,
+        namespace,
+        lambda c: c.reschedule_job(name, schedule_time=when, delay=delay, expected_version=expected_version),
+        reason=False,
+    )
+    typer.echo(job_dict(job)["schedule_time"])
 
 
 @app.command()
@@ -250,19 +196,10 @@ def history(
     A LOST attempt's lease expired while it ran (worker killed, paused or cut off): its outcome is
     unknown, and the job was retried only if it is idempotent.
     """
-    from gnomon.sdk import Client, GnomonError
-
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            attempts = c.list_job_attempts(name)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
+    attempts = run(api, namespace, lambda c: c.list_job_attempts(name), reason=False)
     if json_out:
         for a in attempts:
-            typer.echo(json.dumps(a.to_json_dict()))
+            typer.echo(json.dumps(attempt_dict(a)))
         return
     if not attempts:
         typer.echo("no attempts yet")
@@ -280,6 +217,4 @@ def history(
                 (err[:77] + "...") if len(err) > 80 else (err or "-"),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    for r in rows:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(r[:5], widths)) + "  " + r[5])
+    table(rows)

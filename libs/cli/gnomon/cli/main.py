@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 
 import typer
 
@@ -37,7 +38,7 @@ LISTEN = typer.Option(None, "--listen", envvar="GNOMON_LISTEN", help="host:port 
 REGION = typer.Option(None, "--region", envvar="GNOMON_REGION", help="Region this process serves.")
 
 
-def _env(database_url, etcd, listen, region) -> None:
+def _env(database_url: str | None, etcd: str | None, listen: str | None, region: str | None) -> None:
     for k, v in (
         ("GNOMON_DATABASE_URL", database_url),
         ("GNOMON_ETCD_ENDPOINTS", etcd),
@@ -70,7 +71,7 @@ SERVICES = {
 }
 
 
-def _service_command(module: str):
+def _service_command(module: str) -> Callable[..., None]:
     def command(
         database_url: str | None = DB,
         etcd: str | None = ETCD,

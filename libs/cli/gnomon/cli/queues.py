@@ -7,9 +7,10 @@ import json
 
 import typer
 
+from gnomon.cli.common import API, NS, run
+from gnomon.cli.render import fields, queue_dict
+
 app = typer.Typer(help="Inspect queues (circuit breaker, retry budget, backlog).", no_args_is_help=True)
-API = typer.Option("127.0.0.1:7070", "--api", envvar="GNOMON_API", help="host:port of the Gnomon API.")
-NS = typer.Option("default", "--namespace", "-n", help="Namespace (tenant).")
 
 
 @app.command()
@@ -20,24 +21,13 @@ def get(
     namespace: str = NS,
 ) -> None:
     """Show one queue: breaker state, failure ratio, retry budget use, due jobs and the oldest one's wait."""
-    from gnomon.cli.jobs import fail
-    from gnomon.sdk import Client, GnomonError
-
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            q = c.get_queue(queue)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-    d = q.to_json_dict()
+    d = queue_dict(run(api, namespace, lambda c: c.get_queue(queue), reason=False))
     if json_out:
         typer.echo(json.dumps(d, indent=2))
         return
     b = d["retry_budget"]
     due = f"{d['due_jobs']}{'+' if d['due_jobs_truncated'] else ''}"
-    for k, v in (
+    rows: list[tuple[str, object]] = [
         ("name", d["name"]),
         ("region", d["region"]),
         ("breaker", d["breaker_state"]),
@@ -56,8 +46,8 @@ def get(
             if d["rate_limit"] is None
             else "{rate:g}/s, burst {burst}, {available:.1f} available".format(**d["rate_limit"]),
         ),
-    ):
-        typer.echo(f"{k:14} {v if v is not None else '-'}")
+    ]
+    fields(rows, 14)
 
 
 @app.command()
@@ -71,15 +61,7 @@ def limit(
     namespace: str = NS,
 ) -> None:
     """Set (or with --rate 0 remove) a queue's dispatch rate limit; the backlog beyond it waits SCHEDULED."""
-    from gnomon.cli.jobs import fail
-    from gnomon.sdk import Client, GnomonError
-
-    with Client(api=api, namespace=namespace) as c:
-        try:
-            q = c.set_queue_rate_limit(queue, rate, burst)
-        except GnomonError as e:
-            fail(e)
-        except ValueError as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
-    typer.echo("no rate limit" if q.rate_limit is None else f"{q.rate_limit[0]:g}/s, burst {q.rate_limit[1]}")
+    q = run(api, namespace, lambda c: c.set_queue_rate_limit(queue, rate, burst), reason=False)
+    typer.echo(
+        "no rate limit" if q.rate_limit is None else f"{q.rate_limit.rate:g}/s, burst {q.rate_limit.burst}"
+    )

@@ -1,147 +1,64 @@
 """``gnomon schedule create|get|list|update|delete|pause|resume|trigger|backfill|history|preview``:
-recurring schedules through the public API (``gnomon.v1.ScheduleService``)."""
+recurring schedules through the public API (``gnomon.v1.ScheduleService``). The commands that run or
+show occurrences (trigger, backfill, history, preview) are in :mod:`gnomon.cli.schedule_runs`."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import typer
 
-from gnomon.cli.durations import parse_duration, parse_instant
-from gnomon.cli.jobs import API, NS, fail
+from gnomon.cli import schedule_runs
+from gnomon.cli.common import API, JSON, NS, print_pages, run, usage
+from gnomon.cli.render import fields, schedule_dict
+from gnomon.cli.schedule_args import (
+    CRON,
+    END,
+    EVERY,
+    FOLD,
+    FOLDS,
+    GAP,
+    GAPS,
+    MISFIRES,
+    OVERLAPS,
+    RRULE,
+    START,
+    TZ,
+    choice,
+    duration,
+    instant,
+    rule,
+)
+from gnomon.sdk import Client, Schedule
 
 app = typer.Typer(help="Create, inspect, preview and control recurring schedules.", no_args_is_help=True)
 
-CRON = typer.Option(None, "--cron", help="Cron rule: 5 fields (or 6 with seconds), @daily, Quartz L/W/#.")
-RRULE = typer.Option(None, "--rrule", help="RFC 5545 rule, e.g. 'FREQ=WEEKLY;BYDAY=MO;BYHOUR=9'.")
-EVERY = typer.Option(None, "--every", help="Fixed interval anchored at --start: 30s, 15m, 1h30m.")
-TZ = typer.Option("UTC", "--tz", "--time-zone", help="IANA time zone the rule is evaluated in.")
-START = typer.Option(None, "--start", help="RFC 3339: no occurrence before it (anchor of --every, DTSTART).")
-END = typer.Option(None, "--end", help="RFC 3339: no occurrence after it.")
-GAP = typer.Option(None, "--dst-gap", help="Spring-forward gap: shift_forward (default) or skip.")
-FOLD = typer.Option(None, "--dst-fold", help="Fall-back fold: first (default), second or both.")
-JSON = typer.Option(False, "--json", help="Print JSON.")
 
-_GAPS = ("shift_forward", "skip")
-_FOLDS = ("first", "second", "both")
-_MISFIRES = ("run_latest", "skip", "coalesce", "run_all")
-_OVERLAPS = ("allow", "skip", "buffer_one", "buffer_all", "cancel_other")
-_DECISIONS = (
-    "fired",
-    "late",
-    "coalesced",
-    "buffered",
-    "skipped_overlap",
-    "skipped_misfire",
-    "skipped_dst_gap",
-    "skipped_paused",
-    "deduplicated",
-)
-
-
-def _usage(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
-
-
-def _server_fail(err) -> None:
-    """:func:`gnomon.cli.jobs.fail` (exit 1), followed by the ``ErrorInfo`` reason (e.g.
-    RULE_NEVER_FIRES, INVALID_TIME_ZONE) when the server sent one."""
-    try:
-        fail(err)
-    finally:
-        reason = getattr(err, "reason", None)
-        if reason and reason != getattr(getattr(err, "code", None), "name", None):
-            typer.echo(f"  reason: {reason}", err=True)
-
-
-def _choice(value: str | None, allowed: tuple[str, ...], flag: str) -> str | None:
-    if value is None:
-        return None
-    v = value.strip().lower().replace("-", "_")
-    if v not in allowed:
-        _usage(f"{flag} must be one of {', '.join(allowed)}, not {value!r}")
-    return v.upper()
-
-
-def _rule(cron: str | None, rrule: str | None, every: str | None, *, required: bool = True) -> dict:
-    given = {k: v for k, v in (("cron", cron), ("rrule", rrule), ("every", every)) if v is not None}
-    if len(given) > 1 or (required and not given):
-        _usage("give exactly one of --cron, --rrule and --every")
-    if "every" in given:
-        given["every"] = _duration(given["every"], "--every")
-    return given
-
-
-def _duration(text: str | None, flag: str):
-    if text is None:
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        _usage(f"{flag}: {e}")
-
-
-def _instant(text: str | None, flag: str):
-    if text is None:
-        return None
-    try:
-        return parse_instant(text)
-    except ValueError as e:
-        _usage(f"{flag}: {e}")
-
-
-def _client(api: str, namespace: str):
-    from gnomon.sdk import Client
-
-    return Client(api=api, namespace=namespace)
-
-
-def _run(api: str, namespace: str, fn):
-    """Calls ``fn(client)``; a server error goes to :func:`_server_fail`, a local one exits 2."""
-    from gnomon.sdk import GnomonError
-
-    with _client(api, namespace) as c:
-        try:
-            return fn(c)
-        except GnomonError as e:
-            _server_fail(e)
-        except (ValueError, TypeError) as e:
-            _usage(str(e))
-
-
-def _print_schedule(s, json_out: bool) -> None:
-    from gnomon.sdk.client import schedule_dict
-
+def _print_schedule(s: Schedule, json_out: bool) -> None:
     d = schedule_dict(s)
     if json_out:
         typer.echo(json.dumps(d, indent=2))
         return
-    rule = d["cron"] or d["rrule"] or (f"every {d['interval']}" if d["interval"] else "-")
-    for k, v in (
-        ("name", d["name"]),
-        ("rule", rule),
-        ("time_zone", d["time_zone"]),
-        ("queue", d["job_template"]["queue"]),
-        ("paused", d["paused"]),
-        ("misfire", d["misfire_policy"]),
-        ("overlap", d["overlap_policy"]),
-        ("dst", f"gap {d['dst_gap']}, fold {d['dst_fold']}"),
-        ("start_time", d["start_time"]),
-        ("end_time", d["end_time"]),
-        ("next_fire_time", d["next_fire_time"]),
-        ("planned_through", d["planned_through_time"]),
-        ("version", d["version"]),
-        ("etag", d["etag"]),
-    ):
-        typer.echo(f"{k:16} {v if v is not None else '-'}")
-
-
-def _table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths)) + "  " + r[-1])
+    rule_text = d["cron"] or d["rrule"] or (f"every {d['interval']}" if d["interval"] else "-")
+    fields(
+        [
+            ("name", d["name"]),
+            ("rule", rule_text),
+            ("time_zone", d["time_zone"]),
+            ("queue", d["job_template"]["queue"]),
+            ("paused", d["paused"]),
+            ("misfire", d["misfire_policy"]),
+            ("overlap", d["overlap_policy"]),
+            ("dst", f"gap {d['dst_gap']}, fold {d['dst_fold']}"),
+            ("start_time", d["start_time"]),
+            ("end_time", d["end_time"]),
+            ("next_fire_time", d["next_fire_time"]),
+            ("planned_through", d["planned_through_time"]),
+            ("version", d["version"]),
+            ("etag", d["etag"]),
+        ],
+        16,
+    )
 
 
 @app.command()
@@ -183,26 +100,26 @@ def create(
 ) -> None:
     """Create a recurring schedule; prints its resource name."""
     kwargs = dict(
-        _rule(cron, rrule, every),
+        rule(cron, rrule, every),
         time_zone=tz,
         schedule_id=schedule_id,
         payload=payload.encode(),
-        misfire_policy=_choice(misfire, _MISFIRES, "--misfire"),
-        misfire_grace=_duration(grace, "--grace"),
-        catchup_window=_duration(catchup_window, "--catchup-window"),
+        misfire_policy=choice(misfire, MISFIRES, "--misfire"),
+        misfire_grace=duration(grace, "--grace"),
+        catchup_window=duration(catchup_window, "--catchup-window"),
         max_catchup=max_catchup,
-        overlap_policy=_choice(overlap, _OVERLAPS, "--overlap"),
-        dst_gap=_choice(dst_gap, _GAPS, "--dst-gap"),
-        dst_fold=_choice(dst_fold, _FOLDS, "--dst-fold"),
-        jitter=_duration(jitter, "--jitter"),
-        start_time=_instant(start, "--start"),
-        end_time=_instant(end, "--end"),
+        overlap_policy=choice(overlap, OVERLAPS, "--overlap"),
+        dst_gap=choice(dst_gap, GAPS, "--dst-gap"),
+        dst_fold=choice(dst_fold, FOLDS, "--dst-fold"),
+        jitter=duration(jitter, "--jitter"),
+        start_time=instant(start, "--start"),
+        end_time=instant(end, "--end"),
         paused=paused,
         idempotent=idempotent,
         max_attempts=max_attempts,
         request_id=request_id,
     )
-    s = _run(api, namespace, lambda c: c.create_schedule(queue, **kwargs))
+    s = run(api, namespace, lambda c: c.create_schedule(queue, **kwargs))
     if json_out:
         _print_schedule(s, True)
     else:
@@ -217,7 +134,7 @@ def get(
     namespace: str = NS,
 ) -> None:
     """Show one schedule."""
-    _print_schedule(_run(api, namespace, lambda c: c.get_schedule(name)), json_out)
+    _print_schedule(run(api, namespace, lambda c: c.get_schedule(name)), json_out)
 
 
 @app.command("list")
@@ -232,27 +149,24 @@ def list_(
     namespace: str = NS,
 ) -> None:
     """List schedules by id, a page at a time (prints the next page token to stderr)."""
-    from gnomon.sdk.client import schedule_dict
 
-    token = page_token
-    while True:
-        items, token = _run(
-            api, namespace, lambda c, t=token: c.list_schedules_page(paused, queue, page_size, t)
+    def show(s: Schedule) -> None:
+        d = schedule_dict(s)
+        rule_text = d["cron"] or d["rrule"] or f"every {d['interval']}"
+        typer.echo(
+            json.dumps(d)
+            if json_out
+            else f"{d['name']}  {'paused' if d['paused'] else 'active':<6}  {d['job_template']['queue']:<12}  "
+            f"{d['time_zone']:<20}  {rule_text}  next={d['next_fire_time'] or '-'}"
         )
-        for s in items:
-            d = schedule_dict(s)
-            rule = d["cron"] or d["rrule"] or f"every {d['interval']}"
-            typer.echo(
-                json.dumps(d)
-                if json_out
-                else f"{d['name']}  {'paused' if d['paused'] else 'active':<6}  {d['job_template']['queue']:<12}  "
-                f"{d['time_zone']:<20}  {rule}  next={d['next_fire_time'] or '-'}"
-            )
-        if not token or not all_pages:
-            break
-    if token:
-        typer.echo(f"next page: --page-token {token}", err=True)
-    sys.stdout.flush()
+
+    def listing(c: Client) -> None:
+        def fetch(token: str) -> tuple[list[Schedule], str]:
+            return c.list_schedules_page(paused, queue, page_size, token)
+
+        print_pages(fetch, page_token, all_pages, show)
+
+    run(api, namespace, listing)
 
 
 @app.command()
@@ -283,28 +197,28 @@ def update(
     namespace: str = NS,
 ) -> None:
     """Change the given fields of a schedule (only those); prints the new version."""
-    fields = dict(_rule(cron, rrule, every, required=False))
+    fields = dict(rule(cron, rrule, every, required=False))
     for key, value in (
         ("time_zone", tz),
         ("queue", queue),
         ("payload", payload.encode() if payload is not None else None),
-        ("misfire_policy", _choice(misfire, _MISFIRES, "--misfire")),
-        ("misfire_grace", _duration(grace, "--grace")),
-        ("catchup_window", _duration(catchup_window, "--catchup-window")),
+        ("misfire_policy", choice(misfire, MISFIRES, "--misfire")),
+        ("misfire_grace", duration(grace, "--grace")),
+        ("catchup_window", duration(catchup_window, "--catchup-window")),
         ("max_catchup", max_catchup),
-        ("overlap_policy", _choice(overlap, _OVERLAPS, "--overlap")),
-        ("dst_gap", _choice(dst_gap, _GAPS, "--dst-gap")),
-        ("dst_fold", _choice(dst_fold, _FOLDS, "--dst-fold")),
-        ("jitter", _duration(jitter, "--jitter")),
-        ("start_time", _instant(start, "--start")),
-        ("end_time", _instant(end, "--end")),
+        ("overlap_policy", choice(overlap, OVERLAPS, "--overlap")),
+        ("dst_gap", choice(dst_gap, GAPS, "--dst-gap")),
+        ("dst_fold", choice(dst_fold, FOLDS, "--dst-fold")),
+        ("jitter", duration(jitter, "--jitter")),
+        ("start_time", instant(start, "--start")),
+        ("end_time", instant(end, "--end")),
         ("max_attempts", max_attempts),
     ):
         if value is not None:
             fields[key] = value
     if not fields:
-        _usage("nothing to update: give at least one field option")
-    s = _run(api, namespace, lambda c: c.update_schedule(name, etag=etag, **fields))
+        usage("nothing to update: give at least one field option")
+    s = run(api, namespace, lambda c: c.update_schedule(name, etag=etag, **fields))
     if json_out:
         _print_schedule(s, True)
     else:
@@ -319,7 +233,7 @@ def delete(
     namespace: str = NS,
 ) -> None:
     """Delete a schedule and its not-yet-dispatched future occurrence jobs."""
-    n = _run(api, namespace, lambda c: c.delete_schedule(name, etag=etag))
+    n = run(api, namespace, lambda c: c.delete_schedule(name, etag=etag))
     typer.echo(f"deleted ({n} future job{'s' if n != 1 else ''} withdrawn)")
 
 
@@ -330,7 +244,7 @@ def pause(
     namespace: str = NS,
 ) -> None:
     """Pause a schedule (nothing more is planned)."""
-    s = _run(api, namespace, lambda c: c.pause_schedule(name))
+    s = run(api, namespace, lambda c: c.pause_schedule(name))
     typer.echo(f"{s.name} paused")
 
 
@@ -341,160 +255,9 @@ def resume(
     namespace: str = NS,
 ) -> None:
     """Resume a schedule (times missed while paused are recorded SKIPPED_PAUSED, never caught up)."""
-    s = _run(api, namespace, lambda c: c.resume_schedule(name))
+    s = run(api, namespace, lambda c: c.resume_schedule(name))
     typer.echo(f"{s.name} resumed")
 
 
-@app.command()
-def trigger(
-    name: str = typer.Argument(..., help="namespaces/{ns}/schedules/{id}, or just the id."),
-    overlap: str | None = typer.Option(None, "--overlap", help="Overlap policy for this run."),
-    json_out: bool = JSON,
-    api: str = API,
-    namespace: str = NS,
-) -> None:
-    """Run a schedule now as an extra occurrence; prints the decision and the job."""
-    from gnomon.sdk.client import occurrence_dict
-
-    policy = _choice(overlap, _OVERLAPS, "--overlap")
-    occ, job = _run(api, namespace, lambda c: c.trigger_schedule(name, overlap_policy=policy))
-    d = occurrence_dict(occ)
-    if json_out:
-        typer.echo(json.dumps(dict(d, job=job.name if job else d["job"]), indent=2))
-    else:
-        typer.echo(f"{d['decision']}  {job.name if job else d['job'] or '-'}")
-
-
-@app.command()
-def backfill(
-    name: str = typer.Argument(..., help="namespaces/{ns}/schedules/{id}, or just the id."),
-    start: str = typer.Option(..., "--start", help="RFC 3339, inclusive."),
-    end: str = typer.Option(..., "--end", help="RFC 3339, exclusive, not after now."),
-    overlap: str | None = typer.Option(None, "--overlap", help="Overlap policy of the backfilled runs."),
-    json_out: bool = typer.Option(False, "--json", help="JSON lines, one record per line."),
-    api: str = API,
-    namespace: str = NS,
-) -> None:
-    """Plan the rule's nominal times in [start, end) again as BACKFILL occurrences."""
-    from gnomon.sdk.client import occurrence_dict
-
-    t0, t1, policy = (
-        _instant(start, "--start"),
-        _instant(end, "--end"),
-        _choice(overlap, _OVERLAPS, "--overlap"),
-    )
-    occs = _run(api, namespace, lambda c: c.backfill_schedule(name, t0, t1, overlap_policy=policy))
-    for o in occs:
-        d = occurrence_dict(o)
-        typer.echo(json.dumps(d) if json_out else f"{d['nominal_time']}  {d['decision']}  {d['note']}")
-    if not json_out:
-        typer.echo(f"{len(occs)} nominal time{'s' if len(occs) != 1 else ''}", err=True)
-
-
-@app.command()
-def history(
-    name: str = typer.Argument(..., help="namespaces/{ns}/schedules/{id}, or just the id."),
-    decision: str | None = typer.Option(
-        None, "--decision", help="Only this decision: " + ", ".join(_DECISIONS) + "."
-    ),
-    limit: int = typer.Option(100, "--limit", help="At most this many records (newest first)."),
-    json_out: bool = typer.Option(False, "--json", help="JSON lines, one record per line."),
-    api: str = API,
-    namespace: str = NS,
-) -> None:
-    """Show a schedule's occurrence records, newest first.
-
-    Columns: nominal time (UTC), local wall time, decision, source (RULE, TRIGGER, BACKFILL), job, note.
-    """
-    from gnomon.sdk.client import occurrence_dict
-
-    dec = _choice(decision, _DECISIONS, "--decision")
-
-    def fetch(c):
-        out = []
-        for o in c.list_schedule_occurrences(name, decision=dec, page_size=min(max(limit, 1), 1000)):
-            out.append(o)
-            if len(out) >= limit:
-                break
-        return out
-
-    occs = _run(api, namespace, fetch)
-    if json_out:
-        for o in occs:
-            typer.echo(json.dumps(occurrence_dict(o)))
-        return
-    if not occs:
-        typer.echo("no occurrences yet")
-        return
-    rows = [("NOMINAL", "LOCAL", "DECISION", "SOURCE", "JOB", "NOTE")]
-    for o in occs:
-        d = occurrence_dict(o)
-        rows.append(
-            (
-                d["nominal_time"] or "-",
-                d["local_time"] or "-",
-                d["decision"],
-                d["source"],
-                (d["job"] or "-").rsplit("/", 1)[-1],
-                d["note"] or "-",
-            )
-        )
-    _table(rows)
-
-
-@app.command()
-def preview(
-    name: str | None = typer.Argument(None, help="A saved schedule (else give a rule)."),
-    cron: str | None = CRON,
-    rrule: str | None = RRULE,
-    every: str | None = EVERY,
-    tz: str = TZ,
-    start: str | None = START,
-    end: str | None = END,
-    dst_gap: str | None = GAP,
-    dst_fold: str | None = FOLD,
-    from_: str | None = typer.Option(
-        None, "--from", help="RFC 3339: fire times strictly after it (default now)."
-    ),
-    count: int = typer.Option(
-        10,
-        "--count",
-        "-c",
-        help="How many fire times (1-1000); skipped DST-gap times are listed too but not counted.",
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print a JSON array."),
-    api: str = API,
-    namespace: str = NS,
-) -> None:
-    """Show the next fire times of a rule or a saved schedule (nothing is saved).
-
-    Each line: UTC instant, local wall time with offset, DST note; skipped nominal times are listed too.
-    """
-    from gnomon.sdk.client import fire_time_dict
-
-    if name is not None:
-        if any(v is not None for v in (cron, rrule, every, start, end, dst_gap, dst_fold)):
-            _usage("give either a saved schedule's name or a rule, not both")
-        kwargs = {"name": name}
-    else:
-        kwargs = dict(
-            _rule(cron, rrule, every),
-            time_zone=tz,
-            start=_instant(start, "--start"),
-            end=_instant(end, "--end"),
-            dst_gap=_choice(dst_gap, _GAPS, "--dst-gap"),
-            dst_fold=_choice(dst_fold, _FOLDS, "--dst-fold"),
-        )
-    frm = _instant(from_, "--from")
-    items = [
-        fire_time_dict(f)
-        for f in _run(api, namespace, lambda c: c.preview_schedule(from_time=frm, count=count, **kwargs))
-    ]
-    if json_out:
-        typer.echo(json.dumps(items, indent=2))
-        return
-    rows = [("FIRE TIME (UTC)", "LOCAL TIME", "NOTE")]
-    for d in items:
-        note = ("skipped: " if d["skipped"] else "") + (d["note"] or "")
-        rows.append((d["fire_time"], d["local_time"], note or "-"))
-    _table(rows)
+for _command in (schedule_runs.trigger, schedule_runs.backfill, schedule_runs.history, schedule_runs.preview):
+    app.command()(_command)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
 
+from gnomon.sdk import JobContext
 
-def load_handler(spec: str):
+
+def load_handler(spec: str) -> Any:
     """``"pkg.mod:func"`` -> the function. Raises ``typer.BadParameter`` if it cannot be imported."""
     mod, _, attr = spec.partition(":")
     if not mod or not attr:
@@ -35,7 +38,7 @@ def worker(
 
     fn = load_handler(handler)
 
-    def on_event(kind, ctx):
+    def on_event(kind: str, ctx: JobContext) -> None:
         if verbose:
             typer.echo(f"{kind:9} {ctx.job} attempt {ctx.attempt}", err=False)
 

@@ -15,18 +15,34 @@ Worker side (run jobs)::
             raise PermanentError("no recipient")
     Worker(["emails"], handle, concurrency=16).run()
 
-Times are UTC-aware ``datetime`` objects; spans are ``timedelta`` or float seconds. RPC failures
-raise :class:`GnomonError` (gRPC code, message, ``reason``, ``field_violations``).
+Times are UTC-aware ``datetime`` objects; spans are ``timedelta`` or float seconds. Every resource
+comes back as a frozen model (:mod:`gnomon.sdk.models`). RPC failures raise :class:`GnomonError`
+(gRPC code, message, ``reason``, ``field_violations``). :class:`AsyncClient` is the one
+implementation; :class:`Client` runs it on a private event loop thread.
 """
 
 from .client import AsyncClient, Client
 from .context import JobContext
-from .dead_letters import AuditEntry, DeadLetter, DeadLetterAttempt, ReplayResult
 from .errors import AmbiguousError, Cancelled, GnomonError, PermanentError, ThrottledError, TransientError
 from .failures import Failure, FailureClass, classify_exception
-from .models import DispatcherInfo, Job, JobAttempt
-from .queues import Queue, RetryBudgetInfo
-from .retry import RetryPolicy
+from .models import (
+    AuditEntry,
+    DeadLetter,
+    DeadLetterAttempt,
+    DispatcherInfo,
+    Job,
+    JobAttempt,
+    JobTemplate,
+    PreviewFireTime,
+    Queue,
+    RateLimit,
+    ReplayResult,
+    RetryBudgetInfo,
+    RetryPolicy,
+    Schedule,
+    ScheduleOccurrence,
+    Shard,
+)
 from .worker import Worker
 
 __all__ = [
@@ -35,6 +51,11 @@ __all__ = [
     "Job",
     "JobAttempt",
     "DispatcherInfo",
+    "Shard",
+    "Schedule",
+    "JobTemplate",
+    "ScheduleOccurrence",
+    "PreviewFireTime",
     "DeadLetter",
     "DeadLetterAttempt",
     "ReplayResult",
@@ -53,4 +74,5 @@ __all__ = [
     "RetryPolicy",
     "Queue",
     "RetryBudgetInfo",
+    "RateLimit",
 ]

@@ -125,9 +125,12 @@ class JobContext:
         self._async_event: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._error: str | None = None
-        self.start_to_close = None
-        self.schedule, self.nominal_time, self.coalesced_count = "", None, 0
-        self.coalesced_first_time = self.coalesced_last_time = None
+        self.start_to_close: timedelta | None = None
+        self.schedule = ""
+        self.nominal_time: datetime | None = None
+        self.coalesced_count = 0
+        self.coalesced_first_time: datetime | None = None
+        self.coalesced_last_time: datetime | None = None
         self.last_checkpoint = last_checkpoint
         # (sequence number, data) of the latest checkpoint asked for; read by the worker's loop
         self._checkpoint: tuple[int, bytes] | None = None
@@ -165,7 +168,7 @@ class JobContext:
         self.coalesced_last_time = convert.field_time(a, "coalesced_last_time")
         return self
 
-    def _with_start_to_close(self, bound) -> JobContext:
+    def _with_start_to_close(self, bound: timedelta | None) -> JobContext:
         """Sets :attr:`start_to_close` (``timedelta`` or ``None``): the longest this attempt may run
         once started; past it the worker cancels it with reason ``"start_to_close"``."""
         self.start_to_close = bound

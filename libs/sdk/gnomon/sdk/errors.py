@@ -13,8 +13,10 @@ Two families live here:
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
-from google.rpc import error_details_pb2, status_pb2
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 
 __all__ = [
@@ -28,8 +30,6 @@ __all__ = [
 ]
 
 _DETAILS_KEY = "grpc-status-details-bin"
-
-_CODES_BY_VALUE = {c.value[0]: c for c in grpc.StatusCode}
 
 
 class GnomonError(Exception):
@@ -130,13 +130,7 @@ def decode_rich_status(
     return reason, domain, metadata, violations
 
 
-def code_from_int(value: int) -> grpc.StatusCode:
-    """Maps a numeric gRPC status code (``google.rpc.Code``) to ``grpc.StatusCode``
-    (``UNKNOWN`` for an unknown number)."""
-    return _CODES_BY_VALUE.get(value, grpc.StatusCode.UNKNOWN)
-
-
-def _call_attr(err, name):
+def _call_attr(err: object, name: str) -> Any:
     fn = getattr(err, name, None)
     if fn is None:
         return None
@@ -146,7 +140,7 @@ def _call_attr(err, name):
         return None
 
 
-def _status_from_metadata(trailing) -> status_pb2.Status | None:
+def _status_from_metadata(trailing: Any) -> status_pb2.Status | None:
     for key, value in trailing or ():
         if key == _DETAILS_KEY:
             return status_pb2.Status.FromString(value)

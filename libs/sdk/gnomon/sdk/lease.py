@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "lease_margin", "initial_lease_seconds", "LocalLease"]
@@ -70,7 +71,12 @@ class LocalLease:
 
     __slots__ = ("lease_seconds", "margin", "deadline", "_inflight", "_clock")
 
-    def __init__(self, lease_seconds: float, granted_at: float | None = None, clock=time.monotonic):
+    def __init__(
+        self,
+        lease_seconds: float,
+        granted_at: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._clock = clock
         self.lease_seconds = float(lease_seconds)
         self.margin = lease_margin(self.lease_seconds)

@@ -12,13 +12,15 @@ Order of the messages returned by one ``take()``: accepts, heartbeats, results, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 
 __all__ = ["OutgoingBuffer", "ref_key", "RefKey"]
 
 RefKey = tuple[str, int, int]
+T = TypeVar("T")
 
 #: Default item caps per message. Results carry an error text of up to 4096 characters, so they
 #: get a smaller cap to stay well under gRPC's default 4 MiB message limit.
@@ -181,17 +183,17 @@ class OutgoingBuffer:
             self._heartbeats, self._checkpoints = None, []
             msgs = [wpb.Heartbeats(attempts=chunk) for chunk in _chunks(refs, self.max_refs)]
             # the first batch of checkpoints rides on the last heartbeats message, the rest alone
-            for i, chunk in enumerate(_byte_chunks(cps, self.max_checkpoint_bytes)):
+            for i, cp_chunk in enumerate(_byte_chunks(cps, self.max_checkpoint_bytes)):
                 if i == 0:
-                    msgs[-1].checkpoints.extend(chunk)
+                    msgs[-1].checkpoints.extend(cp_chunk)
                 else:
-                    msgs.append(wpb.Heartbeats(checkpoints=chunk))
+                    msgs.append(wpb.Heartbeats(checkpoints=cp_chunk))
             out.extend(wpb.LeaseRequest(heartbeats=m) for m in msgs)
         if self._results:
             results = list(self._results.values())
             self._results.clear()
-            for chunk in _chunks(results, self.max_results):
-                out.append(wpb.LeaseRequest(results=wpb.AttemptResults(results=chunk)))
+            for result_chunk in _chunks(results, self.max_results):
+                out.append(wpb.LeaseRequest(results=wpb.AttemptResults(results=result_chunk)))
         if self._releases:
             refs = list(self._releases.values())
             self._releases.clear()
@@ -211,12 +213,12 @@ class OutgoingBuffer:
             self._notify()
 
 
-def _chunks(items: list, size: int):
+def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
 
-def _byte_chunks(checkpoints: list[wpb.Checkpoint], budget: int):
+def _byte_chunks(checkpoints: list[wpb.Checkpoint], budget: int) -> Iterator[list[wpb.Checkpoint]]:
     """Groups checkpoints so that each group's data adds up to at most ``budget`` bytes (a single
     larger one forms a group of its own)."""
     chunk: list[wpb.Checkpoint] = []

@@ -48,7 +48,7 @@ class HandlerThreads:
         self._on_done = on_done
         self._loop = loop
         self._name = name
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._done: list[tuple[Any, BaseException | None, Any]] = []
         self._flush_scheduled = False

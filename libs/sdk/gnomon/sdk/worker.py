@@ -22,7 +22,6 @@ stream (:mod:`gnomon.sdk.outgoing`).
 from __future__ import annotations
 
 import asyncio
-import collections
 import inspect
 import logging
 import os
@@ -36,15 +35,14 @@ from typing import Any
 
 import grpc
 
-from gnomon._proto.gnomon.v1 import cluster_service_pb2, cluster_service_pb2_grpc
-from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
-
 from . import convert
+from .attempts import QUEUED, Attempt, WorkerIdentity
 from .context import JobContext
-from .errors import Cancelled, GnomonError
-from .failures import FailureClass, classify_exception
-from .session import QUEUED, RUNNING, Attempt, DispatcherSession
-from .threads import HandlerThreads
+from .discovery import discover
+from .errors import GnomonError
+from .failures import FailureClass
+from .runner import Runner, Signals
+from .session import DispatcherSession
 
 __all__ = ["Worker", "Handler", "EventCallback"]
 
@@ -59,10 +57,6 @@ MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024
 
 _TICK = 0.1  # timer granularity: heartbeats, silent-stream detection (seconds)
 _LEASE_CHECK = 0.25  # how often local leases are checked (seconds)
-_SHUTDOWN_GRACE = 2.0  # after drain_timeout: time given to cancelled handlers to return (seconds)
-
-_OUTCOME_OK = wpb.OUTCOME_SUCCEEDED
-_OUTCOME_FAILED = wpb.OUTCOME_FAILED
 
 
 def _default_worker_id() -> str:
@@ -171,20 +165,34 @@ class Worker:
         self.draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_requested = False
-        self._stop_event: asyncio.Event | None = None
-        self._force_event: asyncio.Event | None = None
-        self._idle_event: asyncio.Event | None = None
-        self._ack_event: asyncio.Event | None = None
-        self._connected_event: asyncio.Event | None = None
-        self._starter_wake: asyncio.Event | None = None
-        self._queue: collections.deque[Attempt] = collections.deque()
-        self._active: set[Attempt] = set()
+        self._signals: Signals | None = None
+        self._runner = Runner(
+            handler,
+            is_async=self._is_async,
+            concurrency=concurrency,
+            exception_classes=self.exception_classes,
+            on_event=on_event,
+        )
         self._sessions: dict[str, DispatcherSession] = {}
-        self._threads: HandlerThreads | None = None
-        self._background: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task[None]] = set()
         self._fatal_error: GnomonError | None = None
         self._running_flag = False
         self._lock = threading.Lock()
+        self._identity = WorkerIdentity(
+            worker_id=self.worker_id,
+            namespace=self._namespace_parent,
+            queues=tuple(self.queues),
+            concurrency=self.concurrency,
+            metadata=self._metadata,
+        )
+        self._port = _SessionPort(self)
+
+    @property
+    def _sig(self) -> Signals:
+        """The events of the current run (only while :meth:`run_async` runs)."""
+        if self._signals is None:
+            raise RuntimeError("the worker is not running")
+        return self._signals
 
     # -- public -------------------------------------------------------------------------------
 
@@ -237,21 +245,14 @@ class Worker:
             self._running_flag = True
         loop = asyncio.get_running_loop()
         self._loop = loop
-        self._stop_event = asyncio.Event()
-        self._force_event = asyncio.Event()
-        self._idle_event = asyncio.Event()
-        self._idle_event.set()
-        self._ack_event = asyncio.Event()
-        self._connected_event = asyncio.Event()
-        self._starter_wake = asyncio.Event()
+        self._signals = sig = Signals()
         self.draining = False
         self._fatal_error = None
         if self._stop_requested:
-            self._stop_event.set()
-        if not self._is_async:
-            self._threads = HandlerThreads(self.concurrency, self.handler, self._threads_done, loop)
+            sig.stop.set()
+        self._runner.begin(sig, loop)
         tasks = [
-            loop.create_task(self._starter(), name="gnomon-starter"),
+            loop.create_task(self._runner.starter(), name="gnomon-starter"),
             loop.create_task(self._ticker(), name="gnomon-ticker"),
         ]
         discovery = None
@@ -268,7 +269,7 @@ class Worker:
             self.concurrency,
         )
         try:
-            await self._stop_event.wait()
+            await sig.stop.wait()
             await self._shutdown(tasks, discovery, fast=False)
         except asyncio.CancelledError:
             await self._shutdown(tasks, discovery, fast=True)
@@ -286,7 +287,7 @@ class Worker:
         :meth:`run` return right away."""
         self._stop_requested = True
         loop = self._loop
-        if loop is None or loop.is_closed() or self._stop_event is None:
+        if loop is None or loop.is_closed() or self._signals is None:
             return
         try:
             running = asyncio.get_running_loop()
@@ -303,10 +304,10 @@ class Worker:
     async def wait_connected(self, timeout: float | None = None) -> bool:
         """Waits until at least one dispatcher stream was welcomed (``True``), or ``timeout``
         seconds passed (``False``). Call from the worker's loop while :meth:`run_async` runs."""
-        while self._connected_event is None:  # noqa: ASYNC110
+        while self._signals is None:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         try:
-            await asyncio.wait_for(self._connected_event.wait(), timeout)
+            await asyncio.wait_for(self._signals.connected.wait(), timeout)
             return True
         except TimeoutError:
             return False
@@ -314,12 +315,12 @@ class Worker:
     @property
     def running(self) -> int:
         """Number of handlers running now."""
-        return len(self._active)
+        return len(self._runner.active)
 
     @property
     def queued(self) -> int:
         """Number of received assignments waiting for a free slot."""
-        return sum(1 for a in self._queue if a.state == QUEUED)
+        return sum(1 for a in self._runner.queue if a.state == QUEUED)
 
     @property
     def connected_dispatchers(self) -> list[str]:
@@ -333,72 +334,51 @@ class Worker:
         self._request_stop()
 
     def _request_stop(self) -> None:
-        if self._stop_event is None:
+        sig = self._signals
+        if sig is None:
             return
-        if self._stop_event.is_set():
-            self._force_event.set()
+        if sig.stop.is_set():
+            sig.force.set()
         else:
-            self._stop_event.set()
+            sig.stop.set()
 
     def _fatal(self, error: GnomonError) -> None:
         log.error("dispatcher rejected the worker: %s", error)
         if self._fatal_error is None:
             self._fatal_error = error
-        if self._stop_event is not None:
-            self._stop_event.set()
+        if self._signals is not None:
+            self._signals.stop.set()
 
     async def _wait_any(self, event: asyncio.Event, timeout: float) -> None:
         """Waits for ``event`` or the force event, at most ``timeout`` seconds."""
-        if timeout <= 0 or event.is_set() or self._force_event.is_set():
+        force = self._sig.force
+        if timeout <= 0 or event.is_set() or force.is_set():
             return
-        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._force_event.wait())]
+        waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(force.wait())]
         try:
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waiters:
                 w.cancel()
 
-    async def _shutdown(self, tasks: list[asyncio.Task], discovery: asyncio.Task | None, fast: bool) -> None:
+    async def _shutdown(
+        self, tasks: list[asyncio.Task[None]], discovery: asyncio.Task[None] | None, fast: bool
+    ) -> None:
         self.draining = True
+        sig = self._sig
         starter, ticker = tasks
         for t in (starter, discovery):
             if t is not None:
                 t.cancel()
-        # Return every unstarted attempt.
-        while self._queue:
-            att = self._queue.popleft()
-            if att.state == QUEUED and not att.session.ended:
-                att.session.release(att)
-                self._emit("released", att.ctx)
-        if not fast:
-            if self._active:
-                log.info(
-                    "draining: waiting up to %.3gs for %d running handler(s)",
-                    self.drain_timeout,
-                    len(self._active),
-                )
-                await self._wait_any(self._idle_event, self.drain_timeout)
-            if self._active:
-                for att in list(self._active):
-                    att.ctx._cancel("shutdown")
-                await self._wait_any(self._idle_event, _SHUTDOWN_GRACE)
-        if self._active:
-            log.warning("abandoning %d running handler(s); their leases will expire", len(self._active))
-            for att in list(self._active):
-                att.drop("shutdown", "shutdown")
-                if att.task is not None:
-                    att.task.cancel()
-            pending = [a.task for a in self._active if a.task is not None]
-            if pending:
-                await asyncio.wait(pending, timeout=1.0)
+        await self._runner.drain(None if fast else self.drain_timeout, self._wait_any)
         if not fast:
             deadline = time.monotonic() + self.ack_timeout
             while any(s.has_unacked() and not s.ended for s in self._sessions.values()):
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._force_event.is_set():
+                if remaining <= 0 or sig.force.is_set():
                     break
-                self._ack_event.clear()
-                await self._wait_any(self._ack_event, remaining)
+                sig.ack.clear()
+                await self._wait_any(sig.ack, remaining)
         ticker.cancel()
         await asyncio.gather(
             *(t for t in (starter, ticker, discovery) if t is not None), return_exceptions=True
@@ -408,9 +388,7 @@ class Worker:
             return_exceptions=True,
         )
         self._sessions.clear()
-        if self._threads is not None:
-            self._threads.shutdown()
-            self._threads = None
+        self._runner.end()
         log.info("worker %s stopped", self.worker_id)
 
     # -- sessions / discovery -----------------------------------------------------------------
@@ -422,21 +400,21 @@ class Worker:
         return grpc.aio.secure_channel(address, self._credentials, options=opts)
 
     def _open_session(self, address: str, *, static: bool) -> None:
-        session = DispatcherSession(self, address, static=static)
+        session = DispatcherSession(self._port, self._identity, address, static=static)
         self._sessions[address] = session
         session.start()
 
     def _session_ended(self, session: DispatcherSession) -> None:
         if self._sessions.get(session.address) is session:
             del self._sessions[session.address]
-        self._ack_event.set()
+        self._sig.ack.set()
         if session.closing:
             return
         log.info("dispatcher %s: session ended", session.address)
         # Its queued attempts are now DROPPED and skipped by the starter; wake it to move on.
-        self._starter_wake.set()
-        if not self.draining and self._loop is not None:
-            task = self._loop.create_task(session.channel.close())
+        self._sig.starter_wake.set()
+        if not self.draining:
+            task = asyncio.get_running_loop().create_task(session.channel.close())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
@@ -451,156 +429,15 @@ class Worker:
                 self._open_session(addr, static=False)
 
     async def _discovery(self) -> None:
-        channel = self._make_channel(self.api)
-        stub = cluster_service_pb2_grpc.ClusterServiceStub(channel)
-        req = cluster_service_pb2.ListDispatchersRequest(region=self.region)
-        failing = False
-        try:
-            while True:
-                try:
-                    resp = await stub.ListDispatchers(
-                        req, timeout=max(1.0, self.discovery_interval * 2), metadata=self._metadata or None
-                    )
-                except grpc.aio.AioRpcError as exc:
-                    if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED):
-                        self._fatal(GnomonError.from_rpc_error(exc))
-                        return
-                    (log.debug if failing else log.warning)(
-                        "dispatcher discovery via %s failed: %s %s", self.api, exc.code().name, exc.details()
-                    )
-                    failing = True
-                else:
-                    if failing:
-                        log.info("dispatcher discovery via %s recovered", self.api)
-                    failing = False
-                    addrs = {d.address for d in resp.dispatchers if d.address}
-                    if not addrs and not self._sessions:
-                        log.debug("no dispatcher registered yet")
-                    self._sync_sessions(addrs)
-                await asyncio.sleep(self.discovery_interval)
-        finally:
-            await channel.close()
-
-    def _emit_connected(self, session: DispatcherSession) -> None:
-        if self._connected_event is not None:
-            self._connected_event.set()
-
-    def _acked(self) -> None:
-        self._ack_event.set()
-
-    # -- running attempts ---------------------------------------------------------------------
-
-    def _enqueue(self, att: Attempt) -> None:
-        self._queue.append(att)
-        self._emit("assigned", att.ctx)
-        self._starter_wake.set()
-
-    async def _starter(self) -> None:
-        queue, wake, limit = self._queue, self._starter_wake, self.concurrency
-        while True:
-            while len(self._active) >= limit or not queue:
-                wake.clear()
-                await wake.wait()
-            att = queue.popleft()
-            if att.state != QUEUED or att.session.ended:
-                continue
-            if att.lease.lost():
-                # Waited here past its lease: it is not ours any more; hand it back.
-                att.session.release(att)
-                self._emit("released", att.ctx)
-                continue
-            self._start(att)
-
-    def _start(self, att: Attempt) -> None:
-        """Takes a slot and sends the accept. The handler runs only once the dispatcher acknowledges
-        the accept (:meth:`_launch`): a refused accept (job cancelled, re-dispatched, duplicate
-        delivery) means the handler never starts, so a stale message never executes."""
-        self._active.add(att)
-        self._idle_event.clear()
-        att.session.accept(att)
-
-    def _launch(self, att: Attempt) -> None:
-        """The accept of ``att`` was acknowledged: run its handler."""
-        if att.launched or att.state != RUNNING:
-            return
-        att.launched = True
-        if att.dropped_reason is not None:
-            self._finish(att, None)
-            return
-        self._emit("started", att.ctx)
-        if not self._is_async:
-            self._threads.submit(att)
-            return
-        try:
-            coro = self.handler(att.ctx)
-        except BaseException as exc:
-            self._finish(att, exc)
-            return
-        att.task = self._loop.create_task(self._execute(att, coro))
-
-    async def _execute(self, att: Attempt, awaitable) -> None:
-        exc: BaseException | None = None
-        try:
-            await awaitable
-        except asyncio.CancelledError:
-            att.drop("shutdown", "shutdown")
-        except BaseException as e:
-            exc = e
-        self._finish(att, exc)
-
-    def _threads_done(self, items: list[tuple[Attempt, BaseException | None, Any]]) -> None:
-        for att, exc, ret in items:
-            if exc is None and inspect.isawaitable(ret):  # a sync callable that returned a coroutine
-                att.task = self._loop.create_task(self._execute(att, ret))
-            else:
-                self._finish(att, exc)
-
-    def _finish(self, att: Attempt, exc: BaseException | None) -> None:
-        self._active.discard(att)
-        if not self._active:
-            self._idle_event.set()
-        self._starter_wake.set()
-        att.state = "done"
-        session = att.session
-        ctx = att.ctx
-        if isinstance(exc, Cancelled) and ctx.cancel_reason in ("refused", "lease_lost"):
-            att.drop(ctx.cancel_reason, ctx.cancel_reason)
-        if att.dropped_reason is not None or session.ended:
-            if not session.ended:
-                session.finished(att, None)
-            self._emit("dropped", ctx)
-            return
-        if exc is None:
-            result = wpb.AttemptResult(attempt=att.ref, outcome=_OUTCOME_OK)
-            session.finished(att, result)
-            self._emit("finished", ctx)
-            return
-        failure = classify_exception(exc, self.exception_classes)
-        ctx._error = failure.error
-        result = wpb.AttemptResult(
-            attempt=att.ref,
-            outcome=_OUTCOME_FAILED,
-            failure_class=int(failure.failure_class),
-            error=failure.error,
+        await discover(
+            self._make_channel(self.api),
+            self.api,
+            region=self.region,
+            interval=self.discovery_interval,
+            metadata=self._metadata,
+            found=self._sync_sessions,
+            fatal=self._fatal,
         )
-        if failure.retry_after is not None:
-            result.retry_after.CopyFrom(convert.to_duration(failure.retry_after))
-        log.info(
-            "%s attempt %d failed (%s): %s", ctx.job, ctx.attempt, failure.failure_class.name, failure.error
-        )
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("handler traceback", exc_info=exc)
-        session.finished(att, result)
-        self._emit("failed", ctx)
-
-    def _emit(self, kind: str, ctx: JobContext) -> None:
-        cb = self.on_event
-        if cb is None:
-            return
-        try:
-            cb(kind, ctx)
-        except Exception:
-            log.exception("on_event callback failed for %r", kind)
 
     # -- timers -------------------------------------------------------------------------------
 
@@ -614,3 +451,44 @@ class Worker:
                 last_lease_check = now
             for session in list(self._sessions.values()):
                 session.tick(now, check)
+
+
+class _SessionPort:
+    """The worker as its dispatcher sessions see it: the :class:`~gnomon.sdk.attempts.SessionHost`
+    interface, nothing more."""
+
+    __slots__ = ("_worker",)
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker = worker
+
+    @property
+    def draining(self) -> bool:
+        return self._worker.draining
+
+    def open_channel(self, address: str) -> grpc.aio.Channel:
+        return self._worker._make_channel(address)
+
+    def deliver(self, att: Attempt) -> None:
+        self._worker._runner.enqueue(att)
+
+    def launch(self, att: Attempt) -> None:
+        self._worker._runner.launch(att)
+
+    def abandon(self, att: Attempt) -> None:
+        self._worker._runner.finish(att, None)
+
+    def emit(self, kind: str, ctx: JobContext) -> None:
+        self._worker._runner.emit(kind, ctx)
+
+    def connected(self, session: DispatcherSession) -> None:
+        self._worker._sig.connected.set()
+
+    def acked(self) -> None:
+        self._worker._sig.ack.set()
+
+    def session_ended(self, session: DispatcherSession) -> None:
+        self._worker._session_ended(session)
+
+    def fatal(self, error: GnomonError) -> None:
+        self._worker._fatal(error)

@@ -1,4 +1,4 @@
-"""Conversions between protobuf well-known types / gnomon enums and plain Python values.
+"""Conversions between protobuf well-known types / job states and plain Python values.
 
 Conventions (used across the SDK):
 
@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.protobuf import duration_pb2, timestamp_pb2
+from google.protobuf.message import Message
 
 from gnomon._proto.gnomon.v1 import job_pb2
 
@@ -38,6 +39,9 @@ __all__ = [
     "duration_text",
     "job_name",
     "namespace_parent",
+    "field_time",
+    "field_duration",
+    "b64",
 ]
 
 _STATE_PREFIX = "JOB_STATE_"
@@ -68,12 +72,12 @@ def from_timestamp(ts: timestamp_pb2.Timestamp | None) -> datetime | None:
     return ts.ToDatetime(tzinfo=UTC)
 
 
-def field_time(msg: Any, field: str) -> datetime | None:
+def field_time(msg: Message, field: str) -> datetime | None:
     """``from_timestamp(msg.<field>)`` if the message field is set, else ``None``."""
     return from_timestamp(getattr(msg, field)) if msg.HasField(field) else None
 
 
-def field_duration(msg: Any, field: str) -> timedelta | None:
+def field_duration(msg: Message, field: str) -> timedelta | None:
     """``from_duration(msg.<field>)`` if the message field is set, else ``None``."""
     return from_duration(getattr(msg, field)) if msg.HasField(field) else None
 
@@ -115,7 +119,9 @@ def duration_seconds(d: duration_pb2.Duration) -> float:
     return d.seconds + d.nanos / 1e9
 
 
-def encode_payload(payload: bytes | bytearray | memoryview | str | dict | list | None) -> bytes:
+def encode_payload(
+    payload: bytes | bytearray | memoryview | str | dict[str, Any] | list[Any] | None,
+) -> bytes:
     """Encodes a job payload to bytes.
 
     * ``bytes``-like: unchanged; ``str``: UTF-8; ``dict``/``list``: compact JSON, UTF-8

@@ -1,0 +1,136 @@
+"""Worker-side state of one assignment (:class:`Attempt`) and what a dispatcher session needs from its
+worker (:class:`SessionHost`): the small, explicit interface between :mod:`gnomon.sdk.session` and
+:mod:`gnomon.sdk.worker`."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import grpc
+
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+
+from .context import JobContext
+from .errors import GnomonError
+from .lease import LocalLease
+from .outgoing import RefKey
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .session import DispatcherSession
+
+__all__ = ["Attempt", "SessionHost", "WorkerIdentity", "QUEUED", "RUNNING", "DONE", "RELEASED", "DROPPED"]
+
+QUEUED, RUNNING, DONE, RELEASED, DROPPED = "queued", "running", "done", "released", "dropped"
+
+
+class Attempt:
+    """Worker-side state of one assignment.
+
+    ``state``: ``queued`` (received, waiting for a slot) -> ``running`` (accept sent; the handler
+    starts when the accept is acknowledged, ``launched``) -> ``done``; or ``released`` (returned
+    unstarted) / ``dropped`` (its dispatcher session ended before it started). ``dropped_reason`` is
+    set when a running attempt must not report a result (accept or heartbeat refused, lease lost,
+    session gone).
+    """
+
+    __slots__ = (
+        "key",
+        "ref",
+        "ctx",
+        "session",
+        "state",
+        "lease",
+        "dropped_reason",
+        "accept_sent",
+        "task",
+        "launched",
+        "cp_inflight",
+        "cp_acked",
+    )
+
+    def __init__(
+        self, key: RefKey, ref: wpb.AttemptRef, ctx: JobContext, session: DispatcherSession, lease: LocalLease
+    ) -> None:
+        self.key = key
+        self.ref = ref
+        self.ctx = ctx
+        self.session = session
+        self.state = QUEUED
+        self.lease = lease
+        self.dropped_reason: str | None = None
+        self.accept_sent = 0.0  # monotonic seconds
+        self.task: asyncio.Task[None] | None = None
+        self.launched = False  # the handler was started (only after an ok accept ack)
+        # Progress checkpoints (ctx.checkpoint): sequence number of the one sent and not yet
+        # acknowledged (at most one in flight: the dispatcher batches writes, so two could be
+        # applied out of order), and of the last one acknowledged.
+        self.cp_inflight: int | None = None
+        self.cp_acked = 0
+
+    def drop(self, reason: str, cancel_reason: str) -> None:
+        """Marks a running attempt as no longer ours: no result will be reported, and the
+        handler's context is cancelled with ``cancel_reason`` (one of ``CANCEL_REASONS``)."""
+        if self.dropped_reason is None:
+            self.dropped_reason = reason
+        self.ctx._cancel(cancel_reason)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerIdentity:
+    """Who says hello on every stream: ``worker_id``, ``namespace`` (``namespaces/{ns}``), the
+    ``queues`` served, ``concurrency`` (handler slots) and the call ``metadata``."""
+
+    worker_id: str
+    namespace: str
+    queues: tuple[str, ...]
+    concurrency: int
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+class SessionHost(Protocol):
+    """What a :class:`~gnomon.sdk.session.DispatcherSession` needs from its worker, and nothing more.
+    Every method is called on the worker's event loop and must not block."""
+
+    @property
+    def draining(self) -> bool:
+        """True once the worker stopped taking work (assignments are released, no credits return)."""
+        ...
+
+    def open_channel(self, address: str) -> grpc.aio.Channel:
+        """A channel to the dispatcher at ``host:port`` (the worker's credentials and limits)."""
+        ...
+
+    def deliver(self, att: Attempt) -> None:
+        """A new assignment: queue it for a free handler slot."""
+        ...
+
+    def launch(self, att: Attempt) -> None:
+        """The accept of ``att`` was acknowledged: run its handler."""
+        ...
+
+    def abandon(self, att: Attempt) -> None:
+        """``att`` took a slot but its handler will never run (accept refused, lease lost, session
+        gone): free the slot; nothing is reported."""
+        ...
+
+    def emit(self, kind: str, ctx: JobContext) -> None:
+        """Reports an event (``"released"``, ``"dropped"`` ...) to the worker's ``on_event``."""
+        ...
+
+    def connected(self, session: DispatcherSession) -> None:
+        """A stream of ``session`` was welcomed."""
+        ...
+
+    def acked(self) -> None:
+        """A pending result or release was settled (wakes a draining worker waiting for acks)."""
+        ...
+
+    def session_ended(self, session: DispatcherSession) -> None:
+        """``session`` is over for good (closed, or its dispatcher gone)."""
+        ...
+
+    def fatal(self, error: GnomonError) -> None:
+        """A dispatcher rejected the worker for good (e.g. ``PERMISSION_DENIED``): stop it."""
+        ...

@@ -1,0 +1,101 @@
+"""What every resource part of :class:`~gnomon.sdk.AsyncClient` shares: the ``grpc.aio`` channel, the
+service stubs, the call metadata and deadline, one RPC wrapper that turns ``grpc.RpcError`` into
+:class:`~gnomon.sdk.GnomonError`, and the page-token loop behind every ``list_*`` iterator."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf.message import Message
+
+from gnomon._proto.gnomon.v1 import (
+    cluster_service_pb2_grpc,
+    dead_letter_service_pb2_grpc,
+    job_service_pb2_grpc,
+    queue_service_pb2_grpc,
+    schedule_service_pb2_grpc,
+)
+
+from .errors import GnomonError
+
+__all__ = ["ClientBase", "paginate", "DEFAULT_API", "Payload", "Span"]
+
+T = TypeVar("T")
+
+#: Where the API listens by default (``gnomon dev``).
+DEFAULT_API = "127.0.0.1:7070"
+
+#: A job payload: ``bytes`` (sent unchanged), ``str`` (UTF-8) or ``dict``/``list`` (compact JSON).
+Payload = bytes | bytearray | str | dict[str, Any] | list[Any] | None
+#: A span: ``timedelta`` or seconds (``int``/``float``).
+Span = timedelta | float | int
+
+
+def _stub(factory: Callable[[grpc.aio.Channel], T], channel: grpc.aio.Channel) -> T:
+    return factory(channel)
+
+
+class ClientBase:
+    """Connection state of an :class:`~gnomon.sdk.AsyncClient` (arguments: see there).
+
+    Create it inside a running event loop (``grpc.aio`` binds the channel to it).
+    """
+
+    def __init__(
+        self,
+        api: str = DEFAULT_API,
+        namespace: str = "default",
+        *,
+        timeout: float | None = 30.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        metadata: list[tuple[str, str]] | None = None,
+        channel_options: list[tuple[str, object]] | None = None,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace.removeprefix("namespaces/")
+        self.timeout = timeout
+        self._metadata = tuple(metadata or ())
+        opts = list(channel_options or ())
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(api, options=opts)
+        else:
+            self._channel = grpc.aio.secure_channel(api, credentials, options=opts)
+        self._jobs = _stub(job_service_pb2_grpc.JobServiceStub, self._channel)
+        self._cluster = _stub(cluster_service_pb2_grpc.ClusterServiceStub, self._channel)
+        self._queues = _stub(queue_service_pb2_grpc.QueueServiceStub, self._channel)
+        self._schedules = _stub(schedule_service_pb2_grpc.ScheduleServiceStub, self._channel)
+        self._dead_letters = _stub(dead_letter_service_pb2_grpc.DeadLetterServiceStub, self._channel)
+
+    async def _call(self, rpc: Any, request: Message, timeout: float | None = None) -> Any:
+        """Calls the unary ``rpc`` with this client's metadata and deadline (``timeout`` seconds,
+        default the client's); returns the response message.
+
+        Raises:
+            GnomonError: the RPC failed (code, message, reason, field violations).
+        """
+        try:
+            return await rpc(request, timeout=timeout or self.timeout, metadata=self._metadata or None)
+        except grpc.RpcError as err:
+            raise GnomonError.from_rpc_error(err) from None
+
+    async def close(self) -> None:
+        """Closes the channel (calls in flight are cancelled). Idempotent."""
+        await self._channel.close()
+
+
+async def paginate(fetch: Callable[[str], Awaitable[tuple[list[T], str]]]) -> AsyncIterator[T]:
+    """Every item of every page: calls ``fetch(page_token)`` (first with ``""``) until a page comes
+    back with an empty next token, lazily (the next page is fetched when the current one is used up).
+
+    Raises (while iterating): whatever ``fetch`` raises, typically :class:`GnomonError`.
+    """
+    token = ""
+    while True:
+        items, token = await fetch(token)
+        for item in items:
+            yield item
+        if not token:
+            return

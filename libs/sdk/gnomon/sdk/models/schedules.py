@@ -1,0 +1,133 @@
+"""Recurring schedules, their occurrence records and previews (``ScheduleService``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .jobs import RetryPolicy
+
+__all__ = ["Schedule", "JobTemplate", "ScheduleOccurrence", "PreviewFireTime"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """What every occurrence job of a schedule gets (mirror of ``gnomon.v1.JobTemplate``).
+
+    Attributes:
+        queue: queue of the occurrence jobs.
+        payload: payload bytes.
+        max_attempts: attempt limit, or ``None`` for the server default (3).
+        lease_duration: per-attempt lease, or ``None`` (server default 30 s).
+        idempotent: an attempt with an unknown outcome may be retried.
+        retry_policy: the :class:`~gnomon.sdk.RetryPolicy`, or ``None`` (server defaults).
+        start_to_close: the longest one attempt may run once started, or ``None``.
+        start_deadline: an occurrence not dispatched this long after its time expires, or ``None``.
+    """
+
+    queue: str
+    payload: bytes = b""
+    max_attempts: int | None = None
+    lease_duration: timedelta | None = None
+    idempotent: bool = False
+    retry_policy: RetryPolicy | None = None
+    start_to_close: timedelta | None = None
+    start_deadline: timedelta | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A recurring schedule (mirror of ``gnomon.v1.Schedule``).
+
+    Attributes:
+        name: ``namespaces/{namespace}/schedules/{id}``.
+        cron / rrule / interval: the rule; exactly one is set (``cron``/``rrule`` text, or the
+            ``interval`` ``timedelta`` of an ``every`` rule), the others ``None``.
+        time_zone: IANA zone the rule is evaluated in.
+        dst_gap: ``"SHIFT_FORWARD"`` or ``"SKIP"``; dst_fold: ``"FIRST"``, ``"SECOND"`` or ``"BOTH"``.
+        misfire_policy: ``"RUN_LATEST"``, ``"SKIP"``, ``"COALESCE"`` or ``"RUN_ALL"``.
+        misfire_grace / catchup_window / jitter: spans (``timedelta``) or ``None`` (server default).
+        max_catchup: RUN_ALL's limit (0: the server default).
+        overlap_policy: ``"ALLOW"``, ``"SKIP"``, ``"BUFFER_ONE"``, ``"BUFFER_ALL"``, ``"CANCEL_OTHER"``.
+        start_time / end_time: UTC-aware bounds of the occurrences, or ``None``.
+        job_template: :class:`JobTemplate`.
+        paused: nothing is planned while paused.
+        version: bumped by every change; etag: its opaque form for conditional updates.
+        create_time, update_time, next_fire_time, planned_through_time: UTC-aware or ``None``.
+        region: home region. tzdata_version: the tzdata the server evaluates zones with.
+    """
+
+    name: str
+    cron: str | None
+    rrule: str | None
+    interval: timedelta | None
+    time_zone: str
+    dst_gap: str
+    dst_fold: str
+    misfire_policy: str
+    misfire_grace: timedelta | None
+    catchup_window: timedelta | None
+    max_catchup: int
+    overlap_policy: str
+    start_time: datetime | None
+    end_time: datetime | None
+    jitter: timedelta | None
+    job_template: JobTemplate
+    paused: bool
+    version: int
+    etag: str
+    create_time: datetime | None
+    update_time: datetime | None
+    next_fire_time: datetime | None
+    planned_through_time: datetime | None
+    region: str
+    tzdata_version: str
+
+    @property
+    def id(self) -> str:
+        """The schedule id (last segment of :attr:`name`)."""
+        return self.name.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleOccurrence:
+    """The decision record of one nominal fire time (mirror of ``gnomon.v1.ScheduleOccurrence``).
+
+    Attributes:
+        name: ``namespaces/{ns}/schedules/{id}/occurrences/{occurrence}``.
+        nominal_time: UTC-aware nominal fire time, or ``None``.
+        local_time: the nominal time as wall time with offset in the schedule's zone.
+        decision: ``"FIRED"``, ``"LATE"``, ``"COALESCED"``, ``"BUFFERED"``, ``"SKIPPED_OVERLAP"``,
+            ``"SKIPPED_MISFIRE"``, ``"SKIPPED_DST_GAP"``, ``"SKIPPED_PAUSED"``, ``"DEDUPLICATED"``.
+        source: ``"RULE"``, ``"TRIGGER"`` or ``"BACKFILL"``.
+        note: free text (DST shift, why skipped ...).
+        job: the occurrence job's name, or ``None`` when no job was made.
+        schedule_time: the job's schedule time (jitter applied), or ``None``.
+        decide_time: when the decision was made, or ``None``.
+        missed_count: for a COALESCE run, how many missed nominal times it stands for (else 0);
+            missed_first_time / missed_last_time: their range, or ``None``.
+    """
+
+    name: str
+    nominal_time: datetime | None
+    local_time: str
+    decision: str
+    source: str
+    note: str
+    job: str | None
+    schedule_time: datetime | None
+    decide_time: datetime | None
+    missed_count: int = 0
+    missed_first_time: datetime | None = None
+    missed_last_time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewFireTime:
+    """One fire time of a preview: ``fire_time`` (UTC-aware), ``local_time`` (wall time with offset),
+    ``note`` (e.g. a DST shift) and ``skipped`` (a nominal time the DST gap policy skips)."""
+
+    fire_time: datetime | None
+    local_time: str
+    note: str
+    skipped: bool
