@@ -65,7 +65,10 @@ class ShardOwnership:
         scan_s: float = 1.0,
         home_region: str | None = None,
         standby: bool = False,
+        changed: asyncio.Event | None = None,
     ):
+        """``ttl_s``: the etcd session lease TTL, seconds; ``scan_s``: acquisition loop period, seconds.
+        ``changed`` (default: a new event) is set whenever shards are gained (a claim loop's wake)."""
         self.etcd, self.engine = etcd, engine
         self.prefix, self.region, self.shards = prefix, region, shards
         self.home_region, self.standby = home_region or region, standby
@@ -74,7 +77,7 @@ class ShardOwnership:
         self.dispatcher_id, self.address, self.ttl_s, self.scan_s = dispatcher_id, address, ttl_s, scan_s
         self.keeper: LeaseKeeper | None = None
         self.owned: dict[int, int] = {}  # shard -> fencing token
-        self.changed = asyncio.Event()  # set when shards are gained
+        self.changed = changed if changed is not None else asyncio.Event()  # set when shards are gained
         self.fenced_writes = 0  # claims/republishes rejected by the fence
         self._task: asyncio.Task | None = None
         self._stop = asyncio.Event()
