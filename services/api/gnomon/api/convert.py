@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import UTC, timedelta
 
 from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2
-from gnomon.api.names import job_name
+from gnomon.common.names import attempt_name, job_name, schedule_name
 from gnomon.common.retry import RetryPolicy
 from gnomon.common.storage.jobs import policy_of
-from gnomon.common.storage.schedules import schedule_name
 from gnomon.common.timeconv import to_duration, to_timestamp
 
 
@@ -31,7 +30,7 @@ def job_to_proto(row: dict) -> job_pb2.Job:
         failure_class=row["failure_class"] or "",
     )
     if row.get("schedule_id"):
-        j.schedule = f"namespaces/{row['namespace']}/schedules/{row['schedule_id']}"
+        j.schedule = schedule_name(row["namespace"], row["schedule_id"])
         j.coalesced_count = row.get("coalesced_count") or 0
         for field, col in (
             ("nominal_time", "nominal_time"),
@@ -63,7 +62,7 @@ def attempt_to_proto(row: dict) -> job_pb2.JobAttempt:
     """Builds the public JobAttempt message from an attempt history row
     (:func:`gnomon.common.storage.attempts.list_attempts`)."""
     a = job_pb2.JobAttempt(
-        name=f"{job_name(row['namespace'], row['job_id'])}/attempts/{row['attempt']}",
+        name=attempt_name(row["namespace"], row["job_id"], row["attempt"]),
         attempt=row["attempt"],
         state=job_pb2.AttemptState.Value("ATTEMPT_STATE_" + row["state"]),
         worker_id=row["worker_id"] or "",

@@ -11,9 +11,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
-from gnomon.api.names import parse_parent
 from gnomon.api.validation import _duration, _timestamp, job_fields
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
+from gnomon.common.names import parse_parent
 from gnomon.common.storage import schedules as store
 from gnomon.common.time import DstFold, DstGap, RuleError, RuleKind, RuleSpec, compile_rule
 

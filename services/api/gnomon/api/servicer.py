@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import re
-import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,12 +15,13 @@ from gnomon._proto.gnomon.v1 import (
     job_service_pb2_grpc,
 )
 from gnomon.api.convert import attempt_to_proto, job_to_proto
-from gnomon.api.names import parse_job_name, parse_parent
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
+from gnomon.common import pagination
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.coordination.registry import list_dispatchers, shards_prefix
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.names import parse_job_name, parse_parent
 from gnomon.common.storage import attempts as attempts_store
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import jobs as jobs_store
@@ -88,6 +85,9 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         return job_service_pb2.GetJobResponse(job=job_to_proto(row))
 
     async def ListJobs(self, request, context):
+        """Jobs of ``parent``, newest first, optionally one ``state`` and ``queue``; ``page_size``
+        0-1000 (0 = 100). INVALID_ARGUMENT for a bad parent, page size, state or page token (a token
+        of another request's filters included)."""
         ns = parse_parent(request.parent)
         if request.page_size < 0 or request.page_size > MAX_PAGE:
             raise InvalidArgument([FieldViolation("page_size", f"must be between 0 and {MAX_PAGE}")])
@@ -99,8 +99,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             if name is None:
                 raise InvalidArgument([FieldViolation("state", "unknown state")])
             state = name.removeprefix("JOB_STATE_")
-        filt = hashlib.sha256(f"{ns}|{state}|{request.queue}".encode()).hexdigest()[:16]
-        after = _decode_token(request.page_token, filt) if request.page_token else None
+        filt = pagination.fingerprint(ns, state, request.queue)
+        after = pagination.decode_keyset(request.page_token, "ListJobs", filt) if request.page_token else None
         size = request.page_size or DEFAULT_PAGE
         rows = await run_transaction(
             self.engine,
@@ -108,11 +108,9 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
                 c, ns, state=state, queue=request.queue or None, limit=size + 1, after=after
             ),
         )
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = _encode_token(rows[-1]["created_at"], rows[-1]["id"], filt)
-        return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in rows], next_page_token=token)
+        page, last = pagination.split_page(rows, size)
+        token = pagination.encode_keyset("ListJobs", filt, last["created_at"], last["id"]) if last else ""
+        return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in page], next_page_token=token)
 
     async def CancelJob(self, request, context):
         ns, job_id = parse_job_name(request.name)
@@ -145,55 +143,29 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         return job_service_pb2.RescheduleJobResponse(job=job_to_proto(res.job))
 
     async def ListJobAttempts(self, request, context):
+        """The attempts of job ``parent``, oldest first; ``page_size`` up to 100 (0 or more = 100).
+        INVALID_ARGUMENT for a bad name, a negative page size or a token of another job; NOT_FOUND for
+        an unknown job."""
         ns, job_id = parse_job_name(request.parent, field="parent")
         if request.page_size < 0:
             raise InvalidArgument([FieldViolation("page_size", "must not be negative")])
         size = min(request.page_size or MAX_ATTEMPTS_PAGE, MAX_ATTEMPTS_PAGE)
-        after = _decode_attempts_token(request.page_token, job_id) if request.page_token else 0
+        filt = pagination.fingerprint(ns, job_id)
+        after = (
+            pagination.int_of(
+                pagination.decode(request.page_token, "ListJobAttempts", filt), "a", "ListJobAttempts"
+            )
+            if request.page_token
+            else 0
+        )
         rows = await run_transaction(
             self.engine, lambda c: attempts_store.list_attempts(c, ns, job_id, after=after, limit=size + 1)
         )
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = _encode_attempts_token(job_id, rows[-1]["attempt"])
+        page, last = pagination.split_page(rows, size)
+        token = pagination.encode("ListJobAttempts", filt, {"a": last["attempt"]}) if last else ""
         return job_service_pb2.ListJobAttemptsResponse(
-            attempts=[attempt_to_proto(r) for r in rows], next_page_token=token
+            attempts=[attempt_to_proto(r) for r in page], next_page_token=token
         )
-
-
-def _encode_attempts_token(job_id: uuid.UUID, attempt: int) -> str:
-    raw = json.dumps({"j": str(job_id), "a": attempt}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_attempts_token(token: str, job_id: uuid.UUID) -> int:
-    try:
-        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if d["j"] == str(job_id) and isinstance(d["a"], int) and d["a"] >= 0:
-            return d["a"]
-    except Exception:
-        pass
-    raise InvalidArgument(
-        [FieldViolation("page_token", "is not a token returned by ListJobAttempts for this job")]
-    )
-
-
-def _encode_token(ts: datetime, job_id: uuid.UUID, filt: str) -> str:
-    raw = json.dumps({"t": ts.isoformat(), "id": str(job_id), "f": filt}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_token(token: str, filt: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if d["f"] != filt:
-            raise InvalidArgument([FieldViolation("page_token", "belongs to a request with other filters")])
-        return datetime.fromisoformat(d["t"]), uuid.UUID(d["id"])
-    except GnomonError:
-        raise
-    except Exception:
-        raise InvalidArgument([FieldViolation("page_token", "is not a token returned by ListJobs")]) from None
 
 
 class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):

@@ -30,7 +30,7 @@ from gnomon.common.config import (
 )
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.metrics import serve_metrics
-from gnomon.common.rpc.health import watch_database
+from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer
@@ -66,8 +66,7 @@ class DispatcherService:
         self.ctx, self.server, self.worker_servicer, self.writes = ctx, server, worker_servicer, writes
         self.home, self.cancels, self.backlog, self.standby = home, cancels, backlog, standby
         self.metrics_listen = metrics_listen
-        self._health_stop = asyncio.Event()
-        self._health: asyncio.Task[None] | None = None
+        self.health = HealthWatch(ctx.engine, server)
 
     @property
     def id(self) -> str:
@@ -90,7 +89,7 @@ class DispatcherService:
         if self.standby:
             self.standby.start()
         # health follows the database (NOT_SERVING while it is unreachable; worker streams stay open)
-        self._health = asyncio.create_task(watch_database(self.engine, self.server, self._health_stop))
+        self.health.start()
         print(
             f"gnomon dispatcher {self.id} listening on {self.server.address} "
             f"(region {self.ctx.home_region}, {len(self.home.shards.owned)}/{self.ctx.shards} shards)",
@@ -100,7 +99,7 @@ class DispatcherService:
     async def drain(self, grace_s: float) -> None:
         """Stops claiming (home and standby regions), ends the worker streams, lets running calls end
         within ``grace_s`` seconds and flushes buffered writes. Shards stay owned until :meth:`stop`."""
-        self._health_stop.set()
+        await self.health.stop()
         if self.standby:
             await self.standby.drain()
         await self.home.stop_claiming()
@@ -112,9 +111,7 @@ class DispatcherService:
 
     async def stop(self) -> None:
         """Gives back standby regions and the home shards (leases revoked), closes etcd and the pool."""
-        self._health_stop.set()
-        if self._health is not None:
-            await asyncio.gather(self._health, return_exceptions=True)
+        await self.health.stop()
         if self.standby:
             await self.standby.stop()
         await self.home.release()

@@ -1,4 +1,5 @@
-"""gRPC server bootstrap shared by every service: aio server + error interceptor + health + reflection.
+"""gRPC server bootstrap shared by every service: aio server + error and auth interceptors + health +
+reflection.
 
 Every server exposes ``grpc.health.v1.Health`` and server reflection (``grpc.reflection.v1alpha``;
 grpcio-reflection 1.85 serves only v1alpha, STACK.md section 1), so
@@ -13,6 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from gnomon.common.rpc.auth import AuthInterceptor
 from gnomon.common.rpc.errors import ErrorInterceptor
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -28,7 +30,8 @@ class GrpcServer:
 
     def __init__(self, listen: str, services: Iterable[tuple[Callable, object, str]]):
         self.server = grpc.aio.server(
-            interceptors=[ErrorInterceptor()],
+            # the error interceptor is outermost, so a refusal by the auth seam is a rich status too
+            interceptors=[ErrorInterceptor(), AuthInterceptor()],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
