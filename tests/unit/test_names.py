@@ -4,6 +4,7 @@ INVALID_ARGUMENT on the field that carried them."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -29,6 +30,10 @@ def test_format_and_parse_round_trip():
     assert names.schedule_name("ns", "nightly") == "namespaces/ns/schedules/nightly"
     assert names.parse_schedule_name(names.schedule_name("ns", "nightly")) == ("ns", "nightly")
     assert names.parse_schedule_name(names.schedule_name("ns", str(JOB))) == ("ns", str(JOB))
+    nominal = datetime(2026, 12, 1, 11, 0, tzinfo=timezone(timedelta(hours=1)))
+    assert names.occurrence_name("namespaces/ns/schedules/s", nominal) == (
+        "namespaces/ns/schedules/s/occurrences/2026-12-01T10:00:00.000000Z"
+    )
     assert names.queue_name("ns", "emails.v2") == "namespaces/ns/queues/emails.v2"
     assert names.parse_queue_name(names.queue_name("ns", "emails.v2")) == ("ns", "emails.v2")
     assert names.audit_entry_name("ns", JOB) == f"namespaces/ns/auditEntries/{JOB}"

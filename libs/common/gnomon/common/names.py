@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from datetime import UTC, datetime
 
 from gnomon.common.errors import FieldViolation, InvalidArgument
 
@@ -48,6 +49,12 @@ def attempt_name(namespace: str, job_id: uuid.UUID | str, attempt: int) -> str:
 def schedule_name(namespace: str, schedule_id: str) -> str:
     """``namespaces/{namespace}/schedules/{schedule_id}``."""
     return f"{_NAMESPACES}/{namespace}/schedules/{schedule_id}"
+
+
+def occurrence_name(schedule: str, nominal: datetime) -> str:
+    """``{schedule}/occurrences/{nominal}``: ``schedule`` is a schedule's name, ``nominal`` an aware
+    instant written as UTC with microseconds (``2026-12-01T10:00:00.000000Z``)."""
+    return f"{schedule}/occurrences/{nominal.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}"
 
 
 def queue_name(namespace: str, queue: str) -> str:

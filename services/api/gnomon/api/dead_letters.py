@@ -130,6 +130,7 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
     except ValueError:
         v.add("request_id", "is required: a UUID in its canonical 8-4-4-4-12 form (AIP-155)")
     v.raise_if_any()
+    assert request_id is not None  # None only with a violation, raised above
     who = current_caller(context)
     return dlq.ReplayRequest(
         filter=f,

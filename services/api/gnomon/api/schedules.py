@@ -140,6 +140,7 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             v = Validator()
             values = schedule_values(v, merged)
             v.raise_if_any()
+            assert values is not None  # None only with violations, raised above
             check_rule(values)
             return values
 
@@ -281,8 +282,8 @@ def _copy_path(src: schedule_pb2.Schedule, merged: schedule_pb2.Schedule, path: 
         else:
             setattr(merged, which, getattr(src, which))
     elif src.DESCRIPTOR.fields_by_name[path].message_type is not None:
-        merged.ClearField(path)  # type: ignore[arg-type]
-        if src.HasField(path):  # type: ignore[arg-type]
+        merged.ClearField(path)
+        if src.HasField(path):
             getattr(merged, path).CopyFrom(getattr(src, path))
     else:
         setattr(merged, path, getattr(src, path))

@@ -120,7 +120,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         )
         return job_service_pb2.CancelJobResponse(
             job=job_to_proto(res.job),
-            outcome=job_service_pb2.CancelOutcome.Value("CANCEL_OUTCOME_" + res.outcome),
+            outcome="CANCEL_OUTCOME_" + res.outcome,
         )
 
     async def RescheduleJob(self, request, context):
@@ -211,14 +211,14 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
         recorded = await run_transaction(self.engine, lambda c: shards_store.list_shard_owners(c, region))
         out = []
         for s in sorted(set(range(self.shards)) | set(keys) | set(recorded)):
-            kv, rec = keys.get(s), recorded.get(s)
+            key, rec = keys.get(s), recorded.get(s)
             shard = cluster_service_pb2.Shard(
                 region=region,
                 shard=s,
-                owner=kv.value.decode(errors="replace") if kv else "",
-                fencing_token=kv.create_revision if kv else 0,
+                owner=key.value.decode(errors="replace") if key else "",
+                fencing_token=key.create_revision if key else 0,
                 recorded_token=rec["token"] if rec else 0,
-                owned=kv is not None,
+                owned=key is not None,
             )
             if rec:
                 shard.acquire_time.CopyFrom(to_timestamp(rec["acquired_at"]))

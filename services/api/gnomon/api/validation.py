@@ -276,6 +276,7 @@ def validate_reschedule(req: job_service_pb2.RescheduleJobRequest) -> Reschedule
         v.violations += e.violations
     schedule_at, delay = _schedule(v, req)
     v.raise_if_any()
+    assert job_id is not None  # None only with a violation, raised above
     return Reschedule(
         namespace=namespace,
         job_id=job_id,

@@ -93,7 +93,7 @@ class ClaimLoop:
         tokens = self.shards.tokens()
         region_token = self.shards.region_token
         cap = self.registry.capacity()
-        if not tokens or not cap:
+        if not tokens or not cap or region_token is None:  # no tokens without the region token
             return 0, None
         limits = {t: min(self.settings.claim_batch, n) for t, n in cap.items()}
         # circuit breakers: an OPEN queue is not claimed at all, a HALF_OPEN one only for probes

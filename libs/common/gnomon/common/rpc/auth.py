@@ -102,7 +102,7 @@ def request_namespace(request: Any) -> str | None:
     return None
 
 
-Unary = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+Handler = grpc.RpcMethodHandler[Any, Any]
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
@@ -114,19 +114,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> Handler | None:
         """Wraps unary-unary handlers; streams (the worker lease stream) pass unchanged for now."""
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
-        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        method = handler_call_details.method
         enforce = method.split("/")[1] in self.enforced if method.count("/") == 2 else False
         if handler.unary_unary:
-            inner: Unary = handler.unary_unary
+            inner: Callable[..., Any] = handler.unary_unary  # a coroutine function on an aio server
 
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 caller = Caller.from_context(context)
                 if enforce and (ns := request_namespace(request)) is not None:
                     authorize(caller, ns)

@@ -9,6 +9,7 @@ grpcio-reflection 1.85 serves only v1alpha, STACK.md section 1), so
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -28,7 +29,7 @@ class GrpcServer:
     until :meth:`set_serving` is called.
     """
 
-    def __init__(self, listen: str, services: Iterable[tuple[Callable, object, str]]):
+    def __init__(self, listen: str, services: Iterable[tuple[Callable[[Any, Any], None], object, str]]):
         self.server = grpc.aio.server(
             # the error interceptor is outermost, so a refusal by the auth seam is a rich status too
             interceptors=[ErrorInterceptor(), AuthInterceptor()],
@@ -73,7 +74,7 @@ class GrpcServer:
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
 
-    async def _set(self, status) -> None:
+    async def _set(self, status: Any) -> None:
         for name in ["", *self.names]:
             await self.health.set(name, status)
 
