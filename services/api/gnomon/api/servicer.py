@@ -1,9 +1,9 @@
-"""Thin gRPC adapters of the API: validate, convert, call storage. No business rules here."""
+"""Thin gRPC adapters of the API's JobService and ClusterService: validate, convert, call the engine
+(:mod:`gnomon.api.jobs`) or the registry. No business rules here."""
 
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -15,6 +15,7 @@ from gnomon._proto.gnomon.v1 import (
     job_service_pb2_grpc,
 )
 from gnomon.api.convert import attempt_to_proto, job_to_proto
+from gnomon.api.jobs import JobEngine
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common import pagination
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError
@@ -22,9 +23,6 @@ from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.coordination.registry import list_dispatchers, shards_prefix
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
 from gnomon.common.names import parse_job_name, parse_parent
-from gnomon.common.storage import attempts as attempts_store
-from gnomon.common.storage import cancel as cancel_store
-from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import shards as shards_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_timestamp
@@ -36,7 +34,10 @@ DEFAULT_PAGE = 100
 
 
 class JobServicer(job_service_pb2_grpc.JobServiceServicer):
-    """``gnomon.v1.JobService`` over the jobs storage module."""
+    """``gnomon.v1.JobService``: validates and converts, then calls the job engine
+    (:class:`gnomon.api.jobs.JobEngine`). ``shards``: the region's shard count (a new job's shard is
+    a hash of its id); ``hints`` (None: none) wakes dispatchers for jobs due within ``prefetch_s``
+    seconds."""
 
     def __init__(
         self,
@@ -47,42 +48,28 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         hints: DispatcherHints | None,
         prefetch_s: float = 5.0,
     ):
-        self.engine, self.region, self.shards, self.hints, self.prefetch_s = (
-            engine,
-            region,
-            shards,
-            hints,
-            prefetch_s,
+        self.region, self.shards = region, shards
+        self.jobs = JobEngine(
+            engine, wake_dispatchers=hints.wake if hints is not None else None, prefetch_s=prefetch_s
         )
 
     async def CreateJob(self, request, context):
-        new = validate_create(request, region=self.region, shards=self.shards)
-        row, created = await run_transaction(self.engine, lambda c: jobs_store.insert_job(c, new))
-        if (
-            created
-            and self.hints is not None
-            and row["scheduled_at"] <= row["created_at"] + timedelta(seconds=self.prefetch_s)
-        ):
-            self.hints.wake(row["scheduled_at"])
+        """Creates one job (idempotent per ``request_id`` and per ``idempotency_key``) and returns it.
+        INVALID_ARGUMENT lists every bad field; ALREADY_EXISTS for a key reused with another request."""
+        row, _ = await self.jobs.create(validate_create(request, region=self.region, shards=self.shards))
         return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
 
     async def BatchCreateJobs(self, request, context):
+        """Creates 1-1000 jobs of one ``parent`` in one transaction (all or none), in request order.
+        INVALID_ARGUMENT names ``requests[i].field`` for every bad field."""
         batch = validate_batch(request.parent, request.requests, region=self.region, shards=self.shards)
-        rows = await run_transaction(self.engine, lambda c: jobs_store.insert_jobs(c, batch))
-        if self.hints is not None:
-            soon = [
-                r["scheduled_at"]
-                for r in rows
-                if r["scheduled_at"] <= r["created_at"] + timedelta(seconds=self.prefetch_s)
-            ]
-            if soon:
-                self.hints.wake(min(soon))
+        rows = await self.jobs.create_batch(batch)
         return job_service_pb2.BatchCreateJobsResponse(jobs=[job_to_proto(r) for r in rows])
 
     async def GetJob(self, request, context):
+        """The job ``name``. INVALID_ARGUMENT for a bad name, NOT_FOUND for an unknown job."""
         ns, job_id = parse_job_name(request.name)
-        row = await run_transaction(self.engine, lambda c: jobs_store.get_job(c, ns, job_id))
-        return job_service_pb2.GetJobResponse(job=job_to_proto(row))
+        return job_service_pb2.GetJobResponse(job=job_to_proto(await self.jobs.get(ns, job_id)))
 
     async def ListJobs(self, request, context):
         """Jobs of ``parent``, newest first, optionally one ``state`` and ``queue``; ``page_size``
@@ -102,45 +89,29 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         filt = pagination.fingerprint(ns, state, request.queue)
         after = pagination.decode_keyset(request.page_token, "ListJobs", filt) if request.page_token else None
         size = request.page_size or DEFAULT_PAGE
-        rows = await run_transaction(
-            self.engine,
-            lambda c: jobs_store.list_jobs(
-                c, ns, state=state, queue=request.queue or None, limit=size + 1, after=after
-            ),
+        rows = await self.jobs.list_jobs(
+            ns, state=state, queue=request.queue or None, after=after, limit=size + 1
         )
         page, last = pagination.split_page(rows, size)
         token = pagination.encode_keyset("ListJobs", filt, last["created_at"], last["id"]) if last else ""
         return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in page], next_page_token=token)
 
     async def CancelJob(self, request, context):
+        """Cancels the job ``name`` (``expected_version`` checked when set): a SCHEDULED job is
+        CANCELLED at once, a running one gets a cancel request. Returns the job and the outcome.
+        INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (stale version)."""
         ns, job_id = parse_job_name(request.name)
         expected = request.expected_version if request.HasField("expected_version") else None
-        res = await run_transaction(
-            self.engine, lambda c: cancel_store.cancel_job(c, ns, job_id, expected_version=expected)
-        )
+        res = await self.jobs.cancel(ns, job_id, expected_version=expected)
         return job_service_pb2.CancelJobResponse(
-            job=job_to_proto(res.job),
-            outcome="CANCEL_OUTCOME_" + res.outcome,
+            job=job_to_proto(res.job), outcome="CANCEL_OUTCOME_" + res.outcome
         )
 
     async def RescheduleJob(self, request, context):
-        r = validate_reschedule(request)
-        res = await run_transaction(
-            self.engine,
-            lambda c: cancel_store.reschedule_job(
-                c,
-                r.namespace,
-                r.job_id,
-                schedule_at=r.schedule_at,
-                delay=r.delay,
-                expected_version=r.expected_version,
-            ),
-        )
-        if self.hints is not None and res.job["scheduled_at"] <= res.db_now + timedelta(
-            seconds=self.prefetch_s
-        ):
-            self.hints.wake(res.job["scheduled_at"])
-        return job_service_pb2.RescheduleJobResponse(job=job_to_proto(res.job))
+        """Moves a SCHEDULED job to ``schedule_time`` (or now + ``delay``) and returns it.
+        INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (not SCHEDULED, or a stale version)."""
+        row = await self.jobs.reschedule(validate_reschedule(request))
+        return job_service_pb2.RescheduleJobResponse(job=job_to_proto(row))
 
     async def ListJobAttempts(self, request, context):
         """The attempts of job ``parent``, oldest first; ``page_size`` up to 100 (0 or more = 100).
@@ -158,9 +129,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             if request.page_token
             else 0
         )
-        rows = await run_transaction(
-            self.engine, lambda c: attempts_store.list_attempts(c, ns, job_id, after=after, limit=size + 1)
-        )
+        rows = await self.jobs.attempts(ns, job_id, after=after, limit=size + 1)
         page, last = pagination.split_page(rows, size)
         token = pagination.encode("ListJobAttempts", filt, {"a": last["attempt"]}) if last else ""
         return job_service_pb2.ListJobAttemptsResponse(
@@ -172,8 +141,8 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
     """``gnomon.v1.ClusterService``: dispatcher discovery and shard ownership from the etcd registry,
     joined with the fencing tokens recorded in the database.
 
-    ``engine``/``shards`` default to an engine of ``GNOMON_DATABASE_URL`` (made on first use) and
-    ``GNOMON_SHARDS``.
+    ``prefix`` is the etcd key prefix, ``region`` the default region of the requests, ``shards``
+    the region's shard count.
     """
 
     def __init__(self, etcd: EtcdClient, prefix: str, region: str, *, engine: AsyncEngine, shards: int):
@@ -181,6 +150,8 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
         self.engine, self.shards = engine, shards
 
     async def ListDispatchers(self, request, context):
+        """The dispatchers registered in ``region`` (default: this API's), with their addresses.
+        UNAVAILABLE (COORDINATION_UNAVAILABLE) when etcd cannot be read."""
         region = request.region or self.region
         try:
             ds = await list_dispatchers(self.etcd, self.prefix, region)
@@ -196,6 +167,9 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
         )
 
     async def ListShards(self, request, context):
+        """Every shard of ``region`` (default: this API's): its etcd owner and fencing token, the
+        token recorded in the database and when it was acquired. INVALID_ARGUMENT for a bad region,
+        UNAVAILABLE when etcd cannot be read."""
         region = request.region or self.region
         if not _REGION.fullmatch(region):
             raise InvalidArgument([FieldViolation("region", "must match [a-z][a-z0-9-]{0,31}")])

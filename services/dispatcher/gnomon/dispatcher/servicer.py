@@ -67,6 +67,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self.draining = False
 
     async def Lease(self, request_iterator, context):
+        """One worker session: the first message opens it (worker id, namespace, queues, credits),
+        then assignments flow out as credits allow and accepts, heartbeats, checkpoints, results and
+        releases flow in, each acknowledged after its batched write commits. Ends when the worker
+        closes the stream or the dispatcher drains; its unfinished attempts are re-delivered by the
+        relay or reaped when their lease expires."""
         try:
             first = await request_iterator.__anext__()
         except StopAsyncIteration:
@@ -309,5 +314,6 @@ class HintServicer(hint_pb2_grpc.HintServiceServicer):
         self.wake = wake
 
     async def WakeDispatcher(self, request, context):
+        """A hint that a job is due soon: wakes the claim loop now (correctness never depends on it)."""
         self.wake.set()
         return hint_pb2.WakeDispatcherResponse()

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -102,7 +102,8 @@ def request_namespace(request: Any) -> str | None:
     return None
 
 
-Handler = grpc.RpcMethodHandler[Any, Any]
+if TYPE_CHECKING:  # the stubs make it generic; at run time it is not subscriptable
+    Handler = grpc.RpcMethodHandler[Any, Any]
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import any_pb2
@@ -22,7 +22,8 @@ from gnomon.common.errors import DOMAIN, GnomonError, InvalidArgument, Unavailab
 
 log = logging.getLogger(__name__)
 
-Handler = grpc.RpcMethodHandler[Any, Any]
+if TYPE_CHECKING:  # the stubs make it generic; at run time it is not subscriptable
+    Handler = grpc.RpcMethodHandler[Any, Any]
 
 
 def to_status(err: GnomonError) -> grpc.Status:
