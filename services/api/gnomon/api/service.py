@@ -24,9 +24,9 @@ from gnomon._proto.gnomon.v1 import (
     schedule_service_pb2,
     schedule_service_pb2_grpc,
 )
-from gnomon.api.dead_letters import DeadLetterServicer
-from gnomon.api.queues import QueueServicer
-from gnomon.api.schedules import ScheduleServicer
+from gnomon.api.dead_letter_servicer import DeadLetterServicer
+from gnomon.api.queue_servicer import QueueServicer
+from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
 from gnomon.common.config import (
     ClusterSettings,
