@@ -591,7 +591,8 @@ def test_cancel_reaches_a_running_handler_through_real_processes(
             assert time.monotonic() - t0 < 10
             assert done.attempt == 1 and done.failure_class == "PERMANENT"
             assert c.cancel_job(job.name)[0] == "ALREADY_FINISHED"
-        log = open(os.path.join(s.log_dir, "dispatcher-0.log")).read()
+        with open(os.path.join(s.log_dir, "dispatcher-0.log")) as f:
+            log = f.read()
         assert ("pushing cancellation of 1 attempt(s)" in log) == (delivery == "push")
     finally:
         s.stop()

@@ -24,7 +24,7 @@ from sqlalchemy import func, select, update
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
 from gnomon._proto.gnomon.v1 import job_pb2, job_service_pb2_grpc
-from gnomon.api.dead_letters import DeadLetterServicer, _fingerprint
+from gnomon.api.dead_letter_servicer import DeadLetterServicer, _fingerprint
 from gnomon.api.servicer import JobServicer
 from gnomon.cli.main import app as cli
 from gnomon.common.config import DatabaseSettings

@@ -15,7 +15,7 @@ from sqlalchemy import text
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
-from gnomon.api.schedules import ScheduleServicer
+from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.common.config import DatabaseSettings, PlannerSettings
 from gnomon.common.storage.engine import make_engine
 from gnomon.planner.planning import Planner

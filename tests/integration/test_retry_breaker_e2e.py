@@ -134,7 +134,8 @@ def test_breaker_opens_stops_dispatch_then_half_opens_and_closes(suite):
             closed_at,
         )[0][0]
         assert 1 <= probes <= PROBES  # HALF_OPEN let only the probes through
-        log = open(next(p.log_path for p in suite.procs if p.role == "dispatcher")).read()
+        with open(next(p.log_path for p in suite.procs if p.role == "dispatcher")) as f:
+            log = f.read()
         for change in ("CLOSED -> OPEN", "OPEN -> HALF_OPEN", "HALF_OPEN -> CLOSED"):
             assert f"queue default/brk: {change}" in log
     finally:

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
 
+@overload
+def to_timestamp(dt: datetime) -> timestamp_pb2.Timestamp: ...
+@overload
+def to_timestamp(dt: None) -> None: ...
+@overload
+def to_timestamp(dt: datetime | None) -> timestamp_pb2.Timestamp | None: ...
 def to_timestamp(dt: datetime | None) -> timestamp_pb2.Timestamp | None:
     """A UTC-aware (or naive = UTC) datetime -> Timestamp; ``None`` -> ``None``."""
     if dt is None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, timedelta
+from datetime import timedelta
 
 from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2
-from gnomon.api.names import job_name
+from gnomon.common.names import attempt_name, job_name, occurrence_name, schedule_name
 from gnomon.common.retry import RetryPolicy
 from gnomon.common.storage.jobs import policy_of
-from gnomon.common.storage.schedules import schedule_name
 from gnomon.common.timeconv import to_duration, to_timestamp
 
 
@@ -18,7 +17,7 @@ def job_to_proto(row: dict) -> job_pb2.Job:
         name=job_name(row["namespace"], row["id"]),
         queue=row["queue"],
         payload=row["payload"],
-        state=job_pb2.JobState.Value("JOB_STATE_" + row["state"]),
+        state="JOB_STATE_" + row["state"],
         version=row["version"],
         max_attempts=row["max_attempts"],
         attempt=row["attempt"],
@@ -31,7 +30,7 @@ def job_to_proto(row: dict) -> job_pb2.Job:
         failure_class=row["failure_class"] or "",
     )
     if row.get("schedule_id"):
-        j.schedule = f"namespaces/{row['namespace']}/schedules/{row['schedule_id']}"
+        j.schedule = schedule_name(row["namespace"], row["schedule_id"])
         j.coalesced_count = row.get("coalesced_count") or 0
         for field, col in (
             ("nominal_time", "nominal_time"),
@@ -63,9 +62,9 @@ def attempt_to_proto(row: dict) -> job_pb2.JobAttempt:
     """Builds the public JobAttempt message from an attempt history row
     (:func:`gnomon.common.storage.attempts.list_attempts`)."""
     a = job_pb2.JobAttempt(
-        name=f"{job_name(row['namespace'], row['job_id'])}/attempts/{row['attempt']}",
+        name=attempt_name(row["namespace"], row["job_id"], row["attempt"]),
         attempt=row["attempt"],
-        state=job_pb2.AttemptState.Value("ATTEMPT_STATE_" + row["state"]),
+        state="ATTEMPT_STATE_" + row["state"],
         worker_id=row["worker_id"] or "",
         dispatcher_id=row["dispatcher_id"] or "",
         fencing_token=row["token"],
@@ -105,13 +104,13 @@ def schedule_to_proto(row: dict, *, tzdata: str = "") -> schedule_pb2.Schedule:
     s = schedule_pb2.Schedule(
         name=schedule_name(row["namespace"], row["schedule_id"]),
         time_zone=row["time_zone"],
-        dst_gap=schedule_pb2.DstGapPolicy.Value("DST_GAP_POLICY_" + row["dst_gap"]),
-        dst_fold=schedule_pb2.DstFoldPolicy.Value("DST_FOLD_POLICY_" + row["dst_fold"]),
-        misfire_policy=schedule_pb2.MisfirePolicy.Value("MISFIRE_POLICY_" + row["misfire_policy"]),
+        dst_gap="DST_GAP_POLICY_" + row["dst_gap"],
+        dst_fold="DST_FOLD_POLICY_" + row["dst_fold"],
+        misfire_policy="MISFIRE_POLICY_" + row["misfire_policy"],
         misfire_grace=to_duration(timedelta(milliseconds=row["misfire_grace_ms"])),
         catchup_window=to_duration(timedelta(milliseconds=row["catchup_window_ms"])),
         max_catchup=row["max_catchup"],
-        overlap_policy=schedule_pb2.OverlapPolicy.Value("OVERLAP_POLICY_" + row["overlap_policy"]),
+        overlap_policy="OVERLAP_POLICY_" + row["overlap_policy"],
         jitter=to_duration(timedelta(milliseconds=row["jitter_ms"])),
         paused=row["paused"],
         version=row["version"],
@@ -157,10 +156,10 @@ def occurrence_to_proto(row: dict, schedule: str) -> schedule_pb2.ScheduleOccurr
     """Builds a ScheduleOccurrence from a ``schedule_occurrences`` row; ``schedule`` is the schedule's name."""
     nominal = row["nominal_time"]
     o = schedule_pb2.ScheduleOccurrence(
-        name=f"{schedule}/occurrences/{nominal.astimezone(UTC).strftime('%Y-%m-%dT%H:%M:%S.%fZ')}",
+        name=occurrence_name(schedule, nominal),
         local_time=row["local_time"],
-        decision=schedule_pb2.OccurrenceDecision.Value("OCCURRENCE_DECISION_" + row["decision"]),
-        source=schedule_pb2.OccurrenceSource.Value("OCCURRENCE_SOURCE_" + row["source"]),
+        decision="OCCURRENCE_DECISION_" + row["decision"],
+        source="OCCURRENCE_SOURCE_" + row["source"],
         note=row["note"] or "",
         job=job_name(row["namespace"], row["job_id"]) if row.get("job_id") else "",
         missed_count=row.get("missed_count") or 0,

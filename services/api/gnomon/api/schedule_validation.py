@@ -11,9 +11,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
-from gnomon.api.names import parse_parent
 from gnomon.api.validation import _duration, _timestamp, job_fields
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
+from gnomon.common.names import parse_parent
 from gnomon.common.storage import schedules as store
 from gnomon.common.time import DstFold, DstGap, RuleError, RuleKind, RuleSpec, compile_rule
 
@@ -130,10 +130,10 @@ def schedule_values(
     fold = _enum(v, _FOLD, msg.dst_fold, f"{prefix}dst_fold")
     misfire = _enum(v, _MISFIRE, msg.misfire_policy, f"{prefix}misfire_policy")
     overlap = _enum(v, _OVERLAP, msg.overlap_policy, f"{prefix}overlap_policy")
-    grace = store.DEFAULT_GRACE
+    grace: timedelta | None = store.DEFAULT_GRACE
     if msg.HasField("misfire_grace"):
         grace = _duration(v, msg.misfire_grace, f"{prefix}misfire_grace", timedelta(0), MAX_GRACE)
-    window = store.DEFAULT_CATCHUP_WINDOW
+    window: timedelta | None = store.DEFAULT_CATCHUP_WINDOW
     if msg.HasField("catchup_window"):
         window = _duration(v, msg.catchup_window, f"{prefix}catchup_window", MIN_WINDOW, MAX_WINDOW)
     max_catchup = msg.max_catchup or store.DEFAULT_MAX_CATCHUP
@@ -156,6 +156,9 @@ def schedule_values(
         else None
     )
     if len(v.violations) > n0:
+        return None
+    # no violation: every enum and duration above was valid (the checks narrow their types)
+    if gap is None or fold is None or misfire is None or overlap is None or grace is None or window is None:
         return None
     return store.ScheduleValues(
         rule_kind=kind,
@@ -223,6 +226,7 @@ def validate_create(req, *, region: str) -> store.NewSchedule:
         _, reason = _check_values(v, values, "schedule.")
         values = store.ScheduleValues(**{**values.__dict__, "paused": req.schedule.paused})
     _raise(v, reason)
+    assert values is not None  # None only with violations, raised above
     return store.NewSchedule(
         namespace=namespace,
         schedule_id=sid or str(uuid.uuid4()),
@@ -244,6 +248,7 @@ def preview_spec(msg) -> RuleSpec:
     start = rule_instant(v, msg.start_time, "rule.start_time") if msg.HasField("start_time") else None
     end = rule_instant(v, msg.end_time, "rule.end_time") if msg.HasField("end_time") else None
     v.raise_if_any()
+    assert gap is not None and fold is not None  # None only with violations, raised above
     if start is not None and end is not None and end <= start:
         raise InvalidArgument(
             [FieldViolation("rule.end_time", "must be after start_time")], reason="INVALID_TIME_RANGE"

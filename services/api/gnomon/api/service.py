@@ -1,9 +1,16 @@
-"""The API service: lifecycle (start, serve, drain, stop). ``gnomon api`` runs :func:`main`."""
+"""The API service: lifecycle (:class:`gnomon.common.rpc.lifecycle.Service`: start, drain, stop).
+``gnomon api`` runs :func:`main`.
+
+:func:`build` reads the settings and constructs the servicers with their dependencies; the API holds
+no background work besides health, so draining is the gRPC server's grace period.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import (
     cluster_service_pb2,
@@ -17,9 +24,9 @@ from gnomon._proto.gnomon.v1 import (
     schedule_service_pb2,
     schedule_service_pb2_grpc,
 )
-from gnomon.api.dead_letters import DeadLetterServicer
-from gnomon.api.queues import QueueServicer
-from gnomon.api.schedules import ScheduleServicer
+from gnomon.api.dead_letter_servicer import DeadLetterServicer
+from gnomon.api.queue_servicer import QueueServicer
+from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
 from gnomon.common.config import (
     ClusterSettings,
@@ -32,83 +39,127 @@ from gnomon.common.config import (
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
 from gnomon.common.metrics import serve_metrics
-from gnomon.common.rpc.health import watch_database
-from gnomon.common.rpc.runner import configure_logging, wait_for_signal
+from gnomon.common.rpc.health import HealthWatch
+from gnomon.common.rpc.lifecycle import run_service
+from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage.engine import make_engine
 
 log = logging.getLogger("gnomon.api")
 
 
-async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
-    """Runs the API until ``stop`` is set (or SIGTERM/SIGINT when ``stop`` is None)."""
-    db, cluster, srv, etcd_s = DatabaseSettings(), ClusterSettings(), ServerSettings(), EtcdSettings()
-    disp = DispatcherSettings()
+class ApiService:
+    """The API process: ``server`` (every public service but the worker stream) over ``engine`` and
+    ``etcd`` for ``region``; ``metrics_listen`` is the Prometheus ``host:port`` ("" = off)."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        etcd: EtcdClient,
+        server: GrpcServer,
+        region: str,
+        metrics_listen: str = "",
+    ):
+        self.engine, self.etcd, self.server, self.region = engine, etcd, server, region
+        self.metrics_listen = metrics_listen
+        self.health = HealthWatch(engine, server)
+
+    async def start(self) -> None:
+        """Serves; health follows the database."""
+        await self.server.start()
+        serve_metrics(self.metrics_listen)
+        self.health.start()
+        print(f"gnomon api listening on {self.server.address} (region {self.region})", flush=True)
+
+    async def drain(self, grace_s: float) -> None:
+        """Refuses new calls and lets running ones finish within ``grace_s`` seconds."""
+        await self.health.stop()
+        await self.server.stop(grace_s)
+
+    async def stop(self) -> None:
+        """Closes etcd and the database pool."""
+        await self.health.stop()
+        await self.etcd.close()
+        await self.engine.dispose()
+
+
+def build(
+    *,
+    db: DatabaseSettings,
+    cluster: ClusterSettings,
+    srv: ServerSettings,
+    etcd_s: EtcdSettings,
+    dispatcher: DispatcherSettings,
+    planner: PlannerSettings,
+) -> ApiService:
+    """Constructs the API from its settings (nothing starts yet)."""
     engine = make_engine(db)
     etcd = EtcdClient(etcd_s.endpoint_list)
     hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
     planner_hints = PlannerHints(etcd, etcd_s.prefix, cluster.region)
-    planner_s = PlannerSettings()
-    server = GrpcServer(
-        srv.listen,
-        [
-            (
-                job_service_pb2_grpc.add_JobServiceServicer_to_server,
-                JobServicer(
-                    engine,
-                    region=cluster.region,
-                    shards=cluster.shards,
-                    hints=hints,
-                    prefetch_s=disp.prefetch_s,
-                ),
-                job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+    services = [
+        (
+            job_service_pb2_grpc.add_JobServiceServicer_to_server,
+            JobServicer(
+                engine,
+                region=cluster.region,
+                shards=cluster.shards,
+                hints=hints,
+                prefetch_s=dispatcher.prefetch_s,
             ),
-            (
-                dead_letter_service_pb2_grpc.add_DeadLetterServiceServicer_to_server,
-                DeadLetterServicer(engine, shards=cluster.shards, hints=hints),
-                dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name,
+            job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+        ),
+        (
+            dead_letter_service_pb2_grpc.add_DeadLetterServiceServicer_to_server,
+            DeadLetterServicer(engine, shards=cluster.shards, hints=hints),
+            dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name,
+        ),
+        (
+            queue_service_pb2_grpc.add_QueueServiceServicer_to_server,
+            QueueServicer(engine, region=cluster.region),
+            queue_service_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
+        ),
+        (
+            schedule_service_pb2_grpc.add_ScheduleServiceServicer_to_server,
+            ScheduleServicer(
+                engine,
+                region=cluster.region,
+                shards=cluster.shards,
+                planner_hints=planner_hints,
+                dispatcher_hints=hints,
+                catchup_rate=planner.catchup_rate,
+                catchup_burst=planner.catchup_burst,
             ),
-            (
-                queue_service_pb2_grpc.add_QueueServiceServicer_to_server,
-                QueueServicer(engine, region=cluster.region),
-                queue_service_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
-            ),
-            (
-                schedule_service_pb2_grpc.add_ScheduleServiceServicer_to_server,
-                ScheduleServicer(
-                    engine,
-                    region=cluster.region,
-                    shards=cluster.shards,
-                    planner_hints=planner_hints,
-                    dispatcher_hints=hints,
-                    catchup_rate=planner_s.catchup_rate,
-                    catchup_burst=planner_s.catchup_burst,
-                ),
-                schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
-            ),
-            (
-                cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server,
-                ClusterServicer(etcd, etcd_s.prefix, cluster.region, engine=engine, shards=cluster.shards),
-                cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
-            ),
-        ],
+            schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
+        ),
+        (
+            cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server,
+            ClusterServicer(etcd, etcd_s.prefix, cluster.region, engine=engine, shards=cluster.shards),
+            cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
+        ),
+    ]
+    return ApiService(
+        engine=engine,
+        etcd=etcd,
+        server=GrpcServer(srv.listen, services),
+        region=cluster.region,
+        metrics_listen=srv.metrics_listen,
     )
-    await server.start()
-    serve_metrics(srv.metrics_listen)
-    print(f"gnomon api listening on {server.address} (region {cluster.region})", flush=True)
-    stop = stop or asyncio.Event()
-    health = asyncio.create_task(watch_database(engine, server, stop))
-    if ready:
-        ready.set()
-    waiter = asyncio.create_task(wait_for_signal())
-    stopper = asyncio.create_task(stop.wait())
-    await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    stop.set()
-    await server.stop(srv.drain_timeout_s)
-    health.cancel()
-    waiter.cancel()
-    await etcd.close()
-    await engine.dispose()
+
+
+async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+    """Runs the API until SIGTERM/SIGINT (or ``stop``); ``ready`` is set once it serves."""
+    srv = ServerSettings()
+    service = build(
+        db=DatabaseSettings(),
+        cluster=ClusterSettings(),
+        srv=srv,
+        etcd_s=EtcdSettings(),
+        dispatcher=DispatcherSettings(),
+        planner=PlannerSettings(),
+    )
+    await run_service(service, grace_s=srv.drain_timeout_s, ready=ready, stop=stop)
 
 
 def main() -> None:

@@ -1,13 +1,9 @@
-"""Thin gRPC adapters of the API: validate, convert, call storage. No business rules here."""
+"""Thin gRPC adapters of the API's JobService and ClusterService: validate, convert, call the engine
+(:mod:`gnomon.api.jobs`) or the registry. No business rules here."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import re
-import uuid
-from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,15 +15,14 @@ from gnomon._proto.gnomon.v1 import (
     job_service_pb2_grpc,
 )
 from gnomon.api.convert import attempt_to_proto, job_to_proto
-from gnomon.api.names import parse_job_name, parse_parent
+from gnomon.api.jobs import JobEngine
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
+from gnomon.common import pagination
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.coordination.registry import list_dispatchers, shards_prefix
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
-from gnomon.common.storage import attempts as attempts_store
-from gnomon.common.storage import cancel as cancel_store
-from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.names import parse_job_name, parse_parent
 from gnomon.common.storage import shards as shards_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_timestamp
@@ -39,7 +34,10 @@ DEFAULT_PAGE = 100
 
 
 class JobServicer(job_service_pb2_grpc.JobServiceServicer):
-    """``gnomon.v1.JobService`` over the jobs storage module."""
+    """``gnomon.v1.JobService``: validates and converts, then calls the job engine
+    (:class:`gnomon.api.jobs.JobEngine`). ``shards``: the region's shard count (a new job's shard is
+    a hash of its id); ``hints`` (None: none) wakes dispatchers for jobs due within ``prefetch_s``
+    seconds."""
 
     def __init__(
         self,
@@ -50,44 +48,33 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         hints: DispatcherHints | None,
         prefetch_s: float = 5.0,
     ):
-        self.engine, self.region, self.shards, self.hints, self.prefetch_s = (
-            engine,
-            region,
-            shards,
-            hints,
-            prefetch_s,
+        self.region, self.shards = region, shards
+        self.jobs = JobEngine(
+            engine, wake_dispatchers=hints.wake if hints is not None else None, prefetch_s=prefetch_s
         )
 
     async def CreateJob(self, request, context):
-        new = validate_create(request, region=self.region, shards=self.shards)
-        row, created = await run_transaction(self.engine, lambda c: jobs_store.insert_job(c, new))
-        if (
-            created
-            and self.hints is not None
-            and row["scheduled_at"] <= row["created_at"] + timedelta(seconds=self.prefetch_s)
-        ):
-            self.hints.wake(row["scheduled_at"])
+        """Creates one job (idempotent per ``request_id`` and per ``idempotency_key``) and returns it.
+        INVALID_ARGUMENT lists every bad field; ALREADY_EXISTS for a key reused with another request."""
+        row, _ = await self.jobs.create(validate_create(request, region=self.region, shards=self.shards))
         return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
 
     async def BatchCreateJobs(self, request, context):
+        """Creates 1-1000 jobs of one ``parent`` in one transaction (all or none), in request order.
+        INVALID_ARGUMENT names ``requests[i].field`` for every bad field."""
         batch = validate_batch(request.parent, request.requests, region=self.region, shards=self.shards)
-        rows = await run_transaction(self.engine, lambda c: jobs_store.insert_jobs(c, batch))
-        if self.hints is not None:
-            soon = [
-                r["scheduled_at"]
-                for r in rows
-                if r["scheduled_at"] <= r["created_at"] + timedelta(seconds=self.prefetch_s)
-            ]
-            if soon:
-                self.hints.wake(min(soon))
+        rows = await self.jobs.create_batch(batch)
         return job_service_pb2.BatchCreateJobsResponse(jobs=[job_to_proto(r) for r in rows])
 
     async def GetJob(self, request, context):
+        """The job ``name``. INVALID_ARGUMENT for a bad name, NOT_FOUND for an unknown job."""
         ns, job_id = parse_job_name(request.name)
-        row = await run_transaction(self.engine, lambda c: jobs_store.get_job(c, ns, job_id))
-        return job_service_pb2.GetJobResponse(job=job_to_proto(row))
+        return job_service_pb2.GetJobResponse(job=job_to_proto(await self.jobs.get(ns, job_id)))
 
     async def ListJobs(self, request, context):
+        """Jobs of ``parent``, newest first, optionally one ``state`` and ``queue``; ``page_size``
+        0-1000 (0 = 100). INVALID_ARGUMENT for a bad parent, page size, state or page token (a token
+        of another request's filters included)."""
         ns = parse_parent(request.parent)
         if request.page_size < 0 or request.page_size > MAX_PAGE:
             raise InvalidArgument([FieldViolation("page_size", f"must be between 0 and {MAX_PAGE}")])
@@ -99,109 +86,63 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             if name is None:
                 raise InvalidArgument([FieldViolation("state", "unknown state")])
             state = name.removeprefix("JOB_STATE_")
-        filt = hashlib.sha256(f"{ns}|{state}|{request.queue}".encode()).hexdigest()[:16]
-        after = _decode_token(request.page_token, filt) if request.page_token else None
+        filt = pagination.fingerprint(ns, state, request.queue)
+        after = pagination.decode_keyset(request.page_token, "ListJobs", filt) if request.page_token else None
         size = request.page_size or DEFAULT_PAGE
-        rows = await run_transaction(
-            self.engine,
-            lambda c: jobs_store.list_jobs(
-                c, ns, state=state, queue=request.queue or None, limit=size + 1, after=after
-            ),
+        rows = await self.jobs.list_jobs(
+            ns, state=state, queue=request.queue or None, after=after, limit=size + 1
         )
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = _encode_token(rows[-1]["created_at"], rows[-1]["id"], filt)
-        return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in rows], next_page_token=token)
+        page, last = pagination.split_page(rows, size)
+        token = pagination.encode_keyset("ListJobs", filt, last["created_at"], last["id"]) if last else ""
+        return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in page], next_page_token=token)
 
     async def CancelJob(self, request, context):
+        """Cancels the job ``name`` (``expected_version`` checked when set): a SCHEDULED job is
+        CANCELLED at once, a running one gets a cancel request. Returns the job and the outcome.
+        INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (stale version)."""
         ns, job_id = parse_job_name(request.name)
         expected = request.expected_version if request.HasField("expected_version") else None
-        res = await run_transaction(
-            self.engine, lambda c: cancel_store.cancel_job(c, ns, job_id, expected_version=expected)
-        )
+        res = await self.jobs.cancel(ns, job_id, expected_version=expected)
         return job_service_pb2.CancelJobResponse(
-            job=job_to_proto(res.job),
-            outcome=job_service_pb2.CancelOutcome.Value("CANCEL_OUTCOME_" + res.outcome),
+            job=job_to_proto(res.job), outcome="CANCEL_OUTCOME_" + res.outcome
         )
 
     async def RescheduleJob(self, request, context):
-        r = validate_reschedule(request)
-        res = await run_transaction(
-            self.engine,
-            lambda c: cancel_store.reschedule_job(
-                c,
-                r.namespace,
-                r.job_id,
-                schedule_at=r.schedule_at,
-                delay=r.delay,
-                expected_version=r.expected_version,
-            ),
-        )
-        if self.hints is not None and res.job["scheduled_at"] <= res.db_now + timedelta(
-            seconds=self.prefetch_s
-        ):
-            self.hints.wake(res.job["scheduled_at"])
-        return job_service_pb2.RescheduleJobResponse(job=job_to_proto(res.job))
+        """Moves a SCHEDULED job to ``schedule_time`` (or now + ``delay``) and returns it.
+        INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION (not SCHEDULED, or a stale version)."""
+        row = await self.jobs.reschedule(validate_reschedule(request))
+        return job_service_pb2.RescheduleJobResponse(job=job_to_proto(row))
 
     async def ListJobAttempts(self, request, context):
+        """The attempts of job ``parent``, oldest first; ``page_size`` up to 100 (0 or more = 100).
+        INVALID_ARGUMENT for a bad name, a negative page size or a token of another job; NOT_FOUND for
+        an unknown job."""
         ns, job_id = parse_job_name(request.parent, field="parent")
         if request.page_size < 0:
             raise InvalidArgument([FieldViolation("page_size", "must not be negative")])
         size = min(request.page_size or MAX_ATTEMPTS_PAGE, MAX_ATTEMPTS_PAGE)
-        after = _decode_attempts_token(request.page_token, job_id) if request.page_token else 0
-        rows = await run_transaction(
-            self.engine, lambda c: attempts_store.list_attempts(c, ns, job_id, after=after, limit=size + 1)
+        filt = pagination.fingerprint(ns, job_id)
+        after = (
+            pagination.int_of(
+                pagination.decode(request.page_token, "ListJobAttempts", filt), "a", "ListJobAttempts"
+            )
+            if request.page_token
+            else 0
         )
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = _encode_attempts_token(job_id, rows[-1]["attempt"])
+        rows = await self.jobs.attempts(ns, job_id, after=after, limit=size + 1)
+        page, last = pagination.split_page(rows, size)
+        token = pagination.encode("ListJobAttempts", filt, {"a": last["attempt"]}) if last else ""
         return job_service_pb2.ListJobAttemptsResponse(
-            attempts=[attempt_to_proto(r) for r in rows], next_page_token=token
+            attempts=[attempt_to_proto(r) for r in page], next_page_token=token
         )
-
-
-def _encode_attempts_token(job_id: uuid.UUID, attempt: int) -> str:
-    raw = json.dumps({"j": str(job_id), "a": attempt}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_attempts_token(token: str, job_id: uuid.UUID) -> int:
-    try:
-        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if d["j"] == str(job_id) and isinstance(d["a"], int) and d["a"] >= 0:
-            return d["a"]
-    except Exception:
-        pass
-    raise InvalidArgument(
-        [FieldViolation("page_token", "is not a token returned by ListJobAttempts for this job")]
-    )
-
-
-def _encode_token(ts: datetime, job_id: uuid.UUID, filt: str) -> str:
-    raw = json.dumps({"t": ts.isoformat(), "id": str(job_id), "f": filt}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_token(token: str, filt: str) -> tuple[datetime, uuid.UUID]:
-    try:
-        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if d["f"] != filt:
-            raise InvalidArgument([FieldViolation("page_token", "belongs to a request with other filters")])
-        return datetime.fromisoformat(d["t"]), uuid.UUID(d["id"])
-    except GnomonError:
-        raise
-    except Exception:
-        raise InvalidArgument([FieldViolation("page_token", "is not a token returned by ListJobs")]) from None
 
 
 class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
     """``gnomon.v1.ClusterService``: dispatcher discovery and shard ownership from the etcd registry,
     joined with the fencing tokens recorded in the database.
 
-    ``engine``/``shards`` default to an engine of ``GNOMON_DATABASE_URL`` (made on first use) and
-    ``GNOMON_SHARDS``.
+    ``prefix`` is the etcd key prefix, ``region`` the default region of the requests, ``shards``
+    the region's shard count.
     """
 
     def __init__(self, etcd: EtcdClient, prefix: str, region: str, *, engine: AsyncEngine, shards: int):
@@ -209,6 +150,8 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
         self.engine, self.shards = engine, shards
 
     async def ListDispatchers(self, request, context):
+        """The dispatchers registered in ``region`` (default: this API's), with their addresses.
+        UNAVAILABLE (COORDINATION_UNAVAILABLE) when etcd cannot be read."""
         region = request.region or self.region
         try:
             ds = await list_dispatchers(self.etcd, self.prefix, region)
@@ -224,6 +167,9 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
         )
 
     async def ListShards(self, request, context):
+        """Every shard of ``region`` (default: this API's): its etcd owner and fencing token, the
+        token recorded in the database and when it was acquired. INVALID_ARGUMENT for a bad region,
+        UNAVAILABLE when etcd cannot be read."""
         region = request.region or self.region
         if not _REGION.fullmatch(region):
             raise InvalidArgument([FieldViolation("region", "must match [a-z][a-z0-9-]{0,31}")])
@@ -239,14 +185,14 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
         recorded = await run_transaction(self.engine, lambda c: shards_store.list_shard_owners(c, region))
         out = []
         for s in sorted(set(range(self.shards)) | set(keys) | set(recorded)):
-            kv, rec = keys.get(s), recorded.get(s)
+            key, rec = keys.get(s), recorded.get(s)
             shard = cluster_service_pb2.Shard(
                 region=region,
                 shard=s,
-                owner=kv.value.decode(errors="replace") if kv else "",
-                fencing_token=kv.create_revision if kv else 0,
+                owner=key.value.decode(errors="replace") if key else "",
+                fencing_token=key.create_revision if key else 0,
                 recorded_token=rec["token"] if rec else 0,
-                owned=kv is not None,
+                owned=key is not None,
             )
             if rec:
                 shard.acquire_time.CopyFrom(to_timestamp(rec["acquired_at"]))

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from gnomon._proto.gnomon.v1 import job_service_pb2
-from gnomon.api.names import parse_job_name, parse_parent
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
+from gnomon.common.names import QUEUE_RE, namespace_name, parse_job_name, parse_parent
 from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
 from gnomon.common.storage.jobs import NewJob, shard_of
 
-QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MAX_PAYLOAD_BYTES = 256 * 1024
 MIN_SECONDS = 0  # 1970-01-01T00:00:00Z
 MAX_SECONDS = 253402300799  # 9999-12-31T23:59:59Z
@@ -277,6 +276,7 @@ def validate_reschedule(req: job_service_pb2.RescheduleJobRequest) -> Reschedule
         v.violations += e.violations
     schedule_at, delay = _schedule(v, req)
     v.raise_if_any()
+    assert job_id is not None  # None only with a violation, raised above
     return Reschedule(
         namespace=namespace,
         job_id=job_id,
@@ -295,7 +295,7 @@ def validate_batch(parent: str, requests, *, region: str, shards: int) -> list[N
     Raises :class:`InvalidArgument` listing every violation of every request (nothing is written).
     """
     v = Validator()
-    ns_parent = f"namespaces/{parse_parent(parent)}"
+    ns_parent = namespace_name(parse_parent(parent))
     if not (1 <= len(requests) <= MAX_BATCH):
         v.add("requests", f"give 1 to {MAX_BATCH} requests")
         v.raise_if_any()

@@ -18,6 +18,7 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.common.names import job_name
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.dispatcher.sessions import Key, SessionRegistry, WorkerSession
@@ -85,7 +86,7 @@ class CancelPusher:
                 if s.closed or c is None:
                     continue
                 ref = wpb.AttemptRef(
-                    job=f"namespaces/{c.namespace}/jobs/{c.job_id}",
+                    job=job_name(c.namespace, c.job_id),
                     attempt=c.attempt,
                     version=c.version,
                     fencing_token=c.token,

@@ -55,15 +55,23 @@ class ClaimLoop:
         *,
         region: str,
         dispatcher_id: str,
-        budget: RetryBudget | None = None,
-        breakers: Breakers | None = None,
+        budget: RetryBudget,
+        breakers: Breakers,
         rate_limits: RateLimits | None = None,
+        wake: asyncio.Event | None = None,
     ):
+        """``budget`` and ``breakers`` are required (and must be of ``region``): a claim loop without
+        them would ignore OPEN queues and retry without limit. ``rate_limits`` defaults to the
+        region's shared buckets; ``wake`` (default: a new event) wakes the loop early."""
         self.engine, self.shards, self.registry, self.relay = engine, shards, registry, relay
         self.settings, self.region, self.dispatcher_id = settings, region, dispatcher_id
+        if budget.region != region or breakers.region != region:
+            raise ValueError(
+                f"the retry budget and breakers of a claim loop must be of its region {region!r}"
+            )
         self.budget, self.breakers = budget, breakers
         self.rate_limits = rate_limits if rate_limits is not None else RateLimits(region=region)
-        self.wake = asyncio.Event()
+        self.wake = wake if wake is not None else asyncio.Event()
         self.claimed_total = 0
         self._task: asyncio.Task | None = None
 
@@ -85,11 +93,11 @@ class ClaimLoop:
         tokens = self.shards.tokens()
         region_token = self.shards.region_token
         cap = self.registry.capacity()
-        if not tokens or not cap:
+        if not tokens or not cap or region_token is None:  # no tokens without the region token
             return 0, None
         limits = {t: min(self.settings.claim_batch, n) for t, n in cap.items()}
         # circuit breakers: an OPEN queue is not claimed at all, a HALF_OPEN one only for probes
-        modes = {t: self.breakers.state(t) for t in limits} if self.breakers else {}
+        modes = {t: self.breakers.state(t) for t in limits}
         limits = {t: n for t, n in limits.items() if modes.get(t, CLOSED) != OPEN}
         if not limits:
             return 0, None
@@ -100,8 +108,7 @@ class ClaimLoop:
             caps.clear()
             # region fence first: a region handed over (failover / fail-back) rejects the whole claim
             await regions.check_region_fence(conn, region=self.region, token=region_token)
-            if self.budget:
-                caps.update(await self.budget.caps(conn, list(limits)))
+            caps.update(await self.budget.caps(conn, list(limits)))
             rl = self.rate_limits
             await rl.refresh(conn)
             for target, n in limits.items():
@@ -131,7 +138,7 @@ class ClaimLoop:
                     # exhausted budget keeps the breaker HALF_OPEN for a whole window
                     retry_cap=(c.retries if c and mode != HALF_OPEN else None),
                     defer_step_s=c.spacing_s if c else 1.0,
-                    breaker_state=mode if self.breakers and self.breakers.enabled else None,
+                    breaker_state=mode if self.breakers.enabled else None,
                 )
                 if limited and len(got) < n:
                     await rl.give_back(conn, target, n - len(got))
@@ -168,13 +175,12 @@ class ClaimLoop:
             raise
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claimed %d (limits %s), next due in %s s", len(claimed), limits, delay)
-        if self.budget:
-            for target in limits:
-                self.budget.spent(
-                    target,
-                    sum(1 for c in claimed if (c.namespace, c.queue) == target and c.attempt > 1),
-                    caps.get(target),
-                )
+        for target in limits:
+            self.budget.spent(
+                target,
+                sum(1 for c in claimed if (c.namespace, c.queue) == target and c.attempt > 1),
+                caps.get(target),
+            )
         if claimed:
             faults.point("crash_after_claim")
             self.claimed_total += len(claimed)

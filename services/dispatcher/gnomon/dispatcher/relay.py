@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.common.errors import GnomonError, StaleFencingToken
+from gnomon.common.names import job_name, schedule_name
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_duration, to_timestamp
@@ -35,7 +36,7 @@ def assignment(c: store.Claimed) -> wpb.Assignment:
     """The wire form of a claimed attempt."""
     a = wpb.Assignment(
         attempt=wpb.AttemptRef(
-            job=f"namespaces/{c.namespace}/jobs/{c.job_id}",
+            job=job_name(c.namespace, c.job_id),
             attempt=c.attempt,
             version=c.version,
             fencing_token=c.token,
@@ -56,7 +57,7 @@ def assignment(c: store.Claimed) -> wpb.Assignment:
         a.start_to_close.CopyFrom(to_duration(timedelta(milliseconds=c.start_to_close_ms)))
     o = c.occurrence
     if o is not None:
-        a.schedule = f"namespaces/{c.namespace}/schedules/{o['schedule_id']}"
+        a.schedule = schedule_name(c.namespace, o["schedule_id"])
         a.coalesced_count = o["coalesced_count"] or 0
         for field, col in (
             ("nominal_time", "nominal_time"),

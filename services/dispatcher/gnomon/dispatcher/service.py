@@ -1,4 +1,10 @@
-"""The dispatcher service: lifecycle (start, serve, drain, stop). ``gnomon dispatcher`` runs :func:`main`."""
+"""The dispatcher service: lifecycle (:class:`gnomon.common.rpc.lifecycle.Service`: start, drain,
+stop). ``gnomon dispatcher`` runs :func:`main`.
+
+:func:`build` reads the settings and constructs every part in dependency order, passing each its
+dependencies; :class:`DispatcherService` only starts and stops them. Nothing is wired after
+construction.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import logging
 import os
 import socket
 import uuid
+
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2, worker_service_pb2_grpc
@@ -22,183 +30,197 @@ from gnomon.common.config import (
 )
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.metrics import serve_metrics
-from gnomon.common.rpc.health import watch_database
-from gnomon.common.rpc.runner import configure_logging, wait_for_signal
+from gnomon.common.rpc.health import HealthWatch
+from gnomon.common.rpc.lifecycle import run_service
+from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage.engine import make_engine
-from gnomon.dispatcher.breaker import Breakers
-from gnomon.dispatcher.budget import RetryBudget
 from gnomon.dispatcher.cancels import CancelPusher
-from gnomon.dispatcher.claims import ClaimLoop
 from gnomon.dispatcher.failover import Standby
-from gnomon.dispatcher.relay import Relay
+from gnomon.dispatcher.region import DispatcherContext, RegionStack
 from gnomon.dispatcher.servicer import HintServicer, WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry
-from gnomon.dispatcher.shards import ShardOwnership
 from gnomon.dispatcher.writes import WriteBatcher
 
 log = logging.getLogger("gnomon.dispatcher")
 
 
-class Dispatcher:
-    """All parts of one dispatcher process, wired together."""
+class DispatcherService:
+    """One dispatcher process: the worker lease streams (``server``, ``worker_servicer``, batched
+    ``writes``), the home region's claim path (``home``), cancel pushes, backlog gauges and, when it
+    stands by for other regions, ``standby``. ``metrics_listen``: Prometheus ``host:port`` ("" = off)."""
 
-    def __init__(self) -> None:
-        self.db, self.cluster, self.srv = DatabaseSettings(), ClusterSettings(), ServerSettings()
-        self.etcd_s, self.settings = EtcdSettings(), DispatcherSettings()
-        self.id = (
-            os.environ.get("GNOMON_DISPATCHER_ID")
-            or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        )
-        # A dispatcher stopped inside a transaction (SIGSTOP, a long pause) must not hold shard or region
-        # row locks past its lease: the database ends such a session, so a hand-over never waits on it.
-        self.engine = make_engine(
-            self.db,
-            session_options={
-                "idle_in_transaction_session_timeout": self.settings.idle_in_transaction_timeout_ms
-            },
-        )
-        self.etcd = EtcdClient(self.etcd_s.endpoint_list)
-        self.registry = SessionRegistry()
-        self.writes = WriteBatcher(self.engine, self.settings.write_batch)
-        self.wake = asyncio.Event()
-        self.worker_servicer = WorkerServicer(
-            self.registry,
-            self.writes,
-            dispatcher_id=self.id,
-            region=self.cluster.region,
-            heartbeat_interval_s=self.settings.heartbeat_interval_s,
-            on_credits=self.wake.set,
-        )
-        self.server = GrpcServer(
-            self.srv.listen,
-            [
-                (
-                    worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,
-                    self.worker_servicer,
-                    worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
-                ),
-                (
-                    hint_pb2_grpc.add_HintServiceServicer_to_server,
-                    HintServicer(self.wake),
-                    hint_pb2.DESCRIPTOR.services_by_name["HintService"].full_name,
-                ),
-            ],
-        )
-        self.address = self.srv.advertise or self.server.address
-        self.shards = ShardOwnership(
-            self.etcd,
-            self.engine,
-            prefix=self.etcd_s.prefix,
-            region=self.cluster.region,
-            shards=self.cluster.shards,
-            dispatcher_id=self.id,
-            address=self.address,
-            ttl_s=self.etcd_s.lease_ttl_s,
-            scan_s=self.settings.shard_scan_s,
-        )
-        self.relay = Relay(
-            self.engine,
-            self.registry,
-            self.shards,
-            region=self.cluster.region,
-            interval_s=self.settings.relay_interval_s,
-            batch=self.settings.claim_batch,
-        )
-        self.claims = ClaimLoop(
-            self.engine,
-            self.shards,
-            self.registry,
-            self.relay,
-            self.settings,
-            region=self.cluster.region,
-            dispatcher_id=self.id,
-        )
-        self.claims.wake = self.wake
-        # per-queue brakes against retry storms (budget.py, breaker.py)
-        self.budget = RetryBudget(RetryBudgetSettings(), region=self.cluster.region)
-        self.breakers = Breakers(
-            self.engine,
-            BreakerSettings(),
-            region=self.cluster.region,
-            targets=lambda: {(s.namespace, q) for s in self.registry.sessions.values() for q in s.queues},
-            on_change=lambda: self.wake.set(),
-        )
-        self.claims.budget, self.claims.breakers = self.budget, self.breakers
-        # queue depth / oldest due age gauges of the queues our workers serve; in-flight attempts
-        self.backlog = metrics.BacklogSampler(
-            self.engine,
-            region=self.cluster.region,
-            targets=lambda: {(s.namespace, q) for s in self.registry.sessions.values() for q in s.queues},
-        )
-        metrics.CONNECTED_WORKERS.set(0)
-        metrics.set_in_flight_source(lambda: sum(len(s.held) for s in self.registry.sessions.values()))
-        self.cancels = CancelPusher(
-            self.engine, self.registry, interval_s=self.settings.cancel_push_interval_s
-        )
-        standby = [
-            r.strip()
-            for r in self.settings.standby_for.split(",")
-            if r.strip() and r.strip() != self.cluster.region
-        ]
-        self.standby = (
-            Standby(
-                self,
-                standby,
-                failover_after_s=self.settings.failover_after_s,
-                scan_s=self.settings.shard_scan_s,
-            )
-            if standby
-            else None
-        )
+    def __init__(
+        self,
+        *,
+        ctx: DispatcherContext,
+        server: GrpcServer,
+        worker_servicer: WorkerServicer,
+        writes: WriteBatcher,
+        home: RegionStack,
+        cancels: CancelPusher,
+        backlog: metrics.BacklogSampler,
+        standby: Standby | None,
+        metrics_listen: str = "",
+    ):
+        self.ctx, self.server, self.worker_servicer, self.writes = ctx, server, worker_servicer, writes
+        self.home, self.cancels, self.backlog, self.standby = home, cancels, backlog, standby
+        self.metrics_listen = metrics_listen
+        self.health = HealthWatch(ctx.engine, server)
+
+    @property
+    def id(self) -> str:
+        """This dispatcher's id (in attempts' ``dispatcher_id`` and its etcd registration)."""
+        return self.ctx.dispatcher_id
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The database engine every part shares."""
+        return self.ctx.engine
 
     async def start(self) -> None:
-        """Serves the lease stream, takes shards, starts claiming."""
+        """Serves the lease stream, takes the home region's shards, starts claiming (and standing by)."""
         await self.server.start()
-        serve_metrics(self.srv.metrics_listen)
+        serve_metrics(self.metrics_listen)
         self.writes.start()
-        await self.shards.start()
-        self.relay.start()
-        self.claims.start()
-        self.breakers.start()
+        await self.home.start()
         self.cancels.start()
         self.backlog.start()
-        self.shards.changed = self.wake
         if self.standby:
             self.standby.start()
         # health follows the database (NOT_SERVING while it is unreachable; worker streams stay open)
-        self._health_stop = asyncio.Event()
-        self._health = asyncio.create_task(watch_database(self.engine, self.server, self._health_stop))
+        self.health.start()
         print(
             f"gnomon dispatcher {self.id} listening on {self.server.address} "
-            f"(region {self.cluster.region}, {len(self.shards.owned)}/{self.cluster.shards} shards)",
+            f"(region {self.ctx.home_region}, {len(self.home.shards.owned)}/{self.ctx.shards} shards)",
             flush=True,
         )
 
-    async def stop(self) -> None:
-        """Drain: stop claiming, end streams, flush writes, release shards and the lease."""
-        self._health_stop.set()
+    async def drain(self, grace_s: float) -> None:
+        """Stops claiming (home and standby regions), ends the worker streams, lets running calls end
+        within ``grace_s`` seconds and flushes buffered writes. Shards stay owned until :meth:`stop`."""
+        await self.health.stop()
         if self.standby:
-            await self.standby.stop()
-        await self.claims.stop()
-        await self.breakers.stop()
-        await self.relay.stop()
+            await self.standby.drain()
+        await self.home.stop_claiming()
         await self.cancels.stop()
         await self.backlog.stop()
         self.worker_servicer.close_all()
-        await self.server.stop(self.srv.drain_timeout_s)
+        await self.server.stop(grace_s)
         await self.writes.stop()
-        await self.shards.stop()
-        await self.etcd.close()
+
+    async def stop(self) -> None:
+        """Gives back standby regions and the home shards (leases revoked), closes etcd and the pool."""
+        await self.health.stop()
+        if self.standby:
+            await self.standby.stop()
+        await self.home.release()
+        await self.ctx.etcd.close()
         await self.engine.dispose()
 
 
-async def serve() -> None:
-    """Runs a dispatcher until SIGTERM/SIGINT."""
-    d = Dispatcher()
-    await d.start()
-    await wait_for_signal()
-    await d.stop()
+def build(
+    *,
+    db: DatabaseSettings,
+    cluster: ClusterSettings,
+    srv: ServerSettings,
+    etcd_s: EtcdSettings,
+    settings: DispatcherSettings,
+    budget: RetryBudgetSettings,
+    breaker: BreakerSettings,
+    dispatcher_id: str,
+) -> DispatcherService:
+    """Constructs a dispatcher from its settings (nothing starts yet)."""
+    # A dispatcher stopped inside a transaction (SIGSTOP, a long pause) must not hold shard or region
+    # row locks past its lease: the database ends such a session, so a hand-over never waits on it.
+    engine = make_engine(
+        db, session_options={"idle_in_transaction_session_timeout": settings.idle_in_transaction_timeout_ms}
+    )
+    etcd = EtcdClient(etcd_s.endpoint_list)
+    registry = SessionRegistry()
+    writes = WriteBatcher(engine, settings.write_batch)
+    wake = asyncio.Event()  # new credits, hints, gained shards, a breaker letting claims resume
+    worker_servicer = WorkerServicer(
+        registry,
+        writes,
+        dispatcher_id=dispatcher_id,
+        region=cluster.region,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+        on_credits=wake.set,
+    )
+    server = GrpcServer(
+        srv.listen,
+        [
+            (
+                worker_service_pb2_grpc.add_WorkerServiceServicer_to_server,
+                worker_servicer,
+                worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+            ),
+            (
+                hint_pb2_grpc.add_HintServiceServicer_to_server,
+                HintServicer(wake),
+                hint_pb2.DESCRIPTOR.services_by_name["HintService"].full_name,
+            ),
+        ],
+    )
+    ctx = DispatcherContext(
+        engine=engine,
+        etcd=etcd,
+        registry=registry,
+        settings=settings,
+        budget_settings=budget,
+        breaker_settings=breaker,
+        prefix=etcd_s.prefix,
+        home_region=cluster.region,
+        shards=cluster.shards,
+        dispatcher_id=dispatcher_id,
+        address=srv.advertise or server.address,
+        lease_ttl_s=etcd_s.lease_ttl_s,
+    )
+    # queue depth / oldest due age gauges of the queues our workers serve; in-flight attempts
+    backlog = metrics.BacklogSampler(engine, region=cluster.region, targets=registry.targets)
+    metrics.CONNECTED_WORKERS.set(0)
+    metrics.set_in_flight_source(lambda: sum(len(s.held) for s in registry.sessions.values()))
+    standby_for = [
+        r.strip() for r in settings.standby_for.split(",") if r.strip() and r.strip() != cluster.region
+    ]
+    return DispatcherService(
+        ctx=ctx,
+        server=server,
+        worker_servicer=worker_servicer,
+        writes=writes,
+        home=RegionStack(ctx, cluster.region, wake=wake),
+        cancels=CancelPusher(engine, registry, interval_s=settings.cancel_push_interval_s),
+        backlog=backlog,
+        standby=(
+            Standby(
+                ctx, standby_for, failover_after_s=settings.failover_after_s, scan_s=settings.shard_scan_s
+            )
+            if standby_for
+            else None
+        ),
+        metrics_listen=srv.metrics_listen,
+    )
+
+
+async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+    """Runs a dispatcher until SIGTERM/SIGINT (or ``stop``); ``ready`` is set once it serves."""
+    srv = ServerSettings()
+    dispatcher_id = (
+        os.environ.get("GNOMON_DISPATCHER_ID")
+        or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    )
+    service = build(
+        db=DatabaseSettings(),
+        cluster=ClusterSettings(),
+        srv=srv,
+        etcd_s=EtcdSettings(),
+        settings=DispatcherSettings(),
+        budget=RetryBudgetSettings(),
+        breaker=BreakerSettings(),
+        dispatcher_id=dispatcher_id,
+    )
+    await run_service(service, grace_s=srv.drain_timeout_s, ready=ready, stop=stop)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from typing import Any
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
@@ -36,6 +37,13 @@ def _key(ref: wpb.AttemptRef) -> AttemptKey | None:
         return None
 
 
+def _known_key(ref: wpb.AttemptRef) -> AttemptKey:
+    """The key of a reference :func:`_key` already accepted (acks are built only for those)."""
+    k = _key(ref)
+    assert k is not None
+    return k
+
+
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     """``gnomon.v1.WorkerService.Lease``: one session per stream (see worker_service.proto)."""
 
@@ -59,6 +67,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self.draining = False
 
     async def Lease(self, request_iterator, context):
+        """One worker session: the first message opens it (worker id, namespace, queues, credits),
+        then assignments flow out as credits allow and accepts, heartbeats, checkpoints, results and
+        releases flow in, each acknowledged after its batched write commits. Ends when the worker
+        closes the stream or the dispatcher drains; its unfinished attempts are re-delivered by the
+        relay or reaped when their lease expires."""
         try:
             first = await request_iterator.__anext__()
         except StopAsyncIteration:
@@ -140,11 +153,13 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             s.out.put_nowait(None)
 
     def _ack_later(
-        self, s: WorkerSession, futs: list[tuple[wpb.AttemptRef, asyncio.Future]], kind, build
+        self, s: WorkerSession, futs: list[tuple[wpb.AttemptRef, asyncio.Future[Any] | None]], kind, build
     ) -> None:
-        async def wait():
+        async def wait() -> None:
             acks = []
             for ref, fut in futs:
+                if fut is None:  # submitted without a result wanted: nothing to acknowledge
+                    continue
                 try:
                     res = await fut
                 except Exception:
@@ -165,7 +180,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             futs.append((ref, self.writes.submit("accept", k, s.worker_id)))
 
         def build(ref, lease_end):
-            k = _key(ref)
+            k = _known_key(ref)
             ok = lease_end is not None
             if ok:
                 c = s.held.get((k.job_id, k.attempt))
@@ -264,7 +279,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         }
 
         def build(ref, reason):
-            k = _key(ref)
+            k = _known_key(ref)
             c = s.held.pop((k.job_id, k.attempt), None)
             if not reason and (k.job_id, k.attempt) in throttled:
                 metrics.THROTTLED_RESULTS.add(1, {"namespace": s.namespace, "queue": c.queue if c else ""})
@@ -299,5 +314,6 @@ class HintServicer(hint_pb2_grpc.HintServiceServicer):
         self.wake = wake
 
     async def WakeDispatcher(self, request, context):
+        """A hint that a job is due soon: wakes the claim loop now (correctness never depends on it)."""
         self.wake.set()
         return hint_pb2.WakeDispatcherResponse()

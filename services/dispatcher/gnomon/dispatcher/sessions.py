@@ -63,6 +63,10 @@ class SessionRegistry:
                     cap[(s.namespace, q)] = cap.get((s.namespace, q), 0) + s.credits
         return cap
 
+    def targets(self) -> set[tuple[str, str]]:
+        """Every (namespace, queue) some live stream serves (with or without credits)."""
+        return {(s.namespace, q) for s in self.sessions.values() for q in s.queues}
+
     def in_flight(self) -> set[Key]:
         """Attempts delivered to a live stream and not accepted yet. Their outbox rows are still
         unpublished (an accept marks them published), so the relay's recovery scan skips them."""

@@ -26,8 +26,9 @@ import json
 import logging
 import math
 import random
+from collections.abc import Awaitable, Callable
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gnomon.common import metrics
 from gnomon.common.coordination.etcd import EtcdClient, EtcdError, LeaseKeeper
@@ -65,7 +66,10 @@ class ShardOwnership:
         scan_s: float = 1.0,
         home_region: str | None = None,
         standby: bool = False,
+        changed: asyncio.Event | None = None,
     ):
+        """``ttl_s``: the etcd session lease TTL, seconds; ``scan_s``: acquisition loop period, seconds.
+        ``changed`` (default: a new event) is set whenever shards are gained (a claim loop's wake)."""
         self.etcd, self.engine = etcd, engine
         self.prefix, self.region, self.shards = prefix, region, shards
         self.home_region, self.standby = home_region or region, standby
@@ -74,7 +78,7 @@ class ShardOwnership:
         self.dispatcher_id, self.address, self.ttl_s, self.scan_s = dispatcher_id, address, ttl_s, scan_s
         self.keeper: LeaseKeeper | None = None
         self.owned: dict[int, int] = {}  # shard -> fencing token
-        self.changed = asyncio.Event()  # set when shards are gained
+        self.changed = changed if changed is not None else asyncio.Event()  # set when shards are gained
         self.fenced_writes = 0  # claims/republishes rejected by the fence
         self._task: asyncio.Task | None = None
         self._stop = asyncio.Event()
@@ -142,7 +146,18 @@ class ShardOwnership:
             except (EtcdError, GnomonError, OSError) as e:
                 log.warning("shard scan failed: %s", e)
 
+    def _record(self, shard: int, token: int) -> Callable[[AsyncConnection], Awaitable[None]]:
+        """A transaction recording ``token`` as the fencing token of ``shard``."""
+        return lambda c: record_ownership(c, self.region, shard, token, self.dispatcher_id)
+
+    def _keeper(self) -> LeaseKeeper:
+        """The session lease keeper (there is one from :meth:`start` on)."""
+        if self.keeper is None:
+            raise RuntimeError("shard ownership used before start()")
+        return self.keeper
+
     async def _region(self) -> None:
+        keeper = self._keeper()
         """Reads (and if free, takes) the home region's ownership key; sets :attr:`region_token`."""
         key = region_key(self.prefix, self.region)
         kv = await self.etcd.get(key)
@@ -151,7 +166,7 @@ class ShardOwnership:
                 self.region_token = None  # the home region is back: never take its key
                 return
             value = json.dumps({"region": self.home_region, "id": self.dispatcher_id}).encode()
-            _, kv = await self.etcd.create_if_absent(key, value, self.keeper.lease_id)
+            _, kv = await self.etcd.create_if_absent(key, value, keeper.lease_id)
         try:
             holder = json.loads(kv.value).get("region")
         except ValueError:
@@ -159,7 +174,7 @@ class ShardOwnership:
         if holder != self.home_region:
             self.region_token = None
             return
-        if kv.lease == self.keeper.lease_id and self._region_recorded != kv.create_revision:
+        if kv.lease == keeper.lease_id and self._region_recorded != kv.create_revision:
             try:
                 await run_transaction(
                     self.engine,
@@ -185,6 +200,7 @@ class ShardOwnership:
         self.region_token = kv.create_revision
 
     async def _scan(self) -> None:
+        keeper = self._keeper()
         await self._region()
         if self.region_token is None:
             return  # another region serves it: take no shard
@@ -194,7 +210,7 @@ class ShardOwnership:
             int(kv.key.rsplit(b"/", 1)[1]): kv
             for kv in await self.etcd.get_prefix(shards_prefix(self.prefix, self.region))
         }
-        lease = self.keeper.lease_id
+        lease = keeper.lease_id
         # Shards we think we own but whose key is gone or someone else's: stop using them.
         for s in list(self.owned):
             kv = keys.get(s)
@@ -214,7 +230,7 @@ class ShardOwnership:
         random.shuffle(free)
         gained = False
         for s in free:
-            if len(self.owned) >= target or not self.keeper.valid():
+            if len(self.owned) >= target or not keeper.valid():
                 break
             ok, kv = await self.etcd.create_if_absent(
                 shard_key(self.prefix, self.region, s), self.dispatcher_id.encode(), lease
@@ -222,12 +238,7 @@ class ShardOwnership:
             if not ok:
                 continue
             try:
-                await run_transaction(
-                    self.engine,
-                    lambda c, s=s, t=kv.create_revision: record_ownership(
-                        c, self.region, s, t, self.dispatcher_id
-                    ),
-                )
+                await run_transaction(self.engine, self._record(s, kv.create_revision))
             except GnomonError as e:
                 log.warning("could not record shard %d token %d: %s", s, kv.create_revision, e)
                 await self.etcd.delete_if_create_revision(kv.key, kv.create_revision)

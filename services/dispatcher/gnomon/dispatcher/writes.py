@@ -12,6 +12,7 @@ import logging
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -27,7 +28,7 @@ class Op:
     """One pending write: ``kind`` in accept|heartbeat|checkpoint|result."""
 
     kind: str
-    item: object
+    item: Any  # AttemptKey (accept, heartbeat), CheckpointWrite (checkpoint) or Result (result)
     worker_id: str = ""
     future: asyncio.Future | None = None
 
@@ -89,7 +90,7 @@ class WriteBatcher:
             by_kind[op.kind].append(op)
 
         async def tx(conn):
-            out = {}
+            out: dict[str, Any] = {}
             accepted: dict = {}
             by_worker: dict[str, list] = defaultdict(list)
             for op in by_kind.get("accept", []):

@@ -5,7 +5,8 @@ One planning step (:meth:`Planner.plan_once`) is one transaction:
 
 1. read the database clock ``now`` (or take the test's explicit one);
 2. claim up to ``batch`` schedules whose ``plan_at`` has come (``FOR UPDATE SKIP LOCKED``);
-3. per schedule, expand the rule from its high-water mark ``planned_through`` up to the horizon
+3. per schedule, expand the rule (:func:`gnomon.common.scheduling.expansion.window`, the same
+   expansion the API's trigger, backfill and preview use) from its high-water mark ``planned_through`` up to the horizon
    (``now + lookahead`` for OVERLAP ALLOW, which may create jobs ahead of time; ``now`` for the other
    policies, whose decision needs the state at the due time), at most ``max_step_occurrences``
    nominal times;
@@ -31,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common.config import PlannerSettings
 from gnomon.common.errors import Unavailable
+from gnomon.common.scheduling import expansion
 from gnomon.common.scheduling.misfire import Carry, MisfireRules, classify
 from gnomon.common.scheduling.occurrences import StepBuilder
 from gnomon.common.scheduling.overlap import OverlapState
@@ -134,15 +136,8 @@ class Planner:
                 self._state(sched, sched["planned_through"], None, None, Carry())
             )
             return
-        occs, nxt, capped = [], None, False
-        for o in rec.iter_after(sched["planned_through"]):
-            if o.fire_time > bound:
-                nxt = o
-                break
-            if len(occs) >= s.max_step_occurrences:
-                nxt, capped = o, True
-                break
-            occs.append(o)
+        win = expansion.window(rec, sched["planned_through"], through=bound, limit=s.max_step_occurrences)
+        occs, nxt, capped = win.occurrences, win.next, win.capped
         rules = MisfireRules(
             sched["misfire_policy"],
             timedelta(milliseconds=sched["misfire_grace_ms"]),

@@ -1,7 +1,8 @@
-"""The planner service: lifecycle (start, serve, drain, stop). ``gnomon planner`` runs :func:`main`.
+"""The planner service: lifecycle (:class:`gnomon.common.rpc.lifecycle.Service`: start, drain, stop).
+``gnomon planner`` runs :func:`main`.
 
 Competing planners need no leader: each planning step claims due schedules with
-``FOR UPDATE SKIP LOCKED`` (services/planner/planning.py). A planner registers its address in etcd
+``FOR UPDATE SKIP LOCKED`` (:mod:`gnomon.planner.planning`). A planner registers its address in etcd
 (``{prefix}/{region}/planners/{id}``, under a session lease) only so the API can send it hints; it
 keeps planning when etcd is down (planning is fenced by row locks and deterministic ids, not by etcd).
 """
@@ -15,6 +16,8 @@ import os
 import socket
 import uuid
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon.common.config import (
     ClusterSettings,
@@ -27,8 +30,9 @@ from gnomon.common.coordination.etcd import EtcdClient, EtcdError, LeaseKeeper
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.coordination.registry import planners_prefix
 from gnomon.common.metrics import serve_metrics
-from gnomon.common.rpc.health import watch_database
-from gnomon.common.rpc.runner import configure_logging, wait_for_signal
+from gnomon.common.rpc.health import HealthWatch
+from gnomon.common.rpc.lifecycle import run_service
+from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage.engine import make_engine
 from gnomon.common.time import tzdata_version
@@ -38,10 +42,11 @@ from gnomon.planner.servicer import PlannerHintServicer
 log = logging.getLogger("gnomon.planner")
 
 
-async def _register(
+async def register(
     etcd: EtcdClient, etcd_s: EtcdSettings, region: str, planner_id: str, address: str, stop: asyncio.Event
 ) -> None:
-    """Keeps ``{prefix}/{region}/planners/{id}`` registered under a lease (re-registers after loss)."""
+    """Keeps ``{prefix}/{region}/planners/{id}`` registered under a lease until ``stop`` is set
+    (re-registers after a loss; the lease is revoked on the way out)."""
     key = planners_prefix(etcd_s.prefix, region) + planner_id.encode()
     value = json.dumps({"id": planner_id, "region": region, "address": address}).encode()
     while not stop.is_set():
@@ -65,15 +70,73 @@ async def _register(
                 pass
 
 
-async def serve() -> None:
-    """Runs the planner until SIGTERM/SIGINT."""
-    db, cluster, srv, etcd_s, settings = (
-        DatabaseSettings(),
-        ClusterSettings(),
-        ServerSettings(),
-        EtcdSettings(),
-        PlannerSettings(),
-    )
+class PlannerService:
+    """The planner process: the planning loop (``planner``), its hint endpoint (``server``) and its
+    etcd registration as ``planner_id`` (``etcd_s``: prefix and lease TTL)."""
+
+    def __init__(
+        self,
+        *,
+        engine: AsyncEngine,
+        etcd: EtcdClient,
+        etcd_s: EtcdSettings,
+        server: GrpcServer,
+        planner: Planner,
+        planner_id: str,
+        advertise: str = "",
+        metrics_listen: str = "",
+    ):
+        self.engine, self.etcd, self.etcd_s, self.server = engine, etcd, etcd_s, server
+        self.planner, self.planner_id = planner, planner_id
+        self.advertise, self.metrics_listen = advertise, metrics_listen
+        self.health = HealthWatch(engine, server)
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Serves hints, starts planning and registers in etcd."""
+        await self.server.start()
+        serve_metrics(self.metrics_listen)
+        self.health.start()
+        address = self.advertise or self.server.address
+        region = self.planner.region
+        self._tasks = [
+            asyncio.create_task(self.planner.run(self._stop)),
+            asyncio.create_task(
+                register(self.etcd, self.etcd_s, region, self.planner_id, address, self._stop)
+            ),
+        ]
+        print(
+            f"gnomon planner {self.planner_id} listening on {self.server.address} (region {region}, "
+            f"tzdata {tzdata_version()})",
+            flush=True,
+        )
+
+    async def drain(self, grace_s: float) -> None:
+        """Stops planning after the step in progress (which commits or rolls back), withdraws the
+        registration, and lets running hint calls finish within ``grace_s`` seconds."""
+        self._stop.set()
+        self.planner.wake.set()
+        await self.health.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.server.stop(grace_s)
+
+    async def stop(self) -> None:
+        """Closes etcd and the database pool."""
+        await self.etcd.close()
+        await self.engine.dispose()
+
+
+def build(
+    *,
+    db: DatabaseSettings,
+    cluster: ClusterSettings,
+    srv: ServerSettings,
+    etcd_s: EtcdSettings,
+    settings: PlannerSettings,
+    planner_id: str,
+) -> PlannerService:
+    """Constructs a planner from its settings (nothing starts yet)."""
     # A planner stopped inside a transaction (SIGSTOP, a long GC pause) must not hold its schedules'
     # row locks forever: the database ends such a session and the stopped planner's commit fails.
     engine = make_engine(
@@ -94,28 +157,33 @@ async def serve() -> None:
             )
         ],
     )
-    await server.start()
-    serve_metrics(srv.metrics_listen)
+    return PlannerService(
+        engine=engine,
+        etcd=etcd,
+        etcd_s=etcd_s,
+        server=server,
+        planner=planner,
+        planner_id=planner_id,
+        advertise=srv.advertise,
+        metrics_listen=srv.metrics_listen,
+    )
+
+
+async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+    """Runs the planner until SIGTERM/SIGINT (or ``stop``); ``ready`` is set once it serves."""
+    srv = ServerSettings()
     planner_id = (
         os.environ.get("GNOMON_PLANNER_ID") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     )
-    address = srv.advertise or server.address
-    stop = asyncio.Event()
-    health = asyncio.create_task(watch_database(engine, server, stop))
-    loop = asyncio.create_task(planner.run(stop))
-    registration = asyncio.create_task(_register(etcd, etcd_s, cluster.region, planner_id, address, stop))
-    print(
-        f"gnomon planner {planner_id} listening on {server.address} (region {cluster.region}, "
-        f"tzdata {tzdata_version()})",
-        flush=True,
+    service = build(
+        db=DatabaseSettings(),
+        cluster=ClusterSettings(),
+        srv=srv,
+        etcd_s=EtcdSettings(),
+        settings=PlannerSettings(),
+        planner_id=planner_id,
     )
-    await wait_for_signal()
-    stop.set()
-    planner.wake.set()
-    await asyncio.gather(health, loop, registration, return_exceptions=True)
-    await server.stop(1.0)
-    await etcd.close()
-    await engine.dispose()
+    await run_service(service, grace_s=srv.drain_timeout_s, ready=ready, stop=stop)
 
 
 def main() -> None:

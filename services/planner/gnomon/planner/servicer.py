@@ -16,5 +16,6 @@ class PlannerHintServicer(hint_pb2_grpc.HintServiceServicer):
         self.wake = wake
 
     async def WakePlanner(self, request, context):
+        """A hint that a schedule changed: the planner plans now instead of at its next poll."""
         self.wake.set()
         return hint_pb2.WakePlannerResponse()

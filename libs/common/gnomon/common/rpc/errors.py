@@ -9,6 +9,8 @@ https://grpc.io/docs/guides/error/ (richer error model).
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import any_pb2
@@ -19,6 +21,9 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from gnomon.common.errors import DOMAIN, GnomonError, InvalidArgument, Unavailable
 
 log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:  # the stubs make it generic; at run time it is not subscriptable
+    Handler = grpc.RpcMethodHandler[Any, Any]
 
 
 def to_status(err: GnomonError) -> grpc.Status:
@@ -41,7 +46,8 @@ def to_status(err: GnomonError) -> grpc.Status:
         a.Pack(d)
         packed.append(a)
     status = status_pb2.Status(code=getattr(code_pb2, err.code.name), message=err.message, details=packed)
-    return rpc_status.to_status(status)
+    out: grpc.Status = rpc_status.to_status(status)
+    return out
 
 
 def classify(exc: BaseException) -> GnomonError:
@@ -61,14 +67,19 @@ def classify(exc: BaseException) -> GnomonError:
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """Wraps unary and streaming handlers so domain errors abort with a rich status."""
 
-    async def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        """Wraps unary-unary and stream-stream handlers (the kinds Gnomon serves); others pass."""
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
         if handler.unary_unary:
-            inner = handler.unary_unary
+            inner: Callable[..., Any] = handler.unary_unary  # a coroutine function on an aio server
 
-            async def unary_unary(request, context):
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 try:
                     return await inner(request, context)
                 except BaseException as exc:
@@ -80,9 +91,11 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_stream:
-            inner_ss = handler.stream_stream
+            inner_ss: Callable[..., Any] = handler.stream_stream  # an async generator function on aio
 
-            async def stream_stream(request_iterator, context):
+            async def stream_stream(
+                request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
                 try:
                     async for item in inner_ss(request_iterator, context):
                         yield item
@@ -97,7 +110,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-async def _abort(exc: BaseException, context: grpc.aio.ServicerContext) -> None:
+async def _abort(exc: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> None:
     import asyncio
 
     if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):

@@ -46,3 +46,29 @@ async def watch_database(
             await asyncio.wait_for(stop.wait(), period_s)
         except TimeoutError:
             pass
+
+
+class HealthWatch:
+    """:func:`watch_database` as a background task of a service: :meth:`start` in the service's start,
+    :meth:`stop` first thing in its drain (health goes NOT_SERVING with the server's stop)."""
+
+    def __init__(
+        self, engine: AsyncEngine, server: GrpcServer, *, period_s: float = 1.0, timeout_s: float = 2.0
+    ):
+        self.engine, self.server, self.period_s, self.timeout_s = engine, server, period_s, timeout_s
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Starts checking the database every ``period_s`` seconds (each check bounded by ``timeout_s``)."""
+        self._task = asyncio.create_task(
+            watch_database(
+                self.engine, self.server, self._stop, period_s=self.period_s, timeout_s=self.timeout_s
+            )
+        )
+
+    async def stop(self) -> None:
+        """Stops checking and waits for the task to end (idempotent)."""
+        self._stop.set()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)

@@ -1,11 +1,11 @@
-"""Process lifecycle shared by every service: run until SIGTERM/SIGINT, then drain and stop."""
+"""Process plumbing shared by every service: log format and the stop signal (the lifecycle that uses
+them: :mod:`gnomon.common.rpc.lifecycle`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
 
 
 def configure_logging(service: str, level: str = "INFO") -> None:
@@ -25,8 +25,3 @@ async def wait_for_signal() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-
-
-def run(main: Callable[[], Awaitable[None]]) -> None:
-    """Runs the async ``main`` to completion on a fresh event loop."""
-    asyncio.run(main())

@@ -1,4 +1,5 @@
-"""gRPC server bootstrap shared by every service: aio server + error interceptor + health + reflection.
+"""gRPC server bootstrap shared by every service: aio server + error and auth interceptors + health +
+reflection.
 
 Every server exposes ``grpc.health.v1.Health`` and server reflection (``grpc.reflection.v1alpha``;
 grpcio-reflection 1.85 serves only v1alpha, not v1), so
@@ -8,11 +9,13 @@ grpcio-reflection 1.85 serves only v1alpha, not v1), so
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from gnomon.common.rpc.auth import AuthInterceptor
 from gnomon.common.rpc.errors import ErrorInterceptor
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -26,9 +29,10 @@ class GrpcServer:
     until :meth:`set_serving` is called.
     """
 
-    def __init__(self, listen: str, services: Iterable[tuple[Callable, object, str]]):
+    def __init__(self, listen: str, services: Iterable[tuple[Callable[[Any, Any], None], object, str]]):
         self.server = grpc.aio.server(
-            interceptors=[ErrorInterceptor()],
+            # the error interceptor is outermost, so a refusal by the auth seam is a rich status too
+            interceptors=[ErrorInterceptor(), AuthInterceptor()],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -70,7 +74,7 @@ class GrpcServer:
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
 
-    async def _set(self, status) -> None:
+    async def _set(self, status: Any) -> None:
         for name in ["", *self.names]:
             await self.health.set(name, status)
 

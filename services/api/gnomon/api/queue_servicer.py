@@ -10,10 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import queue_service_pb2 as qpb
 from gnomon._proto.gnomon.v1 import queue_service_pb2_grpc
-from gnomon.api.names import NAMESPACE_RE
-from gnomon.api.validation import QUEUE_RE
 from gnomon.common.config import BreakerSettings, RetryBudgetSettings
-from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
+from gnomon.common.errors import InvalidArgument, Validator
+from gnomon.common.names import parse_queue_name, queue_name
 from gnomon.common.retry import budget_allowed
 from gnomon.common.storage import queues as qstore
 from gnomon.common.storage import rate_limits
@@ -27,28 +26,6 @@ _STATES = {
 }
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_RATE, MAX_BURST = 100_000.0, 100_000
-
-
-def parse_queue_name(name: str, field: str = "name") -> tuple[str, str]:
-    """``namespaces/{ns}/queues/{queue}`` -> ``(ns, queue)``; INVALID_ARGUMENT otherwise."""
-    parts = name.split("/")
-    if (
-        len(parts) == 4
-        and parts[0] == "namespaces"
-        and parts[2] == "queues"
-        and NAMESPACE_RE.fullmatch(parts[1])
-        and QUEUE_RE.fullmatch(parts[3])
-    ):
-        return parts[1], parts[3]
-    raise InvalidArgument(
-        [
-            FieldViolation(
-                field,
-                "must be namespaces/{namespace}/queues/{queue}, queue 1-64 "
-                "characters of [a-z0-9._-] starting with a letter or digit",
-            )
-        ]
-    )
 
 
 class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
@@ -66,6 +43,9 @@ class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
         self.budget, self.breaker = budget or RetryBudgetSettings(), breaker or BreakerSettings()
 
     async def GetQueue(self, request, context):
+        """Queue ``name`` of this region: breaker state and failure ratio, retry budget window
+        (counts, window as a Duration), due backlog (``due_jobs``, oldest due age) and dispatch rate
+        limit (jobs/s, burst). INVALID_ARGUMENT for a bad name; an unknown queue reads as empty."""
         ns, queue = parse_queue_name(request.name)
         b, k, region = self.budget, self.breaker, self.region
 
@@ -85,7 +65,7 @@ class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
             self.engine, tx
         )
         q = qpb.Queue(
-            name=f"namespaces/{ns}/queues/{queue}",
+            name=queue_name(ns, queue),
             region=region,
             breaker_state=_STATES.get(row["state"] if row else qstore.CLOSED, qpb.BREAKER_STATE_UNSPECIFIED),
             failure_ratio=failures / results if results else 0.0,
@@ -112,6 +92,9 @@ class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
         return qpb.GetQueueResponse(queue=q)
 
     async def SetQueueRateLimit(self, request, context):
+        """Sets the queue's dispatch rate limit: ``rate`` jobs/s (0-100000; 0 stops dispatch),
+        ``burst`` 1-100000 (0 = the rate rounded up); returns the queue as GetQueue does.
+        INVALID_ARGUMENT lists every bad field."""
         v = Validator()
         try:
             ns, queue = parse_queue_name(request.name)

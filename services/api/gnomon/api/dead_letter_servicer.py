@@ -1,7 +1,7 @@
 """``gnomon.v1.DeadLetterService``: a thin gRPC adapter over ``gnomon.common.storage.dead_letters``.
 
-Here: authorization (``x-gnomon-namespaces``), who is calling (``x-gnomon-actor`` + the gRPC peer,
-for the audit log), validation (every rule a field violation, all reported at once, nothing
+Here: who is calling (``x-gnomon-actor`` + the gRPC peer, for the audit log, read by the auth seam
+:mod:`gnomon.common.rpc.auth`, which also checks the caller's namespaces), validation (every rule a field violation, all reported at once, nothing
 written on bad input), proto <-> row conversion and page tokens. The replay itself (pacing,
 idempotency, batches, audit) lives in the storage module.
 
@@ -14,9 +14,7 @@ Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` 1-16 
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import math
 import re
 import uuid
@@ -27,9 +25,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
 from gnomon.api.convert import job_to_proto
-from gnomon.api.names import job_name, parse_parent
-from gnomon.api.validation import QUEUE_RE
-from gnomon.common.errors import PermissionDenied, Validator
+from gnomon.common import pagination
+from gnomon.common.errors import InvalidArgument, Validator
+from gnomon.common.names import QUEUE_RE, audit_entry_name, job_name, parse_parent
+from gnomon.common.rpc.auth import current_caller
 from gnomon.common.storage import dead_letters as dlq
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_timestamp
@@ -43,38 +42,6 @@ MAX_ERROR_CONTAINS = 1000
 MAX_ACTOR = 200
 FAILURE_CLASS_RE = re.compile(r"^[A-Z_]{1,16}$")
 MIN_SECONDS, MAX_SECONDS = 0, 253402300799  # 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59Z
-
-#: Call metadata: comma-separated namespaces the caller may act on (set by a trusted gateway).
-NAMESPACES_HEADER = "x-gnomon-namespaces"
-#: Call metadata: who the caller is, recorded in the audit log next to the gRPC peer.
-ACTOR_HEADER = "x-gnomon-actor"
-
-
-def _metadata(context) -> list[tuple[str, str]]:
-    md = context.invocation_metadata() or ()
-    return [(k.lower(), v if isinstance(v, str) else v.decode("utf-8", "replace")) for k, v in md]
-
-
-def authorize(namespace: str, context) -> None:
-    """PERMISSION_DENIED (NAMESPACE_NOT_ALLOWED) when the call carries ``x-gnomon-namespaces`` and
-    ``namespace`` is not in it. Without the header every namespace is allowed (no gateway in front)."""
-    values = [v for k, v in _metadata(context) if k == NAMESPACES_HEADER]
-    if not values:
-        return
-    allowed = {n.strip() for v in values for n in v.split(",") if n.strip()}
-    if namespace not in allowed:
-        raise PermissionDenied(
-            f"namespace {namespace!r} is not among the caller's namespaces", metadata={"namespace": namespace}
-        )
-
-
-def caller(context) -> tuple[str, str, str]:
-    """``(actor, actor_header, peer)``: ``actor`` is "header (peer)" or just the peer; the header is
-    cut to 200 characters and stripped of control characters."""
-    peer = context.peer() or "unknown"
-    claimed = next((v for k, v in _metadata(context) if k == ACTOR_HEADER), "")
-    claimed = "".join(ch for ch in claimed if ch.isprintable()).strip()[:MAX_ACTOR]
-    return (f"{claimed} ({peer})" if claimed else peer), claimed, peer
 
 
 def _timestamp(v: Validator, msg, field: str) -> datetime | None:
@@ -118,8 +85,18 @@ def validate_filter(v: Validator, namespace: str, req) -> dlq.DeadLetterFilter:
 
 
 def _page_size(v: Validator, size: int) -> int:
-    v.check(0 <= size <= MAX_PAGE, "page_size", f"must be between 0 and {MAX_PAGE}")
-    return size or DEFAULT_PAGE
+    return pagination.page_size(v, size, maximum=MAX_PAGE, default=DEFAULT_PAGE)
+
+
+def _keyset(v: Validator, token: str, method: str, filt: str) -> tuple[datetime, uuid.UUID] | None:
+    cursor = pagination.decode_into(v, token, method, filt)
+    if cursor is None:
+        return None
+    try:
+        return pagination.keyset_of(cursor, method)
+    except InvalidArgument as e:
+        v.violations += e.violations
+        return None
 
 
 def _fingerprint(req, *clear: str) -> str:
@@ -153,7 +130,8 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
     except ValueError:
         v.add("request_id", "is required: a UUID in its canonical 8-4-4-4-12 form (AIP-155)")
     v.raise_if_any()
-    actor, claimed, peer = caller(context)
+    assert request_id is not None  # None only with a violation, raised above
+    who = current_caller(context)
     return dlq.ReplayRequest(
         filter=f,
         max_rate=req.max_rate,
@@ -162,28 +140,9 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
         reason=req.reason,
         request_id=request_id,
         request_hash=_fingerprint(req, "parent", "reason", "request_id"),
-        actor=actor,
-        audit_extra={"peer": peer, "actor_header": claimed or None},
+        actor=who.actor,
+        audit_extra={"peer": who.peer, "actor_header": who.actor_header or None},
     )
-
-
-def _encode_token(ts: datetime, row_id: uuid.UUID, filt: str) -> str:
-    raw = json.dumps({"t": ts.isoformat(), "id": str(row_id), "f": filt}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_token(v: Validator, token: str, filt: str, method: str) -> tuple[datetime, uuid.UUID] | None:
-    if not token:
-        return None
-    try:
-        d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        if d["f"] != filt:
-            v.add("page_token", "belongs to a request with other filters")
-            return None
-        return datetime.fromisoformat(d["t"]), uuid.UUID(d["id"])
-    except Exception:
-        v.add("page_token", f"is not a token returned by {method}")
-        return None
 
 
 def attempt_to_proto(a: dict) -> pb.DeadLetterAttempt:
@@ -220,7 +179,7 @@ def dead_letter_to_proto(row: dict, atts: list[dict]) -> pb.DeadLetter:
 def audit_to_proto(row: dict) -> pb.AuditEntry:
     """An ``audit_log`` row -> ``gnomon.v1.AuditEntry``."""
     return pb.AuditEntry(
-        name=f"namespaces/{row['namespace']}/auditEntries/{row['id']}",
+        name=audit_entry_name(row["namespace"], row["id"]),
         create_time=to_timestamp(row["created_at"]),
         actor=row["actor"],
         action=row["action"],
@@ -232,19 +191,22 @@ def audit_to_proto(row: dict) -> pb.AuditEntry:
 
 class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
     """``gnomon.v1.DeadLetterService`` over the DLQ storage module. ``shards`` is the region's shard
-    count (new jobs get a shard); ``hints`` (optional) wakes dispatchers after a replay."""
+    count (new jobs get a shard); ``hints`` (optional) wakes dispatchers after a replay. The caller's
+    namespaces are checked by the auth seam before any handler runs (PERMISSION_DENIED,
+    NAMESPACE_NOT_ALLOWED)."""
 
     def __init__(self, engine: AsyncEngine, *, shards: int, hints=None):
         self.engine, self.shards, self.hints = engine, shards, hints
 
     async def ListDeadLetters(self, request, context):
+        """Dead jobs of ``parent`` matching the filter, newest death first, each with its recent
+        attempts; ``page_size`` 0-1000 (0 = 100). INVALID_ARGUMENT lists every bad field at once."""
         ns = parse_parent(request.parent)
-        authorize(ns, context)
         v = Validator()
         f = validate_filter(v, ns, request)
         size = _page_size(v, request.page_size)
         filt = _fingerprint(request, "page_size", "page_token")[:16]
-        after = _decode_token(v, request.page_token, filt, "ListDeadLetters")
+        after = _keyset(v, request.page_token, "ListDeadLetters", filt)
         v.raise_if_any()
 
         async def read(conn):
@@ -254,17 +216,20 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
             return rows, await dlq.recent_attempts(conn, [r["id"] for r in rows[:size]])
 
         rows, atts = await run_transaction(self.engine, read)
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = _encode_token(rows[-1]["finished_at"], rows[-1]["id"], filt)
+        page, last = pagination.split_page(rows, size)
+        token = (
+            pagination.encode_keyset("ListDeadLetters", filt, last["finished_at"], last["id"]) if last else ""
+        )
         return pb.ListDeadLettersResponse(
-            dead_letters=[dead_letter_to_proto(r, atts.get(r["id"], [])) for r in rows], next_page_token=token
+            dead_letters=[dead_letter_to_proto(r, atts.get(r["id"], [])) for r in page], next_page_token=token
         )
 
     async def ReplayDeadLetters(self, request, context):
+        """Re-creates matching dead jobs as new jobs (paced at ``max_rate`` jobs/s, at most
+        ``max_jobs``; ``dry_run`` only counts), audited with the caller and ``reason``; idempotent per
+        ``request_id``. INVALID_ARGUMENT for bad fields; ALREADY_EXISTS for a reused request id with
+        another request."""
         ns = parse_parent(request.parent)
-        authorize(ns, context)
         req = validate_replay(request, ns, context)
         out = await dlq.replay_dead_letters(self.engine, req, shards=self.shards)
         if self.hints is not None and out.replayed and not out.dry_run:
@@ -277,31 +242,24 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         )
 
     async def ListAuditEntries(self, request, context):
+        """Audit entries of ``parent``, newest first; ``page_size`` 0-1000 (0 = 100).
+        INVALID_ARGUMENT for a bad parent, page size or token."""
         ns = parse_parent(request.parent)
-        authorize(ns, context)
         v = Validator()
         size = _page_size(v, request.page_size)
-        filt = hashlib.sha256(ns.encode()).hexdigest()[:16]
-        after = _decode_token(v, request.page_token, filt, "ListAuditEntries")
+        filt = pagination.fingerprint(ns)
+        after = _keyset(v, request.page_token, "ListAuditEntries", filt)
         v.raise_if_any()
         rows = await run_transaction(
             self.engine, lambda c: dlq.list_audit_entries(c, ns, limit=size + 1, after=after)
         )
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = _encode_token(rows[-1]["created_at"], rows[-1]["id"], filt)
+        page, last = pagination.split_page(rows, size)
+        token = (
+            pagination.encode_keyset("ListAuditEntries", filt, last["created_at"], last["id"]) if last else ""
+        )
         return pb.ListAuditEntriesResponse(
-            audit_entries=[audit_to_proto(r) for r in rows], next_page_token=token
+            audit_entries=[audit_to_proto(r) for r in page], next_page_token=token
         )
 
 
-__all__ = [
-    "DeadLetterServicer",
-    "authorize",
-    "caller",
-    "validate_replay",
-    "validate_filter",
-    "NAMESPACES_HEADER",
-    "ACTOR_HEADER",
-]
+__all__ = ["DeadLetterServicer", "validate_replay", "validate_filter"]

@@ -1,0 +1,190 @@
+"""The one page-token codec of every List RPC (AIP-158), and the page-size and page-split helpers.
+
+A token is opaque to clients: ``base64url(payload) "." base64url(mac)`` without padding, where the
+payload is the JSON object ``{"m": method, "f": filters, "c": cursor}`` and the MAC is the first 16
+bytes of HMAC-SHA256 over it. ``method`` names the List RPC (``"ListJobs"``), ``filters`` is a
+fingerprint of the request's filter fields (:func:`fingerprint`), ``cursor`` is the keyset position
+after the last row returned (string and integer values only).
+
+:func:`decode` refuses with ``INVALID_ARGUMENT`` (one violation on ``page_token``) any token it did
+not make for the same method and filters: garbage, a token edited by hand (the MAC no longer
+matches), a token of another List RPC or of the same RPC with other filters. The MAC key is a fixed
+constant, so the MAC is an integrity check, not a secret: a cursor only positions a keyset read inside
+the caller's own (namespace-scoped, filtered) query, so a forged one could show nothing the caller
+cannot list anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TypeVar
+
+from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
+
+#: A keyset position: JSON-able scalar values by short key.
+Cursor = Mapping[str, str | int]
+
+FIELD = "page_token"
+_KEY = b"gnomon.v1.page_token"
+_MAC_BYTES = 16
+#: Longest token accepted (characters); longer input is refused before decoding.
+MAX_TOKEN_CHARS = 2048
+
+T = TypeVar("T")
+
+
+def fingerprint(*parts: object) -> str:
+    """A short (16 hex digits) fingerprint of a request's filter values, e.g.
+    ``fingerprint(namespace, state, queue)``; ``None`` and ``""`` differ."""
+    return hashlib.sha256("|".join(repr(p) for p in parts).encode()).hexdigest()[:16]
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _mac(payload: bytes) -> bytes:
+    return hmac.new(_KEY, payload, hashlib.sha256).digest()[:_MAC_BYTES]
+
+
+def _refused(description: str) -> InvalidArgument:
+    return InvalidArgument([FieldViolation(FIELD, description)])
+
+
+def encode(method: str, filters: str, cursor: Cursor) -> str:
+    """The page token of ``method`` for a request with filter fingerprint ``filters`` whose next page
+    starts after ``cursor``."""
+    payload = json.dumps(
+        {"m": method, "f": filters, "c": dict(cursor)}, separators=(",", ":"), sort_keys=True
+    )
+    raw = payload.encode()
+    return f"{_b64(raw)}.{_b64(_mac(raw))}"
+
+
+def decode(token: str, method: str, filters: str) -> dict[str, str | int]:
+    """The cursor of a token made by :func:`encode` for the same ``method`` and ``filters``.
+    Raises :class:`InvalidArgument` on ``page_token`` for any other token (see the module docstring)."""
+    not_ours = _refused(f"is not a token returned by {method}")
+    if len(token) > MAX_TOKEN_CHARS or token.count(".") != 1:
+        raise not_ours
+    body, mac = token.split(".")
+    try:
+        raw, got = _unb64(body), _unb64(mac)
+    except (binascii.Error, ValueError):
+        raise not_ours from None
+    if not hmac.compare_digest(got, _mac(raw)):
+        raise not_ours
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise not_ours from None
+    if not isinstance(data, dict) or data.get("m") != method:
+        raise not_ours
+    if data.get("f") != filters:
+        raise _refused("belongs to a request with other filters")
+    cursor = data.get("c")
+    if not isinstance(cursor, dict) or not all(
+        isinstance(k, str) and isinstance(v, str | int) and not isinstance(v, bool) for k, v in cursor.items()
+    ):
+        raise not_ours
+    return cursor
+
+
+def decode_into(v: Validator, token: str, method: str, filters: str) -> dict[str, str | int] | None:
+    """Like :func:`decode`, but records the violation in ``v`` (None then) so a request's violations
+    are reported together; an empty token is None without a violation."""
+    if not token:
+        return None
+    try:
+        return decode(token, method, filters)
+    except InvalidArgument as e:
+        v.violations += e.violations
+        return None
+
+
+# ---- typed cursors --------------------------------------------------------------------------------
+
+
+def encode_keyset(method: str, filters: str, at: datetime, row_id: uuid.UUID) -> str:
+    """A token whose cursor is ``(at, row_id)``: an aware instant and a row id (the keyset of lists
+    ordered by a time column then id)."""
+    return encode(method, filters, {"t": at.isoformat(), "id": str(row_id)})
+
+
+def keyset_of(cursor: Mapping[str, str | int], method: str) -> tuple[datetime, uuid.UUID]:
+    """``(at, row_id)`` of a cursor made by :func:`encode_keyset`; :class:`InvalidArgument` otherwise."""
+    at, row_id = cursor.get("t"), cursor.get("id")
+    try:
+        if isinstance(at, str) and isinstance(row_id, str):
+            t = datetime.fromisoformat(at)
+            if t.tzinfo is not None:
+                return t, uuid.UUID(row_id)
+    except ValueError:
+        pass
+    raise _refused(f"is not a token returned by {method}")
+
+
+def decode_keyset(token: str, method: str, filters: str) -> tuple[datetime, uuid.UUID]:
+    """``(at, row_id)`` of a token made by :func:`encode_keyset`; raises :class:`InvalidArgument`
+    on ``page_token`` for any other token."""
+    return keyset_of(decode(token, method, filters), method)
+
+
+def instant_of(cursor: Mapping[str, str | int], key: str, method: str) -> datetime:
+    """The aware instant stored under ``key``; :class:`InvalidArgument` on ``page_token`` otherwise."""
+    value = cursor.get(key)
+    try:
+        if isinstance(value, str):
+            t = datetime.fromisoformat(value)
+            if t.tzinfo is not None:
+                return t
+    except ValueError:
+        pass
+    raise _refused(f"is not a token returned by {method}")
+
+
+def text_of(cursor: Mapping[str, str | int], key: str, method: str, max_len: int = 64) -> str:
+    """The printable string (at most ``max_len`` characters) stored under ``key``;
+    :class:`InvalidArgument` on ``page_token`` otherwise."""
+    value = cursor.get(key)
+    if isinstance(value, str) and value.isprintable() and len(value) <= max_len:
+        return value
+    raise _refused(f"is not a token returned by {method}")
+
+
+def int_of(cursor: Mapping[str, str | int], key: str, method: str) -> int:
+    """The non-negative integer stored under ``key``; :class:`InvalidArgument` on ``page_token``
+    otherwise."""
+    value = cursor.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise _refused(f"is not a token returned by {method}")
+
+
+# ---- page size and split --------------------------------------------------------------------------
+
+
+def page_size(v: Validator, size: int, *, maximum: int, default: int) -> int:
+    """``size`` if in ``0..maximum`` (0 means ``default``), else a violation on ``page_size`` is
+    recorded in ``v`` and ``default`` returned."""
+    if not v.check(0 <= size <= maximum, "page_size", f"must be between 0 and {maximum}"):
+        return default
+    return size or default
+
+
+def split_page(rows: Sequence[T], size: int) -> tuple[list[T], T | None]:
+    """``rows`` read with ``limit = size + 1`` -> ``(the page, its last row if more rows follow)``;
+    the cursor of the next page is made from that last row (None: this is the last page)."""
+    page = list(rows[:size])
+    return page, (page[-1] if len(rows) > size and page else None)

@@ -1,0 +1,289 @@
+"""``gnomon.v1.ScheduleService``: a thin adapter. Each handler validates and converts the request,
+makes one call into the schedule engine (:class:`gnomon.common.scheduling.engine.ScheduleEngine`:
+one transaction per write, nothing written for a refused request, hints to the planner and
+dispatchers after a change) and converts the result. Page tokens: :mod:`gnomon.common.pagination`;
+names: :mod:`gnomon.common.names`."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
+from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
+from gnomon.api.convert import job_to_proto, occurrence_to_proto, schedule_to_proto
+from gnomon.api.schedule_validation import (
+    check_rule,
+    overlap_of,
+    parse_request_id,
+    preview_spec,
+    rule_instant,
+    schedule_values,
+    validate_create,
+    violation,
+)
+from gnomon.common import pagination
+from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
+from gnomon.common.names import QUEUE_RE, parse_parent, parse_schedule_name, schedule_name
+from gnomon.common.scheduling.engine import ScheduleEngine
+from gnomon.common.storage.schedules import ScheduleValues
+from gnomon.common.time import tzdata_version
+from gnomon.common.timeconv import to_timestamp
+
+MAX_PAGE, DEFAULT_PAGE = 1000, 100
+MAX_PREVIEW, DEFAULT_PREVIEW = 1000, 10
+#: UpdateSchedule mask paths -> the Schedule fields they copy.
+MASK_PATHS = {
+    "cron": "rule",
+    "rrule": "rule",
+    "interval": "rule",
+    "time_zone": "time_zone",
+    "dst_gap": "dst_gap",
+    "dst_fold": "dst_fold",
+    "misfire_policy": "misfire_policy",
+    "misfire_grace": "misfire_grace",
+    "catchup_window": "catchup_window",
+    "max_catchup": "max_catchup",
+    "overlap_policy": "overlap_policy",
+    "start_time": "start_time",
+    "end_time": "end_time",
+    "jitter": "jitter",
+    "job_template": "job_template",
+}
+
+
+class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
+    """``gnomon.v1.ScheduleService`` (proto/gnomon/v1/schedule_service.proto has each method's
+    contract). ``shards``: the region's shard count; ``catchup_rate`` (jobs/s) and ``catchup_burst``:
+    the catch-up budget triggers share with the planner; ``planner_hints``/``dispatcher_hints`` may be
+    None (no hints)."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        region: str,
+        shards: int,
+        planner_hints=None,
+        dispatcher_hints=None,
+        catchup_rate: float = 20.0,
+        catchup_burst: int = 20,
+    ):
+        self.region = region
+        self.schedules = ScheduleEngine(
+            engine,
+            shards=shards,
+            catchup_rate=catchup_rate,
+            catchup_burst=catchup_burst,
+            wake_planner=planner_hints.wake if planner_hints is not None else None,
+            wake_dispatchers=dispatcher_hints.wake if dispatcher_hints is not None else None,
+        )
+        self.tzdata = tzdata_version()
+
+    def _proto(self, row: dict) -> schedule_pb2.Schedule:
+        return schedule_to_proto(row, tzdata=self.tzdata)
+
+    async def CreateSchedule(self, request, context):
+        """Creates a schedule (idempotent per ``request_id``) and returns it. INVALID_ARGUMENT lists
+        every bad field (RULE_NEVER_FIRES when the rule has no future time); ALREADY_EXISTS for a
+        taken id or a reused request id with another request."""
+        row, _ = await self.schedules.create(validate_create(request, region=self.region))
+        return pb.CreateScheduleResponse(schedule=self._proto(row))
+
+    async def GetSchedule(self, request, context):
+        """The schedule ``name``. INVALID_ARGUMENT for a bad name, NOT_FOUND for an unknown one."""
+        ns, sid = parse_schedule_name(request.name)
+        return pb.GetScheduleResponse(schedule=self._proto(await self.schedules.get(ns, sid)))
+
+    async def ListSchedules(self, request, context):
+        """Schedules of ``parent`` in id order, optionally only paused/active ones or one ``queue``;
+        ``page_size`` 0-1000 (0 = 100). INVALID_ARGUMENT for a bad field or page token."""
+        ns = parse_parent(request.parent)
+        if not (0 <= request.page_size <= MAX_PAGE):
+            raise violation("page_size", f"must be between 0 and {MAX_PAGE}")
+        if request.paused not in pb.PausedFilter.values():
+            raise violation("paused", "unknown value")
+        if request.queue and not QUEUE_RE.fullmatch(request.queue):
+            raise violation(
+                "queue", "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit"
+            )
+        paused = {pb.PAUSED_FILTER_PAUSED: True, pb.PAUSED_FILTER_ACTIVE: False}.get(request.paused)
+        filt = pagination.fingerprint(ns, paused, request.queue)
+        after = (
+            pagination.text_of(
+                pagination.decode(request.page_token, "ListSchedules", filt), "a", "ListSchedules"
+            )
+            if request.page_token
+            else None
+        )
+        size = request.page_size or DEFAULT_PAGE
+        rows = await self.schedules.list_schedules(
+            ns, paused=paused, queue=request.queue or None, after=after, limit=size + 1
+        )
+        page, last = pagination.split_page(rows, size)
+        token = pagination.encode("ListSchedules", filt, {"a": last["schedule_id"]}) if last else ""
+        return pb.ListSchedulesResponse(schedules=[self._proto(r) for r in page], next_page_token=token)
+
+    async def UpdateSchedule(self, request, context):
+        """Applies the fields named by ``update_mask`` (empty: all) of ``schedule`` when its ``etag``
+        matches; a rule change re-plans. INVALID_ARGUMENT for unknown mask paths or bad values,
+        FAILED_PRECONDITION for a stale etag, NOT_FOUND for an unknown schedule."""
+        ns, sid = parse_schedule_name(request.schedule.name, field="schedule.name")
+        paths = list(request.update_mask.paths) or list(MASK_PATHS)
+        bad = [p for p in paths if p not in MASK_PATHS]
+        if bad:
+            raise violation("update_mask", f"unknown or read-only paths {bad}; allowed: {sorted(MASK_PATHS)}")
+
+        def merge(row: dict) -> ScheduleValues:
+            merged = self._proto(row)
+            for p in paths:
+                _copy_path(request.schedule, merged, p)
+            v = Validator()
+            values = schedule_values(v, merged)
+            v.raise_if_any()
+            assert values is not None  # None only with violations, raised above
+            check_rule(values)
+            return values
+
+        row = await self.schedules.update(ns, sid, request.schedule.etag, merge)
+        return pb.UpdateScheduleResponse(schedule=self._proto(row))
+
+    async def DeleteSchedule(self, request, context):
+        """Deletes the schedule (``etag`` checked when given) and withdraws its future jobs:
+        ``withdrawn_jobs``. NOT_FOUND, FAILED_PRECONDITION as for UpdateSchedule."""
+        ns, sid = parse_schedule_name(request.name)
+        return pb.DeleteScheduleResponse(withdrawn_jobs=await self.schedules.delete(ns, sid, request.etag))
+
+    async def PauseSchedule(self, request, context):
+        """Pauses the schedule; its future jobs are withdrawn (``withdrawn_jobs``). NOT_FOUND for an
+        unknown schedule."""
+        ns, sid = parse_schedule_name(request.name)
+        row, n = await self.schedules.pause(ns, sid)
+        return pb.PauseScheduleResponse(schedule=self._proto(row), withdrawn_jobs=n)
+
+    async def ResumeSchedule(self, request, context):
+        """Resumes the schedule (times missed while paused follow its misfire policy). NOT_FOUND for
+        an unknown schedule."""
+        ns, sid = parse_schedule_name(request.name)
+        return pb.ResumeScheduleResponse(schedule=self._proto(await self.schedules.resume(ns, sid)))
+
+    async def TriggerSchedule(self, request, context):
+        """Runs the schedule now under ``overlap_policy`` (unspecified: the schedule's); idempotent
+        per ``request_id``. Returns the occurrence and its job (if one was created). INVALID_ARGUMENT
+        for bad fields, NOT_FOUND for an unknown schedule."""
+        ns, sid = parse_schedule_name(request.name)
+        v = Validator()
+        policy = overlap_of(v, request.overlap_policy, "overlap_policy", "")
+        request_id = parse_request_id(v, request.request_id)
+        v.raise_if_any()
+        out = await self.schedules.trigger(ns, sid, policy=policy or None, request_id=request_id)
+        return pb.TriggerScheduleResponse(
+            occurrence=occurrence_to_proto(out.record, schedule_name(ns, sid)),
+            job=job_to_proto(out.job) if out.job else None,
+        )
+
+    async def BackfillSchedule(self, request, context):
+        """Records the rule's fire times in ``[start_time, end_time)`` (both required, in the past, at
+        most 1000 times) as buffered occurrences the planner releases under ``overlap_policy``.
+        INVALID_ARGUMENT (INVALID_TIME_RANGE when ``end_time <= start_time``), NOT_FOUND."""
+        ns, sid = parse_schedule_name(request.name)
+        v = Validator()
+        start = rule_instant(v, request.start_time, "start_time") if request.HasField("start_time") else None
+        end = rule_instant(v, request.end_time, "end_time") if request.HasField("end_time") else None
+        if start is None and not request.HasField("start_time"):
+            v.add("start_time", "is required")
+        if end is None and not request.HasField("end_time"):
+            v.add("end_time", "is required")
+        policy = overlap_of(v, request.overlap_policy, "overlap_policy", "")
+        v.raise_if_any()
+        assert start is not None and end is not None  # both checked above
+        if end <= start:
+            raise InvalidArgument(
+                [FieldViolation("end_time", "must be after start_time")], reason="INVALID_TIME_RANGE"
+            )
+        out = await self.schedules.backfill(ns, sid, start=start, end=end, policy=policy or None)
+        name = schedule_name(ns, sid)
+        return pb.BackfillScheduleResponse(occurrences=[occurrence_to_proto(r, name) for r in out])
+
+    async def PreviewSchedule(self, request, context):
+        """The next ``count`` (0-1000, 0 = 10) fire times of the saved schedule ``name`` or of
+        ``rule``, after ``from_time`` (default: now), with DST-skipped times listed; writes nothing.
+        INVALID_ARGUMENT for bad fields, NOT_FOUND for an unknown schedule."""
+        if not (0 <= request.count <= MAX_PREVIEW):
+            raise violation("count", f"must be between 0 and {MAX_PREVIEW}")
+        schedule, spec = None, None
+        if request.name:
+            schedule = parse_schedule_name(request.name)
+        elif not request.HasField("rule"):
+            raise violation("rule", "give a saved schedule's name or a rule")
+        else:
+            spec = preview_spec(request.rule)
+        after = None
+        if request.HasField("from_time"):
+            v = Validator()
+            after = rule_instant(v, request.from_time, "from_time")
+            v.raise_if_any()
+        items = await self.schedules.preview(
+            count=request.count or DEFAULT_PREVIEW, spec=spec, schedule=schedule, after=after
+        )
+        return pb.PreviewScheduleResponse(
+            tzdata_version=self.tzdata,
+            fire_times=[
+                schedule_pb2.PreviewFireTime(
+                    fire_time=to_timestamp(o.fire_time),
+                    local_time=o.local_time.isoformat(),
+                    note=o.note,
+                    skipped=o.skipped_dst_gap,
+                )
+                for o in items
+            ],
+        )
+
+    async def ListScheduleOccurrences(self, request, context):
+        """Decision records of schedule ``parent``, newest nominal time first, optionally one
+        ``decision``; ``page_size`` 0-1000 (0 = 100). INVALID_ARGUMENT for bad fields or token,
+        NOT_FOUND for an unknown schedule."""
+        ns, sid = parse_schedule_name(request.parent, field="parent")
+        if not (0 <= request.page_size <= MAX_PAGE):
+            raise violation("page_size", f"must be between 0 and {MAX_PAGE}")
+        decision = None
+        if request.decision:
+            if request.decision not in schedule_pb2.OccurrenceDecision.values():
+                raise violation("decision", "unknown value")
+            decision = schedule_pb2.OccurrenceDecision.Name(request.decision).removeprefix(
+                "OCCURRENCE_DECISION_"
+            )
+        method = "ListScheduleOccurrences"
+        filt = pagination.fingerprint(ns, sid, decision)
+        before = (
+            pagination.instant_of(pagination.decode(request.page_token, method, filt), "b", method)
+            if request.page_token
+            else None
+        )
+        size = request.page_size or DEFAULT_PAGE
+        rows = await self.schedules.list_occurrences(
+            ns, sid, decision=decision, before=before, limit=size + 1
+        )
+        page, last = pagination.split_page(rows, size)
+        token = pagination.encode(method, filt, {"b": last["nominal_time"].isoformat()}) if last else ""
+        name = schedule_name(ns, sid)
+        return pb.ListScheduleOccurrencesResponse(
+            occurrences=[occurrence_to_proto(r, name) for r in page], next_page_token=token
+        )
+
+
+def _copy_path(src: schedule_pb2.Schedule, merged: schedule_pb2.Schedule, path: str) -> None:
+    """Copies the field(s) of mask ``path`` from the request's schedule ``src`` into ``merged``."""
+    if MASK_PATHS[path] == "rule":
+        which = src.WhichOneof("rule")
+        if which is None:
+            raise violation(f"schedule.{path}", "the mask names the rule but the schedule carries none")
+        if which == "interval":
+            merged.interval.CopyFrom(src.interval)
+        else:
+            setattr(merged, which, getattr(src, which))
+    elif src.DESCRIPTOR.fields_by_name[path].message_type is not None:
+        merged.ClearField(path)
+        if src.HasField(path):
+            getattr(merged, path).CopyFrom(getattr(src, path))
+    else:
+        setattr(merged, path, getattr(src, path))
