@@ -48,7 +48,8 @@ from gnomon.api.validation import validate_create
 from gnomon.cli.suite import Suite
 from gnomon.common.embedded import PostgresServer, free_port
 from gnomon.common.states import SCHEDULED
-from gnomon.common.storage.jobs import _ms, policy_columns, shard_of
+from gnomon.common.domain.jobs import ms as _ms
+from gnomon.common.domain.jobs import policy_columns, shard_of
 
 QUEUE = "herd"
 SHARDS = 64

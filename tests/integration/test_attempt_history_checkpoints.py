@@ -24,6 +24,7 @@ from gnomon.common.config import DatabaseSettings
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import checkpoints as cps
 from gnomon.common.storage import dispatch as store
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import make_engine, run_transaction
@@ -68,7 +69,7 @@ async def api(engine):
 
 async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=5) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(
+    new = domain_jobs.NewJob(
         id=jid,
         namespace=namespace,
         region="local",

@@ -14,7 +14,7 @@ from gnomon.cli.durations import parse_duration
 from gnomon.common.errors import InvalidArgument
 from gnomon.common.retry import backoff_s
 from gnomon.common.states import JOB_STATES, TERMINAL, TRANSITIONS
-from gnomon.common.storage.jobs import shard_of
+from gnomon.common.domain.jobs import shard_of
 
 
 @given(

@@ -20,7 +20,9 @@ from gnomon.common.errors import GnomonError
 from gnomon.common.scheduling import overlap
 from gnomon.common.scheduling.misfire import BUFFERED, FIRED, LATE, SKIPPED_MISFIRE, SKIPPED_OVERLAP, Decision
 from gnomon.common.storage import cancel as cancel_store
-from gnomon.common.storage.planning import Writes, flush, jitter_of, job_row, record_row, reserve_catchup
+from gnomon.common.domain.jobs import jitter_of
+from gnomon.common.domain.jobs import occurrence_row as job_row
+from gnomon.common.storage.planning import Writes, flush, record_row, reserve_catchup
 
 log = logging.getLogger(__name__)
 

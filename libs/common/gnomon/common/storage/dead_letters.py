@@ -40,7 +40,7 @@ from gnomon.common import states as S
 from gnomon.common.errors import AlreadyExists
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
-from gnomon.common.storage.jobs import shard_of
+from gnomon.common.domain.jobs import shard_of
 from gnomon.common.storage.schema import attempts, audit_log, dlq_replays, jobs
 
 #: ``matched`` counts stop here (a count is a bounded query too).

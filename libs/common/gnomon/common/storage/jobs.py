@@ -6,9 +6,7 @@ Every function takes an open :class:`AsyncConnection` inside a transaction (see
 
 from __future__ import annotations
 
-import json
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import Integer, Interval, and_, bindparam, func, insert, or_, select
@@ -16,50 +14,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
-from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
-from gnomon.common.states import SCHEDULED
+from gnomon.common.domain.jobs import NewJob
 from gnomon.common.storage.schema import jobs
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """A validated create request. ``schedule_at`` (UTC instant) and ``delay`` are mutually exclusive;
-    both ``None`` means "now" by the database clock. ``lease`` is the per-attempt lease duration."""
-
-    id: uuid.UUID
-    namespace: str
-    region: str
-    shard: int
-    queue: str
-    payload: bytes
-    schedule_at: datetime | None
-    delay: timedelta | None
-    deadline: datetime | None
-    max_attempts: int
-    idempotency_key: str
-    lease: timedelta
-    request_id: uuid.UUID | None
-    request_hash: str | None
-    idempotent: bool = False
-    retry: RetryPolicy = DEFAULT_POLICY
-    start_to_close: timedelta | None = None
-
-
-def _ms(d: timedelta | None) -> int | None:
-    """A span in whole milliseconds (None stays None)."""
-    return None if d is None else int(d.total_seconds() * 1000)
-
-
-def policy_columns(p: RetryPolicy) -> dict:
-    """The ``jobs`` columns storing a retry policy."""
-    return dict(
-        retry_initial_ms=round(p.initial_s * 1000),
-        retry_max_ms=round(p.max_s * 1000),
-        retry_multiplier=float(p.multiplier),
-        retry_jitter=float(p.jitter),
-        max_age_ms=None if p.max_age_s is None else round(p.max_age_s * 1000),
-        non_retryable_errors=json.dumps(list(p.non_retryable_errors)) if p.non_retryable_errors else None,
-    )
 
 
 #: The ``jobs`` columns of the retry policy (read with :func:`policy_of`).
@@ -71,24 +27,6 @@ POLICY_COLS = (
     jobs.c.max_age_ms,
     jobs.c.non_retryable_errors,
 )
-
-
-def policy_of(row) -> RetryPolicy:
-    """The retry policy stored on a ``jobs`` row (a mapping with the policy columns)."""
-    names = row["non_retryable_errors"]
-    return RetryPolicy(
-        initial_s=row["retry_initial_ms"] / 1000,
-        max_s=row["retry_max_ms"] / 1000,
-        multiplier=row["retry_multiplier"],
-        jitter=row["retry_jitter"],
-        max_age_s=None if row["max_age_ms"] is None else row["max_age_ms"] / 1000,
-        non_retryable_errors=tuple(json.loads(names)) if names else (),
-    )
-
-
-def shard_of(job_id: uuid.UUID, shards: int) -> int:
-    """The shard of a job: the first 8 bytes of its UUID, big-endian, mod ``shards``."""
-    return int.from_bytes(job_id.bytes[:8], "big") % shards
 
 
 _SCHEDULED_AT = func.coalesce(
@@ -120,26 +58,7 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
             raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
     elif new.deadline is not None and new.deadline <= new.schedule_at:
         raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
-    values = dict(
-        id=new.id,
-        namespace=new.namespace,
-        region=new.region,
-        shard=new.shard,
-        queue=new.queue,
-        payload=new.payload,
-        state=SCHEDULED,
-        version=1,
-        deadline=new.deadline,
-        max_attempts=new.max_attempts,
-        attempt=0,
-        idempotency_key=new.idempotency_key,
-        lease_ms=int(new.lease.total_seconds() * 1000),
-        request_id=new.request_id,
-        request_hash=new.request_hash,
-        idempotent=new.idempotent,
-        start_to_close_ms=_ms(new.start_to_close),
-        **policy_columns(new.retry),
-    )
+    values: dict[str, object] = dict(new.row())
     # scheduled_at is the given instant or now() + delay, by the database clock, in the INSERT itself
     values.update(p_at=new.schedule_at, p_delay=new.delay or timedelta(0))
     stmt = INSERT_JOB if new.request_id is None else INSERT_JOB_IDEMPOTENT
@@ -180,26 +99,11 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict]:
             plain.append(i)
     if plain:
         rows = [
-            dict(
-                id=n.id,
-                namespace=n.namespace,
-                region=n.region,
-                shard=n.shard,
-                queue=n.queue,
-                payload=n.payload,
-                state=SCHEDULED,
-                version=1,
-                p_at=n.schedule_at,
-                p_delay_ms=int((n.delay or timedelta(0)).total_seconds() * 1000),
-                deadline=n.deadline,
-                max_attempts=n.max_attempts,
-                attempt=0,
-                idempotency_key=n.idempotency_key,
-                lease_ms=int(n.lease.total_seconds() * 1000),
-                idempotent=n.idempotent,
-                start_to_close_ms=_ms(n.start_to_close),
-                **policy_columns(n.retry),
-            )
+            {
+                **n.row(),
+                "p_at": n.schedule_at,
+                "p_delay_ms": int((n.delay or timedelta(0)).total_seconds() * 1000),
+            }
             for n in (batch[i] for i in plain)
         ]
         stmt = insert(jobs).values(

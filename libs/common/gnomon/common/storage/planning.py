@@ -1,7 +1,7 @@
 """Named queries of the planner: claiming due schedules, reading the durable overlap state, writing
 occurrence jobs and decision records idempotently, and the global catch-up budget.
 
-Idempotence (DESIGN.md invariant 5): an occurrence's job id is :func:`occurrence_job_id` (a UUIDv5 of
+Idempotence (DESIGN.md invariant 5): an occurrence's job id is :func:`gnomon.common.domain.jobs.occurrence_job_id` (a UUIDv5 of
 the schedule's uid and the nominal instant) and its decision record is keyed by (schedule uid,
 nominal time); both are inserted ``ON CONFLICT DO NOTHING``, so replaying a planning step after a
 crash, a retry or a failover writes nothing new. The high-water mark ``planned_through`` only moves
@@ -14,92 +14,32 @@ database clock read once per transaction (tests pass an explicit ``now``).
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import BigInteger, DateTime, Integer, Uuid, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gnomon.common import states as S
+from gnomon.common.domain.jobs import JobRow
+from gnomon.common.domain.states import ACTIVE
 from gnomon.common.storage.batches import row_params, unnest_rows
-from gnomon.common.storage.jobs import shard_of
 from gnomon.common.storage.schema import catchup_budget, jobs, schedule_occurrences, schedules
 
 #: Job states that make an occurrence "active" for the overlap policy.
-ACTIVE_STATES = (S.SCHEDULED, S.QUEUED, S.RUNNING)
+ACTIVE_STATES = ACTIVE
 _TS = DateTime(timezone=True)
-
-
-def occurrence_job_id(uid: uuid.UUID, nominal: datetime) -> uuid.UUID:
-    """The deterministic job id of the occurrence of schedule ``uid`` at ``nominal`` (UTC instant):
-    UUIDv5 (RFC 4122) in the schedule's uid namespace of the RFC 3339 instant with microseconds."""
-    return uuid.uuid5(uid, nominal.astimezone(UTC).isoformat(timespec="microseconds"))
-
-
-def jitter_of(uid: uuid.UUID, nominal: datetime, jitter_ms: int) -> timedelta:
-    """Deterministic delay in ``[0, jitter_ms)`` ms for one occurrence (sha256 of uid + instant); 0 if no jitter."""
-    if jitter_ms <= 0:
-        return timedelta(0)
-    h = hashlib.sha256(uid.bytes + nominal.isoformat().encode()).digest()
-    return timedelta(milliseconds=int.from_bytes(h[:8], "big") % jitter_ms)
 
 
 @dataclass
 class Writes:
     """The rows one planning transaction writes (flushed by :func:`flush`)."""
 
-    jobs: list[dict] = field(default_factory=list)
+    jobs: list[JobRow] = field(default_factory=list)
     records: list[dict] = field(default_factory=list)
     record_updates: list[dict] = field(default_factory=list)
     schedule_updates: list[dict] = field(default_factory=list)
-
-
-def job_row(sched: dict, nominal: datetime, scheduled_at: datetime, *, shards: int, coalesced=None) -> dict:
-    """The ``jobs`` row of an occurrence of ``sched`` (a ``schedules`` row) at ``nominal``, eligible
-    from ``scheduled_at``. ``coalesced``: ``(count, first, last)`` for a COALESCE catch-up run."""
-    job_id = occurrence_job_id(sched["uid"], nominal)
-    deadline = (
-        None
-        if sched["start_deadline_ms"] is None
-        else nominal + timedelta(milliseconds=sched["start_deadline_ms"])
-    )
-    count, first, last = coalesced or (None, None, None)
-    return dict(
-        id=job_id,
-        namespace=sched["namespace"],
-        region=sched["region"],
-        shard=shard_of(job_id, shards),
-        queue=sched["queue"],
-        payload=sched["payload"],
-        state=S.SCHEDULED,
-        version=1,
-        scheduled_at=scheduled_at,
-        deadline=deadline,
-        max_attempts=sched["max_attempts"],
-        attempt=0,
-        # unique per schedule incarnation: a schedule deleted and created again under the same id
-        # gets new keys (its uid differs), so a consumer never mistakes one run for another
-        idempotency_key=f"{sched['schedule_id']}.{sched['uid'].hex[:12]}@"
-        f"{nominal.astimezone(UTC).isoformat(timespec='microseconds')}",
-        lease_ms=sched["lease_ms"],
-        idempotent=sched["idempotent"],
-        start_to_close_ms=sched["start_to_close_ms"],
-        retry_initial_ms=sched["retry_initial_ms"],
-        retry_max_ms=sched["retry_max_ms"],
-        retry_multiplier=sched["retry_multiplier"],
-        retry_jitter=sched["retry_jitter"],
-        max_age_ms=sched["max_age_ms"],
-        non_retryable_errors=sched["non_retryable_errors"],
-        schedule_uid=sched["uid"],
-        schedule_id=sched["schedule_id"],
-        nominal_time=nominal,
-        coalesced_count=count,
-        coalesced_first=first,
-        coalesced_last=last,
-    )
 
 
 def record_row(

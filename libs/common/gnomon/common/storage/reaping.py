@@ -13,38 +13,39 @@ never accepted) are not the reaper's: the outbox relay re-delivers them and rest
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import delete, func, select, tuple_, update
+from sqlalchemy import Select, Update, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
-from gnomon.common.retry import retry_decision
-from gnomon.common.storage.jobs import POLICY_COLS, policy_of
+from gnomon.common.domain.attempts import Reaped
+from gnomon.common.domain.failures import FailureClass
+from gnomon.common.domain.states import AttemptState, JobState
+from gnomon.common.storage.jobs import POLICY_COLS
+from gnomon.common.storage.results import fail_job_stmt, judge
+from gnomon.common.storage.statements import builder
 from gnomon.common.storage.schema import attempts, jobs, outbox, schedule_occurrences
 
 LOST_ERROR = "lease expired while running: the worker stopped heartbeating; outcome unknown"
 TIMEOUT_ERROR = "start_to_close exceeded: the attempt ran longer than its job allows; outcome unknown"
 
 
-@dataclass(frozen=True)
-class Reaped:
-    """What happened to one job whose running attempt lost its lease: ``new_state`` is SCHEDULED
-    (retry), DEAD or CANCELLED."""
-
-    job_id: uuid.UUID
-    attempt: int
-    new_state: str
-
-
 async def reap_lost_leases(
-    conn: AsyncConnection, *, region: str, skew_margin_s: float, limit: int, retry_delay_s=None
+    conn: AsyncConnection,
+    *,
+    region: str,
+    skew_margin_s: float,
+    limit: int,
+    retry_delay_s: Callable[[int], float] | None = None,
 ) -> list[Reaped]:
     """Marks up to ``limit`` expired RUNNING attempts of ``region`` LOST and moves their jobs on
     (compare-and-set: the job must still be RUNNING at that attempt). Whether and when the job is
-    retried is the job's retry policy's decision for an AMBIGUOUS failure
-    (:func:`gnomon.common.retry.retry_decision`: idempotent jobs only, attempts left, ``max_age``);
+    retried is the after-failure transition's decision for an AMBIGUOUS failure
+    (:func:`gnomon.common.domain.transitions.after_failure`, the one the result path uses:
+    idempotent jobs only, attempts left, ``max_age``; a cancel request makes it CANCELLED);
     ``retry_delay_s(attempt)`` (seconds), when given, replaces the policy's delay (tests)."""
     margin = timedelta(seconds=skew_margin_s)
     lost = [
@@ -87,52 +88,52 @@ async def reap_lost_leases(
     ]
     out = []
     for job_id, attempt, error in lost:
-        await conn.execute(
-            update(attempts)
-            .where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
-            .values(state=S.A_LOST, finished_at=func.now(), failure_class="AMBIGUOUS", error=error)
-        )
-        job = (
-            await conn.execute(
-                select(
-                    jobs.c.max_attempts,
-                    jobs.c.idempotent,
-                    jobs.c.cancel_requested_at,
-                    *POLICY_COLS,
-                    func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"),
-                )
-                .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == S.RUNNING)
-                .with_for_update()
-            )
-        ).first()
+        await conn.execute(lose_attempt_stmt(job_id, attempt, error))
+        job = (await conn.execute(lost_job_stmt(job_id, attempt))).mappings().first()
         if job is None:
             continue  # the job moved on already (e.g. a late result landed)
-        values = dict(version=jobs.c.version + 1, failure_class="AMBIGUOUS", last_error=error)
-        j = job._mapping
-        retry, delay, _why = retry_decision(
-            "AMBIGUOUS",
-            error,
+        outcome = judge(
+            job,
             attempt,
-            policy_of(j),
-            None if j["age_s"] is None else float(j["age_s"]),
-            job.idempotent,
-            max_attempts=job.max_attempts,
+            FailureClass.AMBIGUOUS,
+            error,
+            delay_override_s=None if retry_delay_s is None else retry_delay_s(attempt),
         )
-        if retry and retry_delay_s is not None:
-            delay = retry_delay_s(attempt)
-        if job.cancel_requested_at is not None:
-            values.update(state=S.CANCELLED, finished_at=func.now())
-        elif retry:
-            values.update(state=S.SCHEDULED, scheduled_at=func.now() + timedelta(seconds=delay))
-        else:
-            values.update(state=S.DEAD, finished_at=func.now())
-        await conn.execute(
-            update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == S.RUNNING)
-            .values(**values)
-        )
-        out.append(Reaped(job_id, attempt, values["state"]))
+        stmt = fail_job_stmt(job_id, attempt, outcome, failure_class=FailureClass.AMBIGUOUS, error=error)
+        state = (await conn.execute(stmt)).scalar_one()
+        out.append(Reaped(job_id, attempt, JobState(state)))
     return out
+
+
+@builder(job_id=uuid.UUID(int=1), attempt=1, error="e")
+def lose_attempt_stmt(job_id: uuid.UUID, attempt: int, error: str) -> Update:
+    """Attempt ``(job_id, attempt)`` -> LOST, ``finished_at = now()``, failure class AMBIGUOUS,
+    ``error`` (why the outcome is unknown)."""
+    return (
+        update(attempts)
+        .where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
+        .values(
+            state=AttemptState.LOST, finished_at=func.now(), failure_class=FailureClass.AMBIGUOUS, error=error
+        )
+    )
+
+
+@builder(job_id=uuid.UUID(int=1), attempt=1)
+def lost_job_stmt(job_id: uuid.UUID, attempt: int) -> Select[tuple[Any, ...]]:
+    """Job ``job_id`` if still RUNNING at ``attempt``, locked ``FOR UPDATE``: ``max_attempts``,
+    ``idempotent``, ``cancel_requested_at``, the retry policy columns and ``age_s`` (seconds since its
+    first dispatch, database clock)."""
+    return (
+        select(
+            jobs.c.max_attempts,
+            jobs.c.idempotent,
+            jobs.c.cancel_requested_at,
+            *POLICY_COLS,
+            func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"),
+        )
+        .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == JobState.RUNNING)
+        .with_for_update()
+    )
 
 
 async def expire_deadlines(conn: AsyncConnection, *, region: str, limit: int) -> list[uuid.UUID]:
