@@ -74,4 +74,8 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 
 def is_legal(src: str, dst: str) -> bool:
     """True if a job may move from state ``src`` to ``dst`` (either a :class:`JobState` or its text)."""
-    return dst in TRANSITIONS.get(JobState(src), frozenset()) if src in JobState else False
+    try:
+        state = JobState(src)
+    except ValueError:
+        return False
+    return dst in TRANSITIONS.get(state, frozenset())

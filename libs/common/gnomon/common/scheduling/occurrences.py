@@ -16,12 +16,12 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gnomon.common.domain.jobs import jitter_of
+from gnomon.common.domain.jobs import occurrence_row as job_row
 from gnomon.common.errors import GnomonError
 from gnomon.common.scheduling import overlap
 from gnomon.common.scheduling.misfire import BUFFERED, FIRED, LATE, SKIPPED_MISFIRE, SKIPPED_OVERLAP, Decision
 from gnomon.common.storage import cancel as cancel_store
-from gnomon.common.domain.jobs import jitter_of
-from gnomon.common.domain.jobs import occurrence_row as job_row
 from gnomon.common.storage.planning import Writes, flush, record_row, reserve_catchup
 
 log = logging.getLogger(__name__)

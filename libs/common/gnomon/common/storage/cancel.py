@@ -37,8 +37,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common import states as S
 from gnomon.common.errors import Aborted, FailedPrecondition, FieldViolation, InvalidArgument
 from gnomon.common.storage.batches import row_params, unnest_rows
-from gnomon.common.storage.outbox import mark_published
 from gnomon.common.storage.jobs import get_job
+from gnomon.common.storage.outbox import mark_published
 from gnomon.common.storage.schema import attempts, jobs
 
 #: Outcomes of :func:`cancel_job` (``gnomon.v1.CancelOutcome`` without its prefix).

@@ -37,10 +37,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert  # ON CONFLICT (r
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gnomon.common import states as S
+from gnomon.common.domain.jobs import INITIAL_ATTEMPT, INITIAL_STATE, INITIAL_VERSION, shard_of
 from gnomon.common.errors import AlreadyExists
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
-from gnomon.common.domain.jobs import shard_of
 from gnomon.common.storage.schema import attempts, audit_log, dlq_replays, jobs
 
 #: ``matched`` counts stop here (a count is a bounded query too).
@@ -373,9 +373,9 @@ INSERT_REPLAYS = insert(jobs).from_select(
         _R.c.new_id,
         _R.c.shard,
         _R.c.at,
-        literal(S.SCHEDULED),
-        literal(1, BigInteger),
-        literal(0, Integer),
+        literal(INITIAL_STATE),
+        literal(INITIAL_VERSION, BigInteger),
+        literal(INITIAL_ATTEMPT, Integer),
         jobs.c.id,
         *_COPY,
     ).select_from(_R.join(jobs, jobs.c.id == _R.c.old_id)),

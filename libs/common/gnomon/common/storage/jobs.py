@@ -13,10 +13,9 @@ from sqlalchemy import Integer, Interval, and_, bindparam, func, insert, or_, se
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
 from gnomon.common.domain.jobs import NewJob
+from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
 from gnomon.common.storage.schema import jobs
-
 
 #: The ``jobs`` columns of the retry policy (read with :func:`policy_of`).
 POLICY_COLS = (

@@ -18,9 +18,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
+from gnomon.common.domain.policies import BreakerState
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 
-CLOSED, OPEN, HALF_OPEN = "CLOSED", "OPEN", "HALF_OPEN"
+CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
 #: Rows a window count reads at most; beyond it the counts are extrapolated (see :func:`budget_counts`).
 MAX_COUNTED = 10_000

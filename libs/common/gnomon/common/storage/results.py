@@ -15,12 +15,26 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, Select, String, Update, Uuid, bindparam, case, func, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Select,
+    String,
+    Update,
+    Uuid,
+    bindparam,
+    case,
+    func,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.attempts import AttemptId, Result
 from gnomon.common.domain.failures import RetryReason
 from gnomon.common.domain.jobs import policy_of
+from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.domain.transitions import AfterFailure, after_failure
 from gnomon.common.storage.batches import row_params, unnest_rows
@@ -226,11 +240,11 @@ async def complete(
             c = cur.get(k)
             want = AttemptState.SUCCEEDED if r.succeeded else AttemptState.FAILED
             if c is None:
-                out[k] = "STALE_ATTEMPT"
+                out[k] = ErrorReason.STALE_ATTEMPT
             elif c[0] != r.key.token:
-                out[k] = "STALE_FENCING_TOKEN"
+                out[k] = ErrorReason.STALE_FENCING_TOKEN
             elif c[1] == want:
                 out[k] = ""  # the same result again: idempotent
             else:
-                out[k] = "STALE_ATTEMPT"
+                out[k] = ErrorReason.STALE_ATTEMPT
     return {k: out[k] for k in by_key}

@@ -18,9 +18,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
+from gnomon.common.domain.jobs import policy_columns
 from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
-from gnomon.common.domain.jobs import policy_columns
 from gnomon.common.storage.schema import jobs, schedule_occurrences, schedules
 from gnomon.common.time import DstFold, DstGap, RuleKind, RuleSpec
 
