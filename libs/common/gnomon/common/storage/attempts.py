@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.errors import NotFound
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon.common.storage.statements import named
 
 #: Columns of one history entry (plus ``namespace`` of the job, for the resource name).
 _HISTORY_COLS = (
@@ -39,8 +40,11 @@ _HISTORY_COLS = (
     jobs.c.namespace,
 )
 
-#: Prebuilt: attempts of one job of one namespace after attempt number ``p_after``, ascending.
-LIST_ATTEMPTS = (
+LIST_ATTEMPTS = named(
+    __name__,
+    "LIST_ATTEMPTS",
+    """Attempts of job ``p_job_id`` of namespace ``p_namespace`` numbered above ``p_after``, ascending,
+    at most ``p_limit``: the history columns plus the job's ``namespace``.""",
     select(*_HISTORY_COLS)
     .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
     .where(
@@ -49,11 +53,14 @@ LIST_ATTEMPTS = (
         attempts.c.attempt > bindparam("p_after", type_=Integer),
     )
     .order_by(attempts.c.attempt)
-    .limit(bindparam("p_limit", type_=Integer))
+    .limit(bindparam("p_limit", type_=Integer)),
 )
 
-JOB_EXISTS = select(jobs.c.id).where(
-    jobs.c.namespace == bindparam("p_namespace"), jobs.c.id == bindparam("p_job_id")
+JOB_EXISTS = named(
+    __name__,
+    "JOB_EXISTS",
+    """The id of job ``p_job_id`` if it exists in namespace ``p_namespace`` (no row otherwise).""",
+    select(jobs.c.id).where(jobs.c.namespace == bindparam("p_namespace"), jobs.c.id == bindparam("p_job_id")),
 )
 
 

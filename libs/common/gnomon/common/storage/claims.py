@@ -284,7 +284,6 @@ async def claim_due(
     ]
 
 
-
 NEXT_DUE = named(
     __name__,
     "NEXT_DUE",

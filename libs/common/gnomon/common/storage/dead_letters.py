@@ -42,6 +42,7 @@ from gnomon.common.errors import AlreadyExists
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, audit_log, dlq_replays, jobs
+from gnomon.common.storage.statements import named
 
 #: ``matched`` counts stop here (a count is a bounded query too).
 MAX_MATCH_COUNT = 100_000
@@ -366,26 +367,36 @@ async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutco
 
 _R = unnest_rows("r", new_id=Uuid, old_id=Uuid, shard=Integer, at=DateTime(timezone=True))
 _COPY = [jobs.c[c] for c in REPLAY_COPY_COLUMNS]
-#: One INSERT ... SELECT per batch: the payload is copied inside the database.
-INSERT_REPLAYS = insert(jobs).from_select(
-    ["id", "shard", "scheduled_at", "state", "version", "attempt", "replay_of", *REPLAY_COPY_COLUMNS],
-    select(
-        _R.c.new_id,
-        _R.c.shard,
-        _R.c.at,
-        literal(INITIAL_STATE),
-        literal(INITIAL_VERSION, BigInteger),
-        literal(INITIAL_ATTEMPT, Integer),
-        jobs.c.id,
-        *_COPY,
-    ).select_from(_R.join(jobs, jobs.c.id == _R.c.old_id)),
+INSERT_REPLAYS = named(
+    __name__,
+    "INSERT_REPLAYS",
+    """Inserts the replay jobs of a batch: one row per (r_new_id, r_old_id, r_shard, r_at) (arrays: new
+    job id, dead letter id, new shard, scheduled_at) copying the dead letter's columns (payload copied
+    inside the database), state SCHEDULED, version 1, attempt 0, replay_of = the dead letter.""",
+    insert(jobs).from_select(
+        ["id", "shard", "scheduled_at", "state", "version", "attempt", "replay_of", *REPLAY_COPY_COLUMNS],
+        select(
+            _R.c.new_id,
+            _R.c.shard,
+            _R.c.at,
+            literal(INITIAL_STATE),
+            literal(INITIAL_VERSION, BigInteger),
+            literal(INITIAL_ATTEMPT, Integer),
+            jobs.c.id,
+            *_COPY,
+        ).select_from(_R.join(jobs, jobs.c.id == _R.c.old_id)),
+    ),
 )
 _M = unnest_rows("m", new_id=Uuid, old_id=Uuid)
-MARK_REPLAYED = (
+MARK_REPLAYED = named(
+    __name__,
+    "MARK_REPLAYED",
+    """Marks each dead letter m_old_id (array) still DEAD and not replayed as replayed by m_new_id
+    (array); returns the ids marked.""",
     update(jobs)
     .where(jobs.c.id == _M.c.old_id, jobs.c.state == S.DEAD, jobs.c.replayed_by.is_(None))
     .values(replayed_by=_M.c.new_id)
-    .returning(jobs.c.id)
+    .returning(jobs.c.id),
 )
 
 

@@ -81,18 +81,16 @@ ACCEPT_AGAIN = named(
     """The attempts ``(v_job_id, v_attempt, v_token)`` (arrays) already RUNNING for worker
     ``p_worker_id`` under that token (a re-sent accept): ``(job_id, attempt, lease_expires_at)``.""",
     select(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at).where(
-    attempts.c.job_id == _V3.c.job_id,
-    attempts.c.attempt == _V3.c.attempt,
-    attempts.c.token == _V3.c.token,
-    attempts.c.state == AttemptState.RUNNING,
+        attempts.c.job_id == _V3.c.job_id,
+        attempts.c.attempt == _V3.c.attempt,
+        attempts.c.token == _V3.c.token,
+        attempts.c.state == AttemptState.RUNNING,
         attempts.c.worker_id == bindparam("p_worker_id"),
     ),
 )
 
 
-async def accept(
-    conn: AsyncConnection, keys: list[AttemptKey], worker_id: str
-) -> dict[AttemptId, datetime]:
+async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str) -> dict[AttemptId, datetime]:
     """QUEUED -> RUNNING for each attempt whose job is still at the dispatched version and whose
     attempt row still carries the token; the lease restarts from now. Returns
     ``(job_id, attempt) -> lease end`` for the accepted ones. Idempotent: an attempt already RUNNING
@@ -135,9 +133,7 @@ HEARTBEAT = named(
 )
 
 
-async def heartbeat(
-    conn: AsyncConnection, keys: list[AttemptKey]
-) -> dict[AttemptId, tuple[datetime, bool]]:
+async def heartbeat(conn: AsyncConnection, keys: list[AttemptKey]) -> dict[AttemptId, tuple[datetime, bool]]:
     """Extends the lease of every live attempt (QUEUED or RUNNING, matching token) by its lease
     duration from now; returns ``(job_id, attempt) -> (new lease end, cancel_requested)`` for those
     renewed (``cancel_requested``: a caller asked to cancel the job, see
@@ -146,4 +142,3 @@ async def heartbeat(
         return {}
     rows = (await conn.execute(HEARTBEAT, key_params("v", keys))).all()
     return {AttemptId(r[0], r[1]): (r[2], bool(r[3])) for r in rows}
-

@@ -61,7 +61,9 @@ def restamp_attempts_stmt(region: str, keys: Sequence[tuple[object, int]]) -> Up
     ``attempt``, ``token``, ``lease_expires_at`` of those."""
     return (
         update(attempts)
-        .where(tuple_(attempts.c.job_id, attempts.c.attempt).in_(keys), attempts.c.state == AttemptState.QUEUED)
+        .where(
+            tuple_(attempts.c.job_id, attempts.c.attempt).in_(keys), attempts.c.state == AttemptState.QUEUED
+        )
         .values(
             token=select(shard_owners.c.token)
             .where(shard_owners.c.region == region, shard_owners.c.shard == attempts.c.shard)
