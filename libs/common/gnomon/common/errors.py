@@ -34,7 +34,10 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         grpc.StatusCode.FAILED_PRECONDITION,
         "The attempt or version is no longer current (cancelled, re-dispatched or finished).",
     ),
-    ErrorReason.LEASE_EXPIRED: (grpc.StatusCode.FAILED_PRECONDITION, "The attempt's lease ended before the write."),
+    ErrorReason.LEASE_EXPIRED: (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "The attempt's lease ended before the write.",
+    ),
     ErrorReason.STALE_VERSION: (
         grpc.StatusCode.FAILED_PRECONDITION,
         "The job is no longer at the request's expected_version; nothing was changed.",
@@ -47,10 +50,19 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         grpc.StatusCode.ABORTED,
         "The job changed concurrently while the request was applied; read it and retry.",
     ),
-    ErrorReason.DATABASE_UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, "The database cannot be reached; retry later."),
-    ErrorReason.COORDINATION_UNAVAILABLE: (grpc.StatusCode.UNAVAILABLE, "etcd cannot be reached; retry later."),
+    ErrorReason.DATABASE_UNAVAILABLE: (
+        grpc.StatusCode.UNAVAILABLE,
+        "The database cannot be reached; retry later.",
+    ),
+    ErrorReason.COORDINATION_UNAVAILABLE: (
+        grpc.StatusCode.UNAVAILABLE,
+        "etcd cannot be reached; retry later.",
+    ),
     ErrorReason.SHUTTING_DOWN: (grpc.StatusCode.UNAVAILABLE, "The server is draining; reconnect elsewhere."),
-    ErrorReason.PROTOCOL_VIOLATION: (grpc.StatusCode.INVALID_ARGUMENT, "A stream message came out of protocol order."),
+    ErrorReason.PROTOCOL_VIOLATION: (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "A stream message came out of protocol order.",
+    ),
     ErrorReason.CHECKPOINT_TOO_LARGE: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "A progress checkpoint exceeds 64 KiB; it was refused whole, never truncated.",
@@ -59,7 +71,10 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         grpc.StatusCode.PERMISSION_DENIED,
         "The namespace is not in the caller's x-gnomon-namespaces metadata.",
     ),
-    ErrorReason.SCHEDULE_NOT_FOUND: (grpc.StatusCode.NOT_FOUND, "No schedule with that name in that namespace."),
+    ErrorReason.SCHEDULE_NOT_FOUND: (
+        grpc.StatusCode.NOT_FOUND,
+        "No schedule with that name in that namespace.",
+    ),
     ErrorReason.SCHEDULE_EXISTS: (
         grpc.StatusCode.ALREADY_EXISTS,
         "A schedule with that schedule_id exists in the namespace.",
@@ -72,7 +87,10 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         grpc.StatusCode.INVALID_ARGUMENT,
         "The RFC 5545 text does not parse; the message names the faulty part.",
     ),
-    ErrorReason.INVALID_INTERVAL: (grpc.StatusCode.INVALID_ARGUMENT, "The interval is outside 1 s .. 366 days."),
+    ErrorReason.INVALID_INTERVAL: (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The interval is outside 1 s .. 366 days.",
+    ),
     ErrorReason.INVALID_TIME_ZONE: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "The time zone is not an IANA zone name known to tzdata.",
@@ -86,7 +104,10 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "The RRULE would expand without bound or too expensively to evaluate.",
     ),
     ErrorReason.INVALID_TIME_RANGE: (grpc.StatusCode.INVALID_ARGUMENT, "end_time is not after start_time."),
-    ErrorReason.INTERNAL: (grpc.StatusCode.INTERNAL, "An unexpected server fault; details are in the server log."),
+    ErrorReason.INTERNAL: (
+        grpc.StatusCode.INTERNAL,
+        "An unexpected server fault; details are in the server log.",
+    ),
 }
 
 

@@ -54,8 +54,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-
-
 def _target(endpoints: list[str]) -> tuple[str, list[tuple[str, object]]]:
     """Build the gRPC target string and channel options for ``endpoints`` (each ``host:port``)."""
     if not endpoints:

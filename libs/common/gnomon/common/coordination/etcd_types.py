@@ -49,7 +49,6 @@ class KeyValue:
         )
 
 
-
 class EtcdError(Exception):
     """etcd could not do what was asked: transport failure, deadline, unavailable, or a server-side error.
 
@@ -98,7 +97,6 @@ def task_cancelled() -> bool:
 def closed_error(what: str) -> EtcdError:
     """The error a call ``what`` raises when the client was closed under it."""
     return EtcdError(f"etcd {what} cancelled: the client was closed", code=grpc.StatusCode.CANCELLED)
-
 
 
 def prefix_range_end(prefix: bytes) -> bytes:

@@ -168,7 +168,11 @@ def _apply_policy(
                 [skip(o, "coalesced into the catch-up run") for o in missed],
                 Carry(carry.missed_count + len(missed), first),
             )
-        why = "superseded by a later missed occurrence" if p == MisfirePolicy.RUN_LATEST else "beyond max_catchup"
+        why = (
+            "superseded by a later missed occurrence"
+            if p == MisfirePolicy.RUN_LATEST
+            else "beyond max_catchup"
+        )
         return [skip(o, why) for o in missed], carry
     latest = missed[-1]
     if p == MisfirePolicy.RUN_LATEST:
