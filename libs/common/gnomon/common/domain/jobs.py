@@ -43,7 +43,7 @@ def policy_columns(p: RetryPolicy) -> RetryColumns:
     )
 
 
-def retry_columns_of(row: Mapping[str, Any]) -> RetryColumns:
+def retry_columns_of(row: Mapping[Any, Any]) -> RetryColumns:
     """The retry columns of a ``jobs`` or ``schedules`` row, copied as stored."""
     return RetryColumns(
         retry_initial_ms=row["retry_initial_ms"],
@@ -55,7 +55,7 @@ def retry_columns_of(row: Mapping[str, Any]) -> RetryColumns:
     )
 
 
-def policy_of(row: Mapping[str, Any]) -> RetryPolicy:
+def policy_of(row: Mapping[Any, Any]) -> RetryPolicy:
     """The retry policy stored on a ``jobs`` or ``schedules`` row (a mapping with the retry columns)."""
     names = row["non_retryable_errors"]
     return RetryPolicy(
@@ -172,12 +172,22 @@ def job_row(
         request_hash=request_hash,
         idempotent=idempotent,
         start_to_close_ms=start_to_close_ms,
-        **retry,
+        retry_initial_ms=retry["retry_initial_ms"],
+        retry_max_ms=retry["retry_max_ms"],
+        retry_multiplier=retry["retry_multiplier"],
+        retry_jitter=retry["retry_jitter"],
+        max_age_ms=retry["max_age_ms"],
+        non_retryable_errors=retry["non_retryable_errors"],
     )
     if scheduled_at is not None:
         row["scheduled_at"] = scheduled_at
     if occurrence is not None:
-        row.update(occurrence)
+        row["schedule_uid"] = occurrence["schedule_uid"]
+        row["schedule_id"] = occurrence["schedule_id"]
+        row["nominal_time"] = occurrence["nominal_time"]
+        row["coalesced_count"] = occurrence["coalesced_count"]
+        row["coalesced_first"] = occurrence["coalesced_first"]
+        row["coalesced_last"] = occurrence["coalesced_last"]
     return row
 
 
@@ -233,7 +243,7 @@ def occurrence_job_id(uid: uuid.UUID, nominal: datetime) -> uuid.UUID:
 
 
 def occurrence_row(
-    sched: Mapping[str, Any],
+    sched: Mapping[Any, Any],
     nominal: datetime,
     scheduled_at: datetime,
     *,

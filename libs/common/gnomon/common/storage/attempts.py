@@ -13,6 +13,7 @@ Bounded: a job has at most ``max_attempts`` (<= 100) attempts, and every read is
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from sqlalchemy import Integer, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -66,7 +67,7 @@ JOB_EXISTS = named(
 
 async def list_attempts(
     conn: AsyncConnection, namespace: str, job_id: uuid.UUID, *, after: int = 0, limit: int = 100
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` attempts of the job, ascending by attempt number, those numbered above
     ``after`` only (the keyset cursor of the previous page). Each is a mapping of the ``attempts``
     columns plus ``namespace``.

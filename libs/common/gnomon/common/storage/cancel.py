@@ -30,8 +30,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Integer, Uuid, bindparam, func, select, true, update
+from sqlalchemy import BigInteger, Integer, Uuid, bindparam, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
@@ -51,7 +52,7 @@ ALREADY_FINISHED = "ALREADY_FINISHED"
 CAS_TRIES = 2
 
 _ID = bindparam("p_id", type_=Uuid)
-_VERSION = bindparam("p_version")
+_VERSION = bindparam("p_version", type_=BigInteger)
 _ATTEMPT = bindparam("p_attempt", type_=Integer)
 
 CANCEL_UNSTARTED = named(
@@ -115,7 +116,7 @@ class CancelResult:
     :data:`ALREADY_FINISHED`) and the job row afterwards."""
 
     outcome: str
-    job: dict
+    job: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -123,11 +124,11 @@ class Rescheduled:
     """The job row after :func:`reschedule_job` and the database clock's ``now()`` of that
     transaction (UTC), e.g. to decide whether the new time is near."""
 
-    job: dict
+    job: dict[str, Any]
     db_now: datetime
 
 
-def _check_version(row: dict, expected_version: int | None) -> None:
+def _check_version(row: dict[str, Any], expected_version: int | None) -> None:
     if expected_version is not None and row["version"] != expected_version:
         raise FailedPrecondition(
             f"job is at version {row['version']} ({row['state']}), not {expected_version}; nothing was changed",
@@ -136,7 +137,7 @@ def _check_version(row: dict, expected_version: int | None) -> None:
         )
 
 
-def _lost_race(row: dict) -> Aborted:
+def _lost_race(row: dict[str, Any]) -> Aborted:
     return Aborted(
         f"job changed concurrently (now {row['state']} at version {row['version']}); read it and retry",
         metadata={"version": str(row["version"]), "state": row["state"]},

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     DateTime,
     Insert,
     Integer,
@@ -105,7 +107,7 @@ def job_name(namespace: str, job_id: uuid.UUID) -> str:
     return f"namespaces/{namespace}/jobs/{job_id}"
 
 
-def _where(f: DeadLetterFilter, *, include_replayed: bool = False) -> list:
+def _where(f: DeadLetterFilter, *, include_replayed: bool = False) -> list[ColumnElement[bool]]:
     cond = [jobs.c.namespace == f.namespace, jobs.c.state == JobState.DEAD]
     if f.queue:
         cond.append(jobs.c.queue == f.queue)
@@ -129,7 +131,7 @@ async def list_dead_letters(
     include_replayed: bool,
     limit: int,
     after: tuple[datetime, uuid.UUID] | None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` dead jobs matching ``f``, most recent ``finished_at`` first (ties by id
     descending), strictly after the keyset cursor ``after`` = (finished_at, id) of the previous page's
     last row. Without ``include_replayed`` only those not replayed yet."""
@@ -172,7 +174,7 @@ def recent_attempts_stmt(job_ids: list[uuid.UUID], per_job: int) -> Select[Any]:
 
 async def recent_attempts(
     conn: AsyncConnection, job_ids: list[uuid.UUID], per_job: int = ATTEMPTS_SHOWN
-) -> dict[uuid.UUID, list[dict]]:
+) -> dict[uuid.UUID, list[dict[str, Any]]]:
     """job id -> its ``per_job`` most recent attempt rows, oldest first (at most
     ``len(job_ids) * per_job`` rows are read)."""
     if not job_ids:
@@ -184,7 +186,11 @@ async def recent_attempts(
 
 
 async def count_matching(
-    conn: AsyncConnection, f: DeadLetterFilter, *, finished_by=None, cap: int = MAX_MATCH_COUNT
+    conn: AsyncConnection,
+    f: DeadLetterFilter,
+    *,
+    finished_by: datetime | None = None,
+    cap: int = MAX_MATCH_COUNT,
 ) -> int:
     """How many dead letters not replayed yet match ``f`` (and finished by ``finished_by``, default
     the database's ``now()``), counting at most ``cap``."""
@@ -205,7 +211,7 @@ def count_matching_stmt(f: DeadLetterFilter, finished_by: datetime | None, cap: 
     return select(func.count()).select_from(inner)
 
 
-def _outcome(row, *, dry_run: bool = False) -> ReplayOutcome:
+def _outcome(row: Mapping[Any, Any], *, dry_run: bool = False) -> ReplayOutcome:
     return ReplayOutcome(
         matched=row["matched"],
         replayed=row["replayed"],
@@ -224,7 +230,7 @@ def replay_row_stmt(namespace: str, request_id: uuid.UUID, lock: bool = False) -
     return q.with_for_update() if lock else q
 
 
-def _audit_details(req: ReplayRequest, matched: int) -> dict:
+def _audit_details(req: ReplayRequest, matched: int) -> dict[str, Any]:
     return {
         **req.audit_extra,
         "filter": req.filter.to_json(),
@@ -411,7 +417,7 @@ async def replay_batch(
         picked = list(
             (await conn.execute(pick_dead_letters_stmt(req.filter, rep["created_at"], want))).scalars().all()
         )
-    values: dict = {}
+    values: dict[str, Any] = {}
     names = json.loads(rep["job_names"])
     if picked:
         base = (await conn.execute(pacing_base_stmt(rep["next_at"]))).scalar_one()

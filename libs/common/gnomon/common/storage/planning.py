@@ -47,7 +47,7 @@ class Writes:
 
 
 def record_row(
-    sched: dict,
+    sched: dict[str, Any],
     *,
     nominal: datetime,
     local_time: str,
@@ -58,9 +58,9 @@ def record_row(
     job_id: uuid.UUID | None = None,
     scheduled_at: datetime | None = None,
     overlap_policy: str | None = None,
-    missed=None,
+    missed: tuple[int, datetime, datetime] | None = None,
     request_id: uuid.UUID | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """A ``schedule_occurrences`` row (decision record) of ``sched``."""
     count, first, last = missed or (None, None, None)
     return dict(
@@ -344,7 +344,7 @@ UPDATE_PLANNED = named(
 )
 
 
-async def _update_schedules(conn: AsyncConnection, ups: list[dict]) -> None:
+async def _update_schedules(conn: AsyncConnection, ups: list[dict[str, Any]]) -> None:
     cols = (
         "uid",
         "planned_through",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -37,7 +38,7 @@ _REGION, _NS, _QUEUE = (
 _CAP = bindparam("p_cap", type_=Integer)
 
 
-def _params(region: str, namespace: str, queue: str, **kw) -> dict:
+def _params(region: str, namespace: str, queue: str, **kw: Any) -> dict[str, Any]:
     return {"p_region": region, "p_namespace": namespace, "p_queue": queue, **kw}
 
 
@@ -212,7 +213,7 @@ LOCK_STATE = named(
 
 async def get_state(
     conn: AsyncConnection, *, region: str, namespace: str, queue: str, lock: bool = False
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The queue's ``queue_state`` row (``None``: never evaluated, i.e. CLOSED); ``lock`` takes its row
     lock (``FOR UPDATE``) until the transaction ends."""
     row = (
@@ -223,7 +224,7 @@ async def get_state(
     return dict(row) if row else None
 
 
-async def ensure_state(conn: AsyncConnection, *, region: str, namespace: str, queue: str) -> dict:
+async def ensure_state(conn: AsyncConnection, *, region: str, namespace: str, queue: str) -> dict[str, Any]:
     """The queue's ``queue_state`` row, created CLOSED (version 1) if missing."""
     row = await get_state(conn, region=region, namespace=namespace, queue=queue)
     if row is not None:
@@ -283,13 +284,13 @@ TRANSITION = named(
 
 async def transition(
     conn: AsyncConnection,
-    row: dict,
+    row: dict[str, Any],
     to: str,
     *,
     ratio: float = 0.0,
     results: int = 0,
     min_open_s: float = 0.0,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Moves the breaker of ``row`` (a ``queue_state`` row as read) to ``to`` if it is still in the
     state and version read (compare-and-set; from OPEN only after ``min_open_s`` since it opened).
     Returns the new row, or ``None`` when another dispatcher changed it first (nothing written).

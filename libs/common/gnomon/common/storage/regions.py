@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Select, func, select
-from sqlalchemy.dialects.postgresql import Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningInsert
 
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage.schema import region_owners as ro
@@ -22,7 +22,7 @@ from gnomon.common.storage.statements import builder
 
 
 @builder(region="r", owner_region="r", owner="d", token=1)
-def record_region_stmt(region: str, owner_region: str, owner: str, token: int) -> Insert:
+def record_region_stmt(region: str, owner_region: str, owner: str, token: int) -> ReturningInsert[Any]:
     """Upserts ``region_owners`` row ``region``: ``owner_region`` (dispatcher ``owner``) acts for
     it under fencing ``token`` (an etcd create revision), ``acquired_at = now()``; the update applies
     only when the recorded token is not larger. Returns the token when the row was written."""

@@ -145,7 +145,7 @@ def fail_job_stmt(
 
 
 def judge(
-    job: Mapping[str, Any],
+    job: Mapping[Any, Any],
     attempt: int,
     failure_class: str,
     error: str,

@@ -10,14 +10,15 @@ stored as integer milliseconds. Changes are compare-and-set on ``version`` (AIP-
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Delete, Select, Update, delete, func, select, update
-from sqlalchemy.dialects.postgresql import Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningInsert
 
 from gnomon.common.domain.jobs import policy_columns
 from gnomon.common.domain.states import JobState
@@ -66,7 +67,7 @@ class ScheduleValues:
     retry: RetryPolicy = DEFAULT_POLICY
     paused: bool = False
 
-    def columns(self) -> dict:
+    def columns(self) -> dict[str, Any]:
         """The ``schedules`` columns these values set."""
         ms = _ms
         return dict(
@@ -125,7 +126,7 @@ def _ms(d: timedelta | None) -> int | None:
     return None if d is None else round(d.total_seconds() * 1000)
 
 
-def rule_spec_of(row) -> RuleSpec:
+def rule_spec_of(row: Mapping[Any, Any]) -> RuleSpec:
     """The :class:`RuleSpec` of a ``schedules`` row (a mapping)."""
     return RuleSpec(
         kind=RuleKind(row["rule_kind"]),
@@ -183,7 +184,7 @@ def schedule_by_request_stmt(namespace: str, request_id: uuid.UUID) -> Select[An
 
 
 @builder(values={"namespace": "ns", "schedule_id": "s"})
-def insert_schedule_stmt(values: Row) -> Insert:
+def insert_schedule_stmt(values: Row) -> ReturningInsert[Any]:
     """Inserts the ``schedules`` row ``values`` (column -> value); nothing if the id is taken in the
     namespace (``ON CONFLICT (namespace, schedule_id) DO NOTHING``); returns the row inserted."""
     return (
@@ -196,7 +197,7 @@ def insert_schedule_stmt(values: Row) -> Insert:
 
 async def insert_schedule(
     conn: AsyncConnection, new: NewSchedule, *, now: datetime, next_fire_at: datetime | None
-) -> tuple[dict, bool]:
+) -> tuple[dict[str, Any], bool]:
     """Inserts a schedule; returns ``(row, created)``. ``next_fire_at`` is the first nominal time after
     :func:`planning_start` (None: the rule never fires again).
 
@@ -252,7 +253,7 @@ def schedule_stmt(namespace: str, schedule_id: str, lock: bool) -> Select[Any]:
 
 async def get_schedule(
     conn: AsyncConnection, namespace: str, schedule_id: str, *, lock: bool = False
-) -> dict:
+) -> dict[str, Any]:
     """The schedule row (``lock``: ``FOR UPDATE``); raises :class:`NotFound` (SCHEDULE_NOT_FOUND)."""
     row = (await conn.execute(schedule_stmt(namespace, schedule_id, lock))).mappings().first()
     if row is None:
@@ -270,7 +271,7 @@ async def list_schedules(
     queue: str | None,
     after: str | None,
     limit: int,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` schedules of ``namespace`` ordered by id, strictly after id ``after``."""
     q = list_schedules_stmt(namespace, paused, queue, after, limit)
     return [dict(r) for r in (await conn.execute(q)).mappings()]
@@ -292,7 +293,7 @@ def list_schedules_stmt(
     return q.order_by(schedules.c.schedule_id).limit(limit)
 
 
-def check_etag(row: dict, etag: str | None) -> None:
+def check_etag(row: dict[str, Any], etag: str | None) -> None:
     """Raises :class:`FailedPrecondition` (STALE_VERSION) when ``etag`` is given and is not the row's."""
     if etag and etag != str(row["version"]):
         raise FailedPrecondition(
@@ -302,7 +303,7 @@ def check_etag(row: dict, etag: str | None) -> None:
         )
 
 
-async def withdraw_future_jobs(conn: AsyncConnection, row: dict, *, now: datetime | None) -> int:
+async def withdraw_future_jobs(conn: AsyncConnection, row: dict[str, Any], *, now: datetime | None) -> int:
     """Deletes the occurrence jobs of schedule ``row`` not dispatched yet (SCHEDULED, attempt 0) with
     their decision records, so they can be planned again: with ``now``, only those created ahead of
     time (nominal and schedule time after ``now``: pause, update); with None, all of them (delete).
@@ -340,13 +341,13 @@ def withdraw_jobs_stmts(uid: uuid.UUID, ids: list[uuid.UUID]) -> tuple[Delete, D
 
 async def update_schedule(
     conn: AsyncConnection,
-    row: dict,
-    changes: dict,
+    row: dict[str, Any],
+    changes: dict[str, Any],
     *,
     now: datetime,
     replan_from: datetime | None = None,
     next_fire_at: datetime | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Applies ``changes`` (``schedules`` columns) to the locked ``row``, bumping ``version``.
 
     ``replan_from`` (the rule changed): the planned-ahead jobs are withdrawn, the high-water mark is
@@ -396,7 +397,7 @@ def replan_start(planned_through: datetime, start_time: datetime | None, now: da
     return min(planned_through, now)
 
 
-async def delete_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> int:
+async def delete_schedule(conn: AsyncConnection, row: dict[str, Any], *, now: datetime) -> int:
     """Deletes the locked ``row``, its decision records and every occurrence job not dispatched yet;
     returns how many jobs were withdrawn. Dispatched or running occurrences are left alone."""
     n = await withdraw_future_jobs(conn, row, now=None)
@@ -414,7 +415,9 @@ def delete_schedule_stmts(uid: uuid.UUID) -> tuple[Delete, Delete]:
     )
 
 
-async def pause_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> tuple[dict, int]:
+async def pause_schedule(
+    conn: AsyncConnection, row: dict[str, Any], *, now: datetime
+) -> tuple[dict[str, Any], int]:
     """Pauses the locked ``row`` (idempotent): planned-ahead jobs are withdrawn, nothing more is planned.
     Returns ``(row, withdrawn jobs)``."""
     if row["paused"]:
@@ -430,7 +433,7 @@ async def pause_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> 
     return dict((await conn.execute(set_schedule_stmt(row["uid"], values))).mappings().one()), n
 
 
-async def resume_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> dict:
+async def resume_schedule(conn: AsyncConnection, row: dict[str, Any], *, now: datetime) -> dict[str, Any]:
     """Resumes the locked ``row`` (idempotent): nominal times up to ``now`` become SKIPPED_PAUSED when
     the planner reaches them (``skip_through``), and planning restarts at once."""
     if not row["paused"]:
@@ -447,7 +450,7 @@ async def resume_schedule(conn: AsyncConnection, row: dict, *, now: datetime) ->
 
 async def list_occurrences(
     conn: AsyncConnection, uid: uuid.UUID, *, decision: str | None, before: datetime | None, limit: int
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` decision records of schedule ``uid``, newest nominal time first, strictly before
     the cursor ``before``; optionally one ``decision``."""
     q = list_occurrences_stmt(uid, decision, before, limit)
@@ -476,7 +479,7 @@ def occurrence_stmt(uid: uuid.UUID, nominal: datetime) -> Select[Any]:
     return select(t).where(t.c.schedule_uid == uid, t.c.nominal_time == nominal)
 
 
-async def get_occurrence(conn: AsyncConnection, uid: uuid.UUID, nominal: datetime) -> dict | None:
+async def get_occurrence(conn: AsyncConnection, uid: uuid.UUID, nominal: datetime) -> dict[str, Any] | None:
     """The decision record of ``(uid, nominal)``, or None."""
     row = (await conn.execute(occurrence_stmt(uid, nominal))).mappings().first()
     return dict(row) if row else None

@@ -29,7 +29,7 @@ class NamedStatement:
 
     name: str
     doc: str
-    build: Callable[[], Executable]
+    build: Callable[[], Executable | tuple[Executable, ...]]
     prebuilt: bool
 
 
@@ -37,7 +37,7 @@ class NamedStatement:
 REGISTRY: dict[str, NamedStatement] = {}
 
 _S = TypeVar("_S", bound=Executable)
-_F = TypeVar("_F", bound=Callable[..., Executable])
+_F = TypeVar("_F", bound=Callable[..., Executable | tuple[Executable, ...]])
 _PREFIX = "gnomon.common.storage."
 
 
