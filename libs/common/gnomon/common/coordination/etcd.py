@@ -26,7 +26,7 @@ import ipaddress
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import grpc.aio
@@ -110,7 +110,7 @@ class EtcdClient:
         self._kv: rpc_pb2_grpc.KVStub | None = None
         self._lease: rpc_pb2_grpc.LeaseStub | None = None
         self._watch: rpc_pb2_grpc.WatchStub | None = None
-        self._ka_call: grpc.aio.StreamStreamCall | None = None
+        self._ka_call: grpc.aio.StreamStreamCall[Any, Any] | None = None
         self._ka_lock = asyncio.Lock()
         self._closed = False
 
@@ -121,9 +121,10 @@ class EtcdClient:
             raise RuntimeError("EtcdClient is closed")
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
-            self._kv = rpc_pb2_grpc.KVStub(self._channel)
-            self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
-            self._watch = rpc_pb2_grpc.WatchStub(self._channel)
+            # the generated stubs are untyped (gnomon._proto is excluded from type checking)
+            self._kv = rpc_pb2_grpc.KVStub(self._channel)  # type: ignore[no-untyped-call]
+            self._lease = rpc_pb2_grpc.LeaseStub(self._channel)  # type: ignore[no-untyped-call]
+            self._watch = rpc_pb2_grpc.WatchStub(self._channel)  # type: ignore[no-untyped-call]
 
     @property
     def _kv_stub(self) -> rpc_pb2_grpc.KVStub:
@@ -232,13 +233,14 @@ class EtcdClient:
                 call = self._ka_call
                 async with asyncio.timeout(self.timeout):
                     await call.write(rpc_pb2.LeaseKeepAliveRequest(ID=lease_id))
-                    resp = await call.read()
-                if resp is grpc.aio.EOF:
+                    got = await call.read()
+                if got is grpc.aio.EOF:
                     raise EtcdError("etcd LeaseKeepAlive stream ended", code=grpc.StatusCode.UNAVAILABLE)
+                resp = cast(rpc_pb2.LeaseKeepAliveResponse, got)  # the stream's only message type
                 if resp.ID != lease_id:  # cannot happen on a serialised stream; do not trust it if it does
                     raise EtcdError(f"etcd LeaseKeepAlive answered for lease {resp.ID}, asked {lease_id}")
                 ok = True
-                return max(0, resp.TTL)
+                return max(0, int(resp.TTL))
             except grpc.aio.AioRpcError as err:
                 raise EtcdError.from_rpc("LeaseKeepAlive", err) from err
             except TimeoutError as err:
@@ -279,7 +281,8 @@ class EtcdClient:
     async def _txn(self, req: rpc_pb2.TxnRequest) -> rpc_pb2.TxnResponse:
         # Deliberately a single attempt: a Txn whose reply was lost may already be applied, and a retry
         # of a create-if-absent would then see its own key and report a false failure (STACK.md 3).
-        return await self._unary("Txn", self._kv_stub.Txn, req)
+        resp: rpc_pb2.TxnResponse = await self._unary("Txn", self._kv_stub.Txn, req)
+        return resp
 
     async def create_if_absent(self, key: bytes, value: bytes, lease_id: int = 0) -> tuple[bool, KeyValue]:
         """Create ``key`` = ``value`` (attached to ``lease_id``, 0 = no lease) only if it does not exist.
@@ -383,7 +386,7 @@ class EtcdClient:
         resp = await self._unary(
             "Put", self._kv_stub.Put, rpc_pb2.PutRequest(key=key, value=value, lease=lease_id)
         )
-        return resp.header.revision
+        return int(resp.header.revision)
 
     async def delete(self, key: bytes) -> int:
         """Delete ``key`` unconditionally; return how many keys were deleted (0 or 1).
@@ -394,7 +397,7 @@ class EtcdClient:
         resp = await self._unary(
             "DeleteRange", self._kv_stub.DeleteRange, rpc_pb2.DeleteRangeRequest(key=key)
         )
-        return resp.deleted
+        return int(resp.deleted)
 
     # -- watch -----------------------------------------------------------------------------------
 

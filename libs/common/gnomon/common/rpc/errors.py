@@ -9,10 +9,12 @@ https://grpc.io/docs/guides/error/ (richer error model).
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, cast
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2  # type: ignore[import-untyped]
 from grpc_status import rpc_status
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
@@ -41,7 +43,8 @@ def to_status(err: GnomonError) -> grpc.Status:
         a.Pack(d)
         packed.append(a)
     status = status_pb2.Status(code=getattr(code_pb2, err.code.name), message=err.message, details=packed)
-    return rpc_status.to_status(status)
+    out: grpc.Status = rpc_status.to_status(status)
+    return out
 
 
 def classify(exc: BaseException) -> GnomonError:
@@ -61,14 +64,20 @@ def classify(exc: BaseException) -> GnomonError:
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """Wraps unary and streaming handlers so domain errors abort with a rich status."""
 
-    async def intercept_service(self, continuation, handler_call_details):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
         if handler.unary_unary:
-            inner = handler.unary_unary
+            # on an aio server the handlers are coroutine functions / async generators; the grpc
+            # stubs describe the sync ones, so they are re-typed here
+            inner: Callable[..., Awaitable[Any]] = handler.unary_unary
 
-            async def unary_unary(request, context):
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 try:
                     return await inner(request, context)
                 except BaseException as exc:
@@ -80,9 +89,11 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_stream:
-            inner_ss = handler.stream_stream
+            inner_ss = cast(Callable[..., AsyncIterator[Any]], handler.stream_stream)
 
-            async def stream_stream(request_iterator, context):
+            async def stream_stream(
+                request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
                 try:
                     async for item in inner_ss(request_iterator, context):
                         yield item
@@ -97,7 +108,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-async def _abort(exc: BaseException, context: grpc.aio.ServicerContext) -> None:
+async def _abort(exc: BaseException, context: grpc.aio.ServicerContext[Any, Any]) -> None:
     import asyncio
 
     if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 
 def configure_logging(service: str, level: str = "INFO") -> None:
@@ -27,6 +28,6 @@ async def wait_for_signal() -> None:
     await stop.wait()
 
 
-def run(main: Callable[[], Awaitable[None]]) -> None:
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Runs the async ``main`` to completion on a fresh event loop."""
     asyncio.run(main())

@@ -8,6 +8,7 @@ grpcio-reflection 1.85 serves only v1alpha, STACK.md section 1), so
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,7 +27,9 @@ class GrpcServer:
     until :meth:`set_serving` is called.
     """
 
-    def __init__(self, listen: str, services: Iterable[tuple[Callable, object, str]]):
+    def __init__(
+        self, listen: str, services: Iterable[tuple[Callable[[Any, Any], None], object, str]]
+    ) -> None:
         self.server = grpc.aio.server(
             interceptors=[ErrorInterceptor()],
             options=[
@@ -70,7 +73,7 @@ class GrpcServer:
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
 
-    async def _set(self, status) -> None:
+    async def _set(self, status: int) -> None:
         for name in ["", *self.names]:
             await self.health.set(name, status)
 
