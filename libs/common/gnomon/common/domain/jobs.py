@@ -236,6 +236,10 @@ class NewJob:
         )
 
 
+#: A COALESCE catch-up run's ``(count, first, last)`` missed nominal times.
+Coalesced = tuple[int | None, datetime | None, datetime | None]
+
+
 def occurrence_job_id(uid: uuid.UUID, nominal: datetime) -> uuid.UUID:
     """The deterministic job id of the occurrence of schedule ``uid`` at ``nominal`` (UTC instant):
     UUIDv5 (RFC 4122) in the schedule's uid namespace of the RFC 3339 instant with microseconds."""
@@ -248,7 +252,7 @@ def occurrence_row(
     scheduled_at: datetime,
     *,
     shards: int,
-    coalesced: tuple[int, datetime, datetime] | None = None,
+    coalesced: Coalesced | None = None,
 ) -> JobRow:
     """The ``jobs`` row of the occurrence of ``sched`` (a ``schedules`` row) at ``nominal``, eligible
     from ``scheduled_at``; ``coalesced`` = ``(count, first, last)`` for a COALESCE catch-up run. Its

@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import Insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gnomon.common.domain.jobs import JobRow
+from gnomon.common.domain.jobs import Coalesced, JobRow
 from gnomon.common.domain.policies import OccurrenceDecision
 from gnomon.common.domain.states import ACTIVE
 from gnomon.common.storage.batches import row_params, unnest_rows
@@ -58,7 +58,7 @@ def record_row(
     job_id: uuid.UUID | None = None,
     scheduled_at: datetime | None = None,
     overlap_policy: str | None = None,
-    missed: tuple[int, datetime, datetime] | None = None,
+    missed: Coalesced | None = None,
     request_id: uuid.UUID | None = None,
 ) -> dict[str, Any]:
     """A ``schedule_occurrences`` row (decision record) of ``sched``."""
