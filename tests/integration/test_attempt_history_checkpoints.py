@@ -21,10 +21,10 @@ from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.api.servicer import JobServicer
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import checkpoints as cps
 from gnomon.common.storage import dispatch as store
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import make_engine, run_transaction

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import func, select, update
 
 from gnomon.common.config import BreakerSettings, DatabaseSettings, RetryBudgetSettings
-from gnomon.common.storage import dispatch as store
 from gnomon.common.domain import jobs as domain_jobs
+from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import queues as qstore
 from gnomon.common.storage.engine import make_engine, run_transaction

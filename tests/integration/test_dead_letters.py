@@ -28,10 +28,10 @@ from gnomon.api.dead_letters import DeadLetterServicer, _fingerprint
 from gnomon.api.servicer import JobServicer
 from gnomon.cli.main import app as cli
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import dead_letters as dlq
 from gnomon.common.storage import dispatch as store
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import make_engine, run_transaction
 from gnomon.common.storage.schema import audit_log, dlq_replays, jobs

@@ -14,9 +14,9 @@ from sqlalchemy import func, select
 from gnomon.common.config import DatabaseSettings
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.registry import shard_key
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import dispatch as store
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import make_engine, run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox

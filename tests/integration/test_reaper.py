@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import select, update
 
 from gnomon.common.config import DatabaseSettings
-from gnomon.common.storage import dispatch as store
 from gnomon.common.domain import jobs as domain_jobs
+from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import make_engine, run_transaction

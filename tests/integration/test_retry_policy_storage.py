@@ -13,9 +13,9 @@ from sqlalchemy import select, text, update
 
 from gnomon.api.convert import job_to_proto
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.retry import RetryPolicy
 from gnomon.common.storage import dispatch as store
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import make_engine, run_transaction

@@ -20,10 +20,10 @@ from sqlalchemy import select, update
 
 from gnomon.common import states as S
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import dispatch as store
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import make_engine, run_transaction

@@ -65,9 +65,7 @@ def test_statement_compiles(name: str, dialect: str) -> None:
 @pytest.mark.parametrize("module", MODULES)
 def test_every_module_level_statement_is_registered(module: str) -> None:
     mod = importlib.import_module(module)
-    registered = {
-        id(s) for e in REGISTRY.values() if e.prebuilt for s in _statements(e.build())
-    }
+    registered = {id(s) for e in REGISTRY.values() if e.prebuilt for s in _statements(e.build())}
     loose = [
         attr
         for attr, value in vars(mod).items()
@@ -101,7 +99,11 @@ def test_no_statement_is_built_outside_a_registered_builder(module: str) -> None
         if "builder" in _decorators(fn) or fn.name.startswith("_build"):
             continue
         for node in ast.walk(fn):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CONSTRUCTORS:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in CONSTRUCTORS
+            ):
                 bad.append(f"{fn.name}:{node.lineno}")
     assert not bad, f"{module}: SQL built outside a named builder at {bad}"
 

@@ -6,8 +6,8 @@ from datetime import UTC, timedelta
 
 from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2
 from gnomon.api.names import job_name
-from gnomon.common.retry import RetryPolicy
 from gnomon.common.domain.jobs import policy_of
+from gnomon.common.retry import RetryPolicy
 from gnomon.common.storage.schedules import schedule_name
 from gnomon.common.timeconv import to_duration, to_timestamp
 

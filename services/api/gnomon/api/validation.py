@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 
 from gnomon._proto.gnomon.v1 import job_service_pb2
 from gnomon.api.names import parse_job_name, parse_parent
+from gnomon.common.domain.jobs import NewJob, shard_of
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
-from gnomon.common.domain.jobs import NewJob, shard_of
 
 QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MAX_PAYLOAD_BYTES = 256 * 1024
