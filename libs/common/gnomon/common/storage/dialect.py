@@ -107,6 +107,7 @@ class _CrdbInternalRegion(UserDefinedType[str]):
     cache_ok = True
 
     def get_col_spec(self, **kw: Any) -> str:
+        """The type's DDL name."""
         return "crdb_internal_region"
 
 
@@ -324,6 +325,7 @@ def render_sql(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: prints the CockroachDB multi-region DDL (``--help`` for the flags); returns 0."""
     p = argparse.ArgumentParser(
         prog="python -m gnomon.common.storage.dialect",
         description="Print the CockroachDB multi-region DDL for Gnomon's schema.",

@@ -65,6 +65,7 @@ def builder(**sample: Any) -> Callable[[_F], _F]:
     Raises ``ValueError`` if the function has no docstring."""
 
     def register(fn: _F) -> _F:
+        """Adds ``fn`` to :data:`REGISTRY` under ``<module>.<name>``; returns it unchanged."""
         _add(
             NamedStatement(
                 _key(fn.__module__, fn.__name__), fn.__doc__ or "", lambda: fn(**sample), prebuilt=False
