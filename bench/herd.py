@@ -46,8 +46,9 @@ from bench.drain import ROOT, peak_rss_mb, q
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon.api.validation import validate_create
 from gnomon.cli.suite import Suite
+from gnomon.common.domain.jobs import ms as _ms
+from gnomon.common.domain.jobs import policy_columns, shard_of
 from gnomon.common.states import SCHEDULED
-from gnomon.common.storage.jobs import _ms, policy_columns, shard_of
 from gnomon.devservers import PostgresServer, free_port
 
 QUEUE = "herd"

@@ -110,10 +110,10 @@ async def faulty(db_url):
 
 
 def _new_job(queue: str):
-    from gnomon.common.storage import jobs as jobs_store
+    from gnomon.common.domain import jobs as domain_jobs
 
     jid = uuid.uuid4()
-    return jobs_store.NewJob(
+    return domain_jobs.NewJob(
         id=jid,
         namespace="default",
         region="local",

@@ -1,6 +1,6 @@
 """Regression: a standby serving a failed region obeys that region's circuit breakers and retry budget.
 
-Found in review (issue 9): the failover claim loop was built without the retry budget and the
+Found in the structure review: the failover claim loop was built without the retry budget and the
 breakers (their constructor defaults were ``None``), so during a failover the standby claimed OPEN
 queues of the failed region and retried without limit. Two regions ``a`` and ``b`` (each standby for
 the other); every process of ``a`` is killed -9; ``b`` serves ``a``. In region ``a``:

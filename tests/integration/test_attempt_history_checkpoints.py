@@ -21,6 +21,7 @@ from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.api.servicer import JobServicer
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import checkpoints as cps
 from gnomon.common.storage import dispatch as store
@@ -68,7 +69,7 @@ async def api(engine):
 
 async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=5) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(
+    new = domain_jobs.NewJob(
         id=jid,
         namespace=namespace,
         region="local",

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from gnomon.common.config import BreakerSettings, DatabaseSettings, RetryBudgetSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import queues as qstore
@@ -45,7 +46,7 @@ async def new_jobs(engine, n, queue="q") -> list[uuid.UUID]:
     for _ in range(n):
         jid = uuid.uuid4()
         batch.append(
-            jobs_store.NewJob(
+            domain_jobs.NewJob(
                 id=jid,
                 namespace="default",
                 region="local",

@@ -28,6 +28,7 @@ from gnomon.api.dead_letter_servicer import DeadLetterServicer, _fingerprint
 from gnomon.api.servicer import JobServicer
 from gnomon.cli.main import app as cli
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import dead_letters as dlq
 from gnomon.common.storage import dispatch as store
@@ -106,7 +107,7 @@ async def make_dead(
     for i in range(n):
         jid = uuid.uuid4()
         batch.append(
-            jobs_store.NewJob(
+            domain_jobs.NewJob(
                 id=jid,
                 namespace=namespace,
                 region="local",
@@ -302,7 +303,7 @@ async def test_replay_of_1000_dead_jobs_at_100_per_second_is_paced_linked_and_id
         for col in dlq.REPLAY_COPY_COLUMNS:
             assert j[col] == o[col], col
         assert all(j[c] is None for c in ("last_error", "failure_class", "finished_at", "dispatched_at"))
-        assert j["id"] != o["id"] and j["shard"] == jobs_store.shard_of(j["id"], SHARDS)
+        assert j["id"] != o["id"] and j["shard"] == domain_jobs.shard_of(j["id"], SHARDS)
 
     # the same request again: nothing more is replayed, the same answer comes back, no new audit entry
     again = await stub.ReplayDeadLetters(req)
@@ -557,7 +558,7 @@ async def test_a_replay_that_dies_again_is_a_new_dead_letter_linked_to_the_first
     [first] = await make_dead(engine, 1, queue="q", error="first death")
     r = await stub.ReplayDeadLetters(replay_req())
     new_id = uuid.UUID(r.replayed_jobs[0].rsplit("/", 1)[1])
-    shard = jobs_store.shard_of(new_id, SHARDS)
+    shard = domain_jobs.shard_of(new_id, SHARDS)
     if shard != 0:
         await run_transaction(engine, lambda c: store.record_ownership(c, "local", shard, TOKEN, "test"))
     claimed = await run_transaction(

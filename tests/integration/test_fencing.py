@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from gnomon.common.config import DatabaseSettings
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.registry import shard_key
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
@@ -40,7 +41,7 @@ async def engine(db_url, request):
 
 async def make_job(engine, shard: int) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(
+    new = domain_jobs.NewJob(
         id=jid,
         namespace="default",
         region="local",
@@ -126,7 +127,7 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
 async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):
     await run_transaction(engine, lambda c: store.record_ownership(c, "local", 1, 7, "A"))
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(
+    new = domain_jobs.NewJob(
         id=jid,
         namespace="default",
         region="local",

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import select, update
 
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
@@ -33,7 +34,7 @@ async def engine(db_url):
 
 async def new_job(engine, *, idempotent=False, max_attempts=3, deadline=None, schedule_at=None) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(
+    new = domain_jobs.NewJob(
         id=jid,
         namespace="default",
         region="local",

@@ -13,6 +13,7 @@ from sqlalchemy import select, text, update
 
 from gnomon.api.convert import job_to_proto
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.retry import RetryPolicy
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
@@ -33,7 +34,7 @@ async def engine(db_url):
 
 async def new_job(engine, policy=RetryPolicy(), *, queue="q", max_attempts=5, idempotent=False) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = jobs_store.NewJob(
+    new = domain_jobs.NewJob(
         id=jid,
         namespace="default",
         region="local",
@@ -215,7 +216,7 @@ async def test_stored_policy_reads_back_through_the_api_conversion(engine):
         non_retryable_errors=("ValueError",),
     )
     row = await job_row(engine, await new_job(engine, policy))
-    assert jobs_store.policy_of(row) == policy
+    assert domain_jobs.policy_of(row) == policy
     p = job_to_proto(dict(row)).retry_policy
     assert (
         p.initial_backoff.ToMilliseconds(),

@@ -20,6 +20,7 @@ from sqlalchemy import select, update
 
 from gnomon.common import states as S
 from gnomon.common.config import DatabaseSettings
+from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import dispatch as store
@@ -67,7 +68,7 @@ def make_machine(db_url: str):
         @rule(idempotent=st.booleans(), max_attempts=st.integers(1, 3))
         def create(self, idempotent, max_attempts):
             jid = uuid.uuid4()
-            new = jobs_store.NewJob(
+            new = domain_jobs.NewJob(
                 id=jid,
                 namespace="default",
                 region="local",

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon.api.validation import QUEUE_RE, validate_create
 from gnomon.cli.durations import parse_duration
+from gnomon.common.domain.jobs import shard_of
 from gnomon.common.errors import InvalidArgument
 from gnomon.common.retry import backoff_s
 from gnomon.common.states import JOB_STATES, TERMINAL, TRANSITIONS
-from gnomon.common.storage.jobs import shard_of
 
 
 @given(

@@ -11,80 +11,103 @@ from dataclasses import dataclass
 
 import grpc
 
+from gnomon.common.domain.reasons import ErrorReason
+
 DOMAIN = "gnomon.dev"
 
 #: reason -> (gRPC code, one-line meaning). The single source for docs/errors.md.
-REASONS: dict[str, tuple[grpc.StatusCode, str]] = {
-    "INVALID_FIELD": (
+REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
+    ErrorReason.INVALID_FIELD: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "One or more request fields are invalid; see BadRequest.",
     ),
-    "JOB_NOT_FOUND": (grpc.StatusCode.NOT_FOUND, "No job with that name in that namespace."),
-    "REQUEST_ID_REUSED": (
+    ErrorReason.JOB_NOT_FOUND: (grpc.StatusCode.NOT_FOUND, "No job with that name in that namespace."),
+    ErrorReason.REQUEST_ID_REUSED: (
         grpc.StatusCode.ALREADY_EXISTS,
         "The request_id was already used with a different request.",
     ),
-    "STALE_FENCING_TOKEN": (
+    ErrorReason.STALE_FENCING_TOKEN: (
         grpc.StatusCode.FAILED_PRECONDITION,
         "The write carried a fencing token older than the current shard owner's.",
     ),
-    "STALE_ATTEMPT": (
+    ErrorReason.STALE_ATTEMPT: (
         grpc.StatusCode.FAILED_PRECONDITION,
         "The attempt or version is no longer current (cancelled, re-dispatched or finished).",
     ),
-    "LEASE_EXPIRED": (grpc.StatusCode.FAILED_PRECONDITION, "The attempt's lease ended before the write."),
-    "STALE_VERSION": (
+    ErrorReason.LEASE_EXPIRED: (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "The attempt's lease ended before the write.",
+    ),
+    ErrorReason.STALE_VERSION: (
         grpc.StatusCode.FAILED_PRECONDITION,
         "The job is no longer at the request's expected_version; nothing was changed.",
     ),
-    "JOB_NOT_RESCHEDULABLE": (
+    ErrorReason.JOB_NOT_RESCHEDULABLE: (
         grpc.StatusCode.FAILED_PRECONDITION,
         "Only a job not yet dispatched (SCHEDULED) can be rescheduled.",
     ),
-    "CONCURRENT_MODIFICATION": (
+    ErrorReason.CONCURRENT_MODIFICATION: (
         grpc.StatusCode.ABORTED,
         "The job changed concurrently while the request was applied; read it and retry.",
     ),
-    "DATABASE_UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, "The database cannot be reached; retry later."),
-    "COORDINATION_UNAVAILABLE": (grpc.StatusCode.UNAVAILABLE, "etcd cannot be reached; retry later."),
-    "SHUTTING_DOWN": (grpc.StatusCode.UNAVAILABLE, "The server is draining; reconnect elsewhere."),
-    "PROTOCOL_VIOLATION": (grpc.StatusCode.INVALID_ARGUMENT, "A stream message came out of protocol order."),
-    "CHECKPOINT_TOO_LARGE": (
+    ErrorReason.DATABASE_UNAVAILABLE: (
+        grpc.StatusCode.UNAVAILABLE,
+        "The database cannot be reached; retry later.",
+    ),
+    ErrorReason.COORDINATION_UNAVAILABLE: (
+        grpc.StatusCode.UNAVAILABLE,
+        "etcd cannot be reached; retry later.",
+    ),
+    ErrorReason.SHUTTING_DOWN: (grpc.StatusCode.UNAVAILABLE, "The server is draining; reconnect elsewhere."),
+    ErrorReason.PROTOCOL_VIOLATION: (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "A stream message came out of protocol order.",
+    ),
+    ErrorReason.CHECKPOINT_TOO_LARGE: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "A progress checkpoint exceeds 64 KiB; it was refused whole, never truncated.",
     ),
-    "NAMESPACE_NOT_ALLOWED": (
+    ErrorReason.NAMESPACE_NOT_ALLOWED: (
         grpc.StatusCode.PERMISSION_DENIED,
         "The namespace is not in the caller's x-gnomon-namespaces metadata.",
     ),
-    "SCHEDULE_NOT_FOUND": (grpc.StatusCode.NOT_FOUND, "No schedule with that name in that namespace."),
-    "SCHEDULE_EXISTS": (
+    ErrorReason.SCHEDULE_NOT_FOUND: (
+        grpc.StatusCode.NOT_FOUND,
+        "No schedule with that name in that namespace.",
+    ),
+    ErrorReason.SCHEDULE_EXISTS: (
         grpc.StatusCode.ALREADY_EXISTS,
         "A schedule with that schedule_id exists in the namespace.",
     ),
-    "INVALID_CRON": (
+    ErrorReason.INVALID_CRON: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "The cron expression does not parse; the message names the field and its position.",
     ),
-    "INVALID_RRULE": (
+    ErrorReason.INVALID_RRULE: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "The RFC 5545 text does not parse; the message names the faulty part.",
     ),
-    "INVALID_INTERVAL": (grpc.StatusCode.INVALID_ARGUMENT, "The interval is outside 1 s .. 366 days."),
-    "INVALID_TIME_ZONE": (
+    ErrorReason.INVALID_INTERVAL: (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The interval is outside 1 s .. 366 days.",
+    ),
+    ErrorReason.INVALID_TIME_ZONE: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "The time zone is not an IANA zone name known to tzdata.",
     ),
-    "RULE_NEVER_FIRES": (
+    ErrorReason.RULE_NEVER_FIRES: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "The rule has no fire time (e.g. Feb 30) within the bounded search.",
     ),
-    "RRULE_UNBOUNDED": (
+    ErrorReason.RRULE_UNBOUNDED: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "The RRULE would expand without bound or too expensively to evaluate.",
     ),
-    "INVALID_TIME_RANGE": (grpc.StatusCode.INVALID_ARGUMENT, "end_time is not after start_time."),
-    "INTERNAL": (grpc.StatusCode.INTERNAL, "An unexpected server fault; details are in the server log."),
+    ErrorReason.INVALID_TIME_RANGE: (grpc.StatusCode.INVALID_ARGUMENT, "end_time is not after start_time."),
+    ErrorReason.INTERNAL: (
+        grpc.StatusCode.INTERNAL,
+        "An unexpected server fault; details are in the server log.",
+    ),
 }
 
 
@@ -99,9 +122,11 @@ class FieldViolation:
 class GnomonError(Exception):
     """Base of all domain errors. ``reason`` must be a key of :data:`REASONS`."""
 
-    reason = "INTERNAL"
+    reason: str = ErrorReason.INTERNAL
 
-    def __init__(self, message: str, *, reason: str | None = None, metadata: dict[str, str] | None = None):
+    def __init__(
+        self, message: str, *, reason: str | None = None, metadata: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         if reason is not None:
             self.reason = reason
@@ -113,13 +138,13 @@ class GnomonError(Exception):
     @property
     def code(self) -> grpc.StatusCode:
         """The gRPC status code for this error's reason."""
-        return REASONS[self.reason][0]
+        return REASONS[ErrorReason(self.reason)][0]
 
 
 class InvalidArgument(GnomonError):
     """Bad request fields (INVALID_ARGUMENT + BadRequest). Raised before anything is written."""
 
-    reason = "INVALID_FIELD"
+    reason: str = ErrorReason.INVALID_FIELD
 
     def __init__(
         self, violations: list[FieldViolation], message: str | None = None, *, reason: str | None = None
@@ -133,43 +158,43 @@ class InvalidArgument(GnomonError):
 class NotFound(GnomonError):
     """The named resource does not exist (NOT_FOUND)."""
 
-    reason = "JOB_NOT_FOUND"
+    reason: str = ErrorReason.JOB_NOT_FOUND
 
 
 class AlreadyExists(GnomonError):
     """A conflicting resource or request exists (ALREADY_EXISTS)."""
 
-    reason = "REQUEST_ID_REUSED"
+    reason: str = ErrorReason.REQUEST_ID_REUSED
 
 
 class FailedPrecondition(GnomonError):
     """Wrong state or stale version/token (FAILED_PRECONDITION); reason says which."""
 
-    reason = "STALE_ATTEMPT"
+    reason: str = ErrorReason.STALE_ATTEMPT
 
 
 class StaleFencingToken(FailedPrecondition):
     """A write made under shard ownership carried a token older than the recorded one."""
 
-    reason = "STALE_FENCING_TOKEN"
+    reason: str = ErrorReason.STALE_FENCING_TOKEN
 
 
 class Aborted(GnomonError):
     """A compare-and-set lost to concurrent changes (ABORTED); nothing was written, the caller may retry."""
 
-    reason = "CONCURRENT_MODIFICATION"
+    reason: str = ErrorReason.CONCURRENT_MODIFICATION
 
 
 class PermissionDenied(GnomonError):
     """The caller may not act on that namespace (PERMISSION_DENIED). Nothing was read or written."""
 
-    reason = "NAMESPACE_NOT_ALLOWED"
+    reason: str = ErrorReason.NAMESPACE_NOT_ALLOWED
 
 
 class Unavailable(GnomonError):
     """A dependency is down (UNAVAILABLE); the caller may retry. Nothing was written."""
 
-    reason = "DATABASE_UNAVAILABLE"
+    reason: str = ErrorReason.DATABASE_UNAVAILABLE
 
 
 class Validator:

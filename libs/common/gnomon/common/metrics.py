@@ -25,17 +25,19 @@ from collections.abc import Callable, Iterable
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from prometheus_client import start_http_server
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
-def _readers() -> list:
+def _readers() -> list[MetricReader]:
     # scope_info off: no otel_scope_* labels on every series; target_info off: no extra family.
-    readers: list = [PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False)]
+    readers: list[MetricReader] = [PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False)]
     endpoint = os.environ.get("GNOMON_OTLP_ENDPOINT", "").strip()
     if endpoint:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -178,19 +180,19 @@ class BacklogSampler:
 
     def __init__(
         self,
-        engine,
+        engine: AsyncEngine,
         *,
         region: str,
         targets: Callable[[], set[tuple[str, str]]],
         interval_s: float | None = None,
-    ):
+    ) -> None:
         self.engine, self.region, self.targets = engine, region, targets
         self.interval_s = (
             interval_s
             if interval_s is not None
             else float(os.environ.get("GNOMON_METRICS_BACKLOG_INTERVAL_S", "5"))
         )
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self.task = asyncio.create_task(self._run())

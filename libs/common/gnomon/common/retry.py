@@ -11,20 +11,23 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from gnomon.common.domain.failures import FailureClass, RetryReason
 
 #: Upper bound applied to a THROTTLED ``retry_after`` (a worker may send any Duration), seconds.
 MAX_RETRY_AFTER_S = 365 * 86400.0
 
-# Reasons returned by :func:`retry_decision` (also logged): a retry ...
-RETRY_BACKOFF = "BACKOFF"  # after the policy's jittered exponential backoff
-RETRY_AFTER = "RETRY_AFTER"  # after the THROTTLED result's retry_after
+# Reasons returned by :func:`retry_decision` (members of :class:`RetryReason`): a retry ...
+RETRY_BACKOFF = RetryReason.BACKOFF  # after the policy's jittered exponential backoff
+RETRY_AFTER = RetryReason.RETRY_AFTER  # after the THROTTLED result's retry_after
 # ... or none, the job goes to the DLQ (DEAD):
-DEAD_PERMANENT = "PERMANENT"  # failure class PERMANENT
-DEAD_NON_RETRYABLE = "NON_RETRYABLE_ERROR"  # the error's type is in the policy's non_retryable_errors
-DEAD_NOT_IDEMPOTENT = "AMBIGUOUS_NOT_IDEMPOTENT"  # outcome unknown and the job is not idempotent
-DEAD_EXHAUSTED = "ATTEMPTS_EXHAUSTED"  # attempt == max_attempts
-DEAD_MAX_AGE = "MAX_AGE_EXCEEDED"  # the retry would start past max_age since the first dispatch
+DEAD_PERMANENT = RetryReason.PERMANENT  # failure class PERMANENT
+DEAD_NON_RETRYABLE = RetryReason.NON_RETRYABLE_ERROR  # the error's type is in non_retryable_errors
+DEAD_NOT_IDEMPOTENT = RetryReason.AMBIGUOUS_NOT_IDEMPOTENT  # outcome unknown, job not idempotent
+DEAD_EXHAUSTED = RetryReason.ATTEMPTS_EXHAUSTED  # attempt == max_attempts
+DEAD_MAX_AGE = RetryReason.MAX_AGE_EXCEEDED  # the retry would start past max_age since the first dispatch
 
 
 def backoff_s(
@@ -82,7 +85,7 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
-def is_non_retryable(error: str, names) -> bool:
+def is_non_retryable(error: str | None, names: Iterable[str]) -> bool:
     """Whether ``error`` (the SDK sends ``"ExcType: message"``, or just ``"ExcType"``) names one of the
     error types ``names``: the text is the name itself or starts with ``"<name>:"``."""
     error = error or ""
@@ -100,7 +103,7 @@ def retry_decision(
     retry_after_s: float = 0.0,
     max_attempts: int | None = None,
     rng: random.Random | None = None,
-) -> tuple[bool, float | None, str]:
+) -> tuple[bool, float | None, RetryReason]:
     """Whether (and after how long) the job is tried again after failed attempt number ``attempt``.
 
     Returns ``(retry, delay_s, reason)``; ``delay_s`` is ``None`` when there is no retry, and
@@ -117,17 +120,17 @@ def retry_decision(
       dispatch (``age_s + delay_s > max_age_s``; ``age_s`` = seconds since the first attempt was
       dispatched, ``None`` = 0) does not happen.
     """
-    fc = (failure_class or "TRANSIENT").upper()
-    if fc == "PERMANENT":
+    fc = (failure_class or FailureClass.TRANSIENT).upper()
+    if fc == FailureClass.PERMANENT:
         return False, None, DEAD_PERMANENT
     if is_non_retryable(error, policy.non_retryable_errors):
         return False, None, DEAD_NON_RETRYABLE
-    if fc == "AMBIGUOUS" and not idempotent:
+    if fc == FailureClass.AMBIGUOUS and not idempotent:
         return False, None, DEAD_NOT_IDEMPOTENT
     if max_attempts is not None and attempt >= max_attempts:
         return False, None, DEAD_EXHAUSTED
-    if fc == "THROTTLED" and retry_after_s and retry_after_s > 0 and not math.isnan(retry_after_s):
-        delay, reason = min(float(retry_after_s), MAX_RETRY_AFTER_S), RETRY_AFTER
+    if fc == FailureClass.THROTTLED and retry_after_s and retry_after_s > 0 and not math.isnan(retry_after_s):
+        delay, reason = min(float(retry_after_s), MAX_RETRY_AFTER_S), RetryReason.RETRY_AFTER
     else:
         delay = backoff_s(
             max(1, attempt),
@@ -137,7 +140,7 @@ def retry_decision(
             jitter=policy.jitter,
             rng=rng,
         )
-        reason = RETRY_BACKOFF
+        reason = RetryReason.BACKOFF
     if policy.max_age_s is not None and max(0.0, age_s or 0.0) + delay > policy.max_age_s:
         return False, None, DEAD_MAX_AGE
     return True, delay, reason

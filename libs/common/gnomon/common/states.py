@@ -1,39 +1,29 @@
-"""Job and attempt state names (docs/concepts.md, "The life of a job") and the legal job transitions.
-
-States are stored as these strings; the public API maps them to ``gnomon.v1.JobState``.
+"""Short names of the job and attempt states (``S.QUEUED``, ``S.A_RUNNING``), kept for the storage
+statements that spell them; the states themselves are :class:`gnomon.common.domain.states.JobState`
+and :class:`~gnomon.common.domain.states.AttemptState` (values = the stored text).
 """
 
 from __future__ import annotations
 
-SCHEDULED = "SCHEDULED"
-QUEUED = "QUEUED"
-RUNNING = "RUNNING"
-SUCCEEDED = "SUCCEEDED"
-FAILED = "FAILED"
-DEAD = "DEAD"
-CANCELLED = "CANCELLED"
-EXPIRED = "EXPIRED"
-SKIPPED = "SKIPPED"
+from typing import Final
 
-JOB_STATES = (SCHEDULED, QUEUED, RUNNING, SUCCEEDED, FAILED, DEAD, CANCELLED, EXPIRED, SKIPPED)
-TERMINAL = frozenset({SUCCEEDED, FAILED, DEAD, CANCELLED, EXPIRED, SKIPPED})
+from gnomon.common.domain.states import JOB_STATES, TERMINAL, TRANSITIONS, AttemptState, JobState, is_legal
 
-#: job state -> states it may move to. Every transition bumps ``version``.
-TRANSITIONS: dict[str, frozenset[str]] = {
-    SCHEDULED: frozenset({QUEUED, CANCELLED, EXPIRED, SKIPPED}),
-    QUEUED: frozenset({RUNNING, SCHEDULED, CANCELLED, EXPIRED, DEAD}),
-    RUNNING: frozenset({SUCCEEDED, FAILED, SCHEDULED, DEAD, CANCELLED}),
-}
+__all__ = ["JOB_STATES", "TERMINAL", "TRANSITIONS", "AttemptState", "JobState", "is_legal"]
 
-# Attempt states.
-A_QUEUED = "QUEUED"  # claimed, outbox row written, not yet accepted
-A_RUNNING = "RUNNING"  # accepted by a worker, lease held
-A_SUCCEEDED = "SUCCEEDED"
-A_FAILED = "FAILED"
-A_LOST = "LOST"  # lease expired (reaper)
-A_CANCELLED = "CANCELLED"  # the job was cancelled before a worker accepted the attempt
+SCHEDULED: Final = JobState.SCHEDULED
+QUEUED: Final = JobState.QUEUED
+RUNNING: Final = JobState.RUNNING
+SUCCEEDED: Final = JobState.SUCCEEDED
+FAILED: Final = JobState.FAILED  # reserved: never written (see JobState)
+DEAD: Final = JobState.DEAD
+CANCELLED: Final = JobState.CANCELLED
+EXPIRED: Final = JobState.EXPIRED
+SKIPPED: Final = JobState.SKIPPED  # reserved: never written (see JobState)
 
-
-def is_legal(src: str, dst: str) -> bool:
-    """True if a job may move from ``src`` to ``dst``."""
-    return dst in TRANSITIONS.get(src, frozenset())
+A_QUEUED: Final = AttemptState.QUEUED
+A_RUNNING: Final = AttemptState.RUNNING
+A_SUCCEEDED: Final = AttemptState.SUCCEEDED
+A_FAILED: Final = AttemptState.FAILED
+A_LOST: Final = AttemptState.LOST
+A_CANCELLED: Final = AttemptState.CANCELLED

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 __all__ = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2
+from gnomon.common.domain.jobs import policy_of
 from gnomon.common.names import attempt_name, job_name, occurrence_name, schedule_name
 from gnomon.common.retry import RetryPolicy
-from gnomon.common.storage.jobs import policy_of
 from gnomon.common.timeconv import to_duration, to_timestamp
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.api.validation import Reschedule
+from gnomon.common.domain.jobs import NewJob
 from gnomon.common.storage import attempts as attempts_store
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import jobs as jobs_store
@@ -50,14 +51,14 @@ class JobEngine:
         if soon and self.wake_dispatchers is not None:
             self.wake_dispatchers(min(soon))
 
-    async def create(self, new: jobs_store.NewJob) -> tuple[Row, bool]:
+    async def create(self, new: NewJob) -> tuple[Row, bool]:
         """Inserts ``new`` (idempotent per request id / idempotency key): ``(row, created)``."""
         row, created = await run_transaction(self.engine, lambda c: jobs_store.insert_job(c, new))
         if created:
             self._hint([(row["scheduled_at"], row["created_at"])])
         return row, created
 
-    async def create_batch(self, batch: list[jobs_store.NewJob]) -> list[Row]:
+    async def create_batch(self, batch: list[NewJob]) -> list[Row]:
         """Inserts every job of ``batch`` in one transaction (all or none); rows in request order."""
         rows = await run_transaction(self.engine, lambda c: jobs_store.insert_jobs(c, batch))
         self._hint([(r["scheduled_at"], r["created_at"]) for r in rows])

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from gnomon._proto.gnomon.v1 import job_service_pb2
+from gnomon.common.domain.jobs import NewJob, shard_of
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, namespace_name, parse_job_name, parse_parent
 from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
-from gnomon.common.storage.jobs import NewJob, shard_of
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 MIN_SECONDS = 0  # 1970-01-01T00:00:00Z

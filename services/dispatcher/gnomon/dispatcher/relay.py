@@ -59,13 +59,12 @@ def assignment(c: store.Claimed) -> wpb.Assignment:
     if o is not None:
         a.schedule = schedule_name(c.namespace, o["schedule_id"])
         a.coalesced_count = o["coalesced_count"] or 0
-        for field, col in (
-            ("nominal_time", "nominal_time"),
-            ("coalesced_first_time", "coalesced_first"),
-            ("coalesced_last_time", "coalesced_last"),
-        ):
-            if o[col] is not None:
-                getattr(a, field).CopyFrom(to_timestamp(o[col]))
+        if o["nominal_time"] is not None:
+            a.nominal_time.CopyFrom(to_timestamp(o["nominal_time"]))
+        if o["coalesced_first"] is not None:
+            a.coalesced_first_time.CopyFrom(to_timestamp(o["coalesced_first"]))
+        if o["coalesced_last"] is not None:
+            a.coalesced_last_time.CopyFrom(to_timestamp(o["coalesced_last"]))
     return a
 
 

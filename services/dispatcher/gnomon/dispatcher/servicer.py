@@ -11,9 +11,9 @@ from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc
 from gnomon.common import metrics
+from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
-from gnomon.common.storage.dispatch import AttemptKey, Result
 from gnomon.common.timeconv import to_duration, to_timestamp
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import WriteBatcher

@@ -7,7 +7,7 @@ import itertools
 import uuid
 from dataclasses import dataclass, field
 
-from gnomon.common.storage.dispatch import Claimed
+from gnomon.common.domain.attempts import Claimed
 
 Key = tuple[uuid.UUID, int]
 

@@ -42,8 +42,8 @@ from gnomon.common.coordination.registry import (
     shards_prefix,
 )
 from gnomon.common.errors import GnomonError
-from gnomon.common.storage.dispatch import record_ownership
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.fencing import record_ownership
 from gnomon.common.storage.regions import record_region_ownership
 
 log = logging.getLogger(__name__)

@@ -22,20 +22,25 @@ Conventions used throughout:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
 from gnomon._proto.etcd.api import kv_pb2, rpc_pb2, rpc_pb2_grpc
+from gnomon.common.coordination.etcd_types import (
+    EtcdCompactedError,
+    EtcdError,
+    KeyValue,
+    closed_error,
+    prefix_range_end,
+    task_cancelled,
+)
 
 __all__ = [
     "EtcdClient",
@@ -47,104 +52,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class KeyValue:
-    """One key as etcd stores it (``mvccpb.KeyValue``).
-
-    Attributes:
-        key: the key.
-        value: the value (empty for DELETE watch events).
-        create_revision: cluster revision of the put that created this incarnation of the key. Unique and
-            strictly increasing across incarnations, so it is the fencing token of whoever created it.
-            For a DELETE watch event this is 0.
-        mod_revision: cluster revision of the last modification (for DELETE events: the deletion's revision).
-        version: number of puts since this incarnation was created (1 after the create; 0 once deleted).
-        lease: id of the lease the key is attached to, 0 if none.
-    """
-
-    key: bytes
-    value: bytes
-    create_revision: int
-    mod_revision: int
-    version: int
-    lease: int
-
-    @classmethod
-    def _from_pb(cls, kv: kv_pb2.KeyValue) -> KeyValue:
-        return cls(
-            key=kv.key,
-            value=kv.value,
-            create_revision=kv.create_revision,
-            mod_revision=kv.mod_revision,
-            version=kv.version,
-            lease=kv.lease,
-        )
-
-
-class EtcdError(Exception):
-    """etcd could not do what was asked: transport failure, deadline, unavailable, or a server-side error.
-
-    Attributes:
-        code: the gRPC status code (``grpc.StatusCode``) when there was one, e.g. ``UNAVAILABLE``,
-            ``DEADLINE_EXCEEDED``, ``NOT_FOUND`` (etcd's "requested lease not found"); ``None`` for
-            errors reported inside an otherwise successful response (e.g. a cancelled watch).
-        details: the server's or gRPC's message.
-
-    The original ``grpc.aio.AioRpcError`` (if any) is chained as ``__cause__``. After an ``EtcdError``
-    from a write (``put``, ``create_if_absent``, ...) the outcome is UNKNOWN: the write may or may not
-    have been applied. Read back before drawing a conclusion.
-    """
-
-    def __init__(self, message: str, *, code: grpc.StatusCode | None = None, details: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.details = details
-
-    @classmethod
-    def _from_rpc(cls, what: str, err: grpc.aio.AioRpcError) -> EtcdError:
-        code = err.code()
-        details = err.details() or ""
-        return cls(f"etcd {what} failed: {code.name if code else '?'}: {details}", code=code, details=details)
-
-
-class EtcdCompactedError(EtcdError):
-    """A watch asked for history that etcd has compacted away.
-
-    Attributes:
-        compact_revision: the oldest revision still available; resume from it after re-reading state.
-    """
-
-    def __init__(self, message: str, *, compact_revision: int) -> None:
-        super().__init__(message, code=None, details=message)
-        self.compact_revision = compact_revision
-
-
-def _task_cancelled() -> bool:
-    """True if the running task itself is being cancelled (as opposed to gRPC cancelling our call)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
-
-
-def _closed_error(what: str) -> EtcdError:
-    return EtcdError(f"etcd {what} cancelled: the client was closed", code=grpc.StatusCode.CANCELLED)
-
-
-def prefix_range_end(prefix: bytes) -> bytes:
-    """Return the exclusive ``range_end`` covering every key that starts with ``prefix``.
-
-    The last byte that is not ``0xff`` is incremented and everything after it dropped
-    (``b"a/"`` -> ``b"a0"``, ``b"a\\xff"`` -> ``b"b"``). An empty or all-``0xff`` prefix gives ``b"\\x00"``,
-    which etcd reads as "every key >= key" (same rule as etcd's ``clientv3.GetPrefixRangeEnd``).
-    """
-    end = bytearray(prefix)
-    while end:
-        if end[-1] < 0xFF:
-            end[-1] += 1
-            return bytes(end)
-        end.pop()
-    return b"\x00"
 
 
 def _target(endpoints: list[str]) -> tuple[str, list[tuple[str, object]]]:
@@ -203,7 +110,7 @@ class EtcdClient:
         self._kv: rpc_pb2_grpc.KVStub | None = None
         self._lease: rpc_pb2_grpc.LeaseStub | None = None
         self._watch: rpc_pb2_grpc.WatchStub | None = None
-        self._ka_call: grpc.aio.StreamStreamCall | None = None
+        self._ka_call: grpc.aio.StreamStreamCall[Any, Any] | None = None
         self._ka_lock = asyncio.Lock()
         self._closed = False
 
@@ -214,9 +121,10 @@ class EtcdClient:
             raise RuntimeError("EtcdClient is closed")
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
-            self._kv = rpc_pb2_grpc.KVStub(self._channel)
-            self._lease = rpc_pb2_grpc.LeaseStub(self._channel)
-            self._watch = rpc_pb2_grpc.WatchStub(self._channel)
+            # the generated stubs are untyped (gnomon._proto is excluded from type checking)
+            self._kv = rpc_pb2_grpc.KVStub(self._channel)  # type: ignore[no-untyped-call]
+            self._lease = rpc_pb2_grpc.LeaseStub(self._channel)  # type: ignore[no-untyped-call]
+            self._watch = rpc_pb2_grpc.WatchStub(self._channel)  # type: ignore[no-untyped-call]
 
     @property
     def _kv_stub(self) -> rpc_pb2_grpc.KVStub:
@@ -241,11 +149,11 @@ class EtcdClient:
         try:
             return await method(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as err:
-            raise EtcdError._from_rpc(what, err) from err
+            raise EtcdError.from_rpc(what, err) from err
         except asyncio.CancelledError:
-            if _task_cancelled():
+            if task_cancelled():
                 raise
-            raise _closed_error(what) from None
+            raise closed_error(what) from None
 
     async def close(self) -> None:
         """Cancel the cached keepalive stream and close the channel (open watches end with EtcdError).
@@ -325,15 +233,16 @@ class EtcdClient:
                 call = self._ka_call
                 async with asyncio.timeout(self.timeout):
                     await call.write(rpc_pb2.LeaseKeepAliveRequest(ID=lease_id))
-                    resp = await call.read()
-                if resp is grpc.aio.EOF:
+                    got = await call.read()
+                if got is grpc.aio.EOF:
                     raise EtcdError("etcd LeaseKeepAlive stream ended", code=grpc.StatusCode.UNAVAILABLE)
+                resp = cast(rpc_pb2.LeaseKeepAliveResponse, got)  # the stream's only message type
                 if resp.ID != lease_id:  # cannot happen on a serialised stream; do not trust it if it does
                     raise EtcdError(f"etcd LeaseKeepAlive answered for lease {resp.ID}, asked {lease_id}")
                 ok = True
-                return max(0, resp.TTL)
+                return max(0, int(resp.TTL))
             except grpc.aio.AioRpcError as err:
-                raise EtcdError._from_rpc("LeaseKeepAlive", err) from err
+                raise EtcdError.from_rpc("LeaseKeepAlive", err) from err
             except TimeoutError as err:
                 raise EtcdError(
                     f"etcd LeaseKeepAlive got no reply within {self.timeout} s",
@@ -344,9 +253,9 @@ class EtcdClient:
                     f"etcd LeaseKeepAlive stream unusable: {err}", code=grpc.StatusCode.UNAVAILABLE
                 ) from err
             except asyncio.CancelledError:
-                if _task_cancelled():
+                if task_cancelled():
                     raise
-                raise _closed_error("LeaseKeepAlive") from None
+                raise closed_error("LeaseKeepAlive") from None
             finally:
                 if not ok:
                     self._drop_keepalive_stream()
@@ -373,7 +282,8 @@ class EtcdClient:
         # Deliberately a single attempt: a Txn whose reply was lost may already be applied, and a retry
         # of a create-if-absent would then see its own key and report a false failure
         # (docs/adr/0002-etcd-client.md).
-        return await self._unary("Txn", self._kv_stub.Txn, req)
+        resp: rpc_pb2.TxnResponse = await self._unary("Txn", self._kv_stub.Txn, req)
+        return resp
 
     async def create_if_absent(self, key: bytes, value: bytes, lease_id: int = 0) -> tuple[bool, KeyValue]:
         """Create ``key`` = ``value`` (attached to ``lease_id``, 0 = no lease) only if it does not exist.
@@ -411,7 +321,7 @@ class EtcdClient:
         kvs = resp.responses[-1].response_range.kvs
         if not kvs:  # impossible inside one Txn; refuse to guess
             raise EtcdError(f"etcd Txn on {key!r} returned no key (succeeded={resp.succeeded})")
-        return resp.succeeded, KeyValue._from_pb(kvs[0])
+        return resp.succeeded, KeyValue.from_pb(kvs[0])
 
     async def delete_if_create_revision(self, key: bytes, create_revision: int) -> bool:
         """Delete ``key`` only if its ``create_revision`` still equals ``create_revision`` (i.e. it is ours).
@@ -443,7 +353,7 @@ class EtcdClient:
             EtcdError: transport failure, deadline or server error.
         """
         resp = await self._unary("Range", self._kv_stub.Range, rpc_pb2.RangeRequest(key=key))
-        return KeyValue._from_pb(resp.kvs[0]) if resp.kvs else None
+        return KeyValue.from_pb(resp.kvs[0]) if resp.kvs else None
 
     async def get_prefix(self, prefix: bytes, limit: int = 0) -> list[KeyValue]:
         """Return the keys starting with ``prefix``, sorted by key ascending (linearizable read).
@@ -465,7 +375,7 @@ class EtcdClient:
             sort_target=rpc_pb2.RangeRequest.KEY,
         )
         resp = await self._unary("Range", self._kv_stub.Range, req)
-        return [KeyValue._from_pb(kv) for kv in resp.kvs]
+        return [KeyValue.from_pb(kv) for kv in resp.kvs]
 
     async def put(self, key: bytes, value: bytes, lease_id: int = 0) -> int:
         """Unconditionally set ``key`` = ``value`` (attached to ``lease_id``, 0 = none); return the new revision.
@@ -477,7 +387,7 @@ class EtcdClient:
         resp = await self._unary(
             "Put", self._kv_stub.Put, rpc_pb2.PutRequest(key=key, value=value, lease=lease_id)
         )
-        return resp.header.revision
+        return int(resp.header.revision)
 
     async def delete(self, key: bytes) -> int:
         """Delete ``key`` unconditionally; return how many keys were deleted (0 or 1).
@@ -488,7 +398,7 @@ class EtcdClient:
         resp = await self._unary(
             "DeleteRange", self._kv_stub.DeleteRange, rpc_pb2.DeleteRangeRequest(key=key)
         )
-        return resp.deleted
+        return int(resp.deleted)
 
     # -- watch -----------------------------------------------------------------------------------
 
@@ -537,181 +447,20 @@ class EtcdClient:
                         raise EtcdError(f"etcd cancelled the watch: {reason}", details=reason)
                     for ev in resp.events:
                         kind = "DELETE" if ev.type == kv_pb2.Event.DELETE else "PUT"
-                        yield kind, KeyValue._from_pb(ev.kv)
+                        yield kind, KeyValue.from_pb(ev.kv)
             except grpc.aio.AioRpcError as err:
-                raise EtcdError._from_rpc("Watch", err) from err
+                raise EtcdError.from_rpc("Watch", err) from err
             except (asyncio.InvalidStateError, grpc.aio.UsageError) as err:
                 raise EtcdError(
                     f"etcd Watch stream unusable: {err}", code=grpc.StatusCode.UNAVAILABLE
                 ) from err
             except asyncio.CancelledError:
-                if _task_cancelled():
+                if task_cancelled():
                     raise
-                raise _closed_error("Watch") from None
+                raise closed_error("Watch") from None
         finally:
             call.cancel()
 
 
-class LeaseKeeper:
-    """Holds one etcd lease alive in the background and tells its holder when to stop trusting it.
-
-    Safety rule (docs/concepts.md, "Coordination"): trust the lease only until a LOCAL deadline
-    = (monotonic time when the last successful keepalive was SENT) + granted TTL - safety_margin_s.
-    A holder that cannot renew stops acting before the lease expires; it does not wait to be fenced.
-
-    Args:
-        client: the etcd client to use (not closed by the keeper).
-        ttl_s: lease TTL to request, whole seconds >= 1. etcd may grant more (its minimum TTL); the
-            granted TTL reported by etcd is what the deadline uses.
-        safety_margin_s: seconds subtracted from the TTL for the local deadline (covers clock-rate
-            differences and scheduling delay); default ``max(1.0, ttl_s / 3)``. Must be < ``ttl_s``.
-
-    Raises:
-        ValueError: ``ttl_s`` < 1 or the margin is not in ``[0, ttl_s)``.
-
-    Renewal runs every ``ttl / 3`` seconds. After a failed keepalive (transport error or no reply in
-    time) it retries on a new stream every 0.2 s (at most ``ttl / 3``), each attempt bounded by the
-    time left to the local deadline. When the deadline passes without a successful renewal, or etcd
-    answers TTL 0 (lease gone), :attr:`lost` is set and renewal stops for good; take a new lease
-    (a new keeper) to carry on. Time is ``time.monotonic()``.
-
-    Typical use::
-
-        keeper = LeaseKeeper(client, ttl_s=10)
-        lease_id = await keeper.start()
-        acquired, kv = await client.create_if_absent(key, me, lease_id)
-        ...  # before each fenced action: if not keeper.valid(): stop acting
-        await keeper.stop()
-    """
-
-    #: delay (seconds) between renewal attempts after a failed one (capped at ttl / 3)
-    RETRY_DELAY_S = 0.2
-
-    def __init__(self, client: EtcdClient, ttl_s: int = 10, *, safety_margin_s: float | None = None) -> None:
-        if ttl_s < 1:
-            raise ValueError("ttl_s must be >= 1 second")
-        margin = max(1.0, ttl_s / 3) if safety_margin_s is None else float(safety_margin_s)
-        if not 0 <= margin < ttl_s:
-            raise ValueError(f"safety_margin_s must be in [0, ttl_s={ttl_s}); got {margin}")
-        self._client = client
-        self.ttl_s: int = ttl_s
-        """TTL requested from etcd, seconds."""
-        self.safety_margin_s: float = margin
-        """Seconds the local deadline stays ahead of the granted TTL."""
-        self.granted_ttl_s: int = 0
-        """TTL etcd reported on the last successful grant/keepalive, seconds (0 before start)."""
-        self.lost: asyncio.Event = asyncio.Event()
-        """Set once the lease is known lost (TTL 0 reply, local deadline passed without renewal, renew task
-        failed, or :meth:`stop` was called); never cleared."""
-        self._lease_id = 0
-        self._deadline = float("-inf")  # time.monotonic() seconds
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-
-    @property
-    def lease_id(self) -> int:
-        """The lease id granted by :meth:`start`.
-
-        Raises:
-            RuntimeError: :meth:`start` has not completed.
-        """
-        if not self._lease_id:
-            raise RuntimeError("LeaseKeeper.start() has not granted a lease yet")
-        return self._lease_id
-
-    def valid(self) -> bool:
-        """True while ``time.monotonic()`` is before the local deadline and the lease is not known lost."""
-        return not self.lost.is_set() and time.monotonic() < self._deadline
-
-    def remaining(self) -> float:
-        """Seconds left until the local deadline; <= 0 when not :meth:`valid`."""
-        if self.lost.is_set():
-            return min(0.0, self._deadline - time.monotonic())
-        return self._deadline - time.monotonic()
-
-    async def start(self) -> int:
-        """Grant the lease, start the background renew task, and return the lease id.
-
-        Raises:
-            RuntimeError: already started.
-            EtcdError: the grant failed (nothing was started).
-        """
-        if self._task is not None or self._lease_id:
-            raise RuntimeError("LeaseKeeper already started")
-        sent = time.monotonic()
-        lease_id, granted = await self._client._lease_grant_ttl(self.ttl_s)
-        self._lease_id = lease_id
-        self._renewed(sent, granted)
-        self._task = asyncio.create_task(self._run(), name=f"etcd-lease-keeper-{lease_id:x}")
-        return lease_id
-
-    def _renewed(self, sent: float, ttl: int) -> None:
-        self.granted_ttl_s = ttl
-        self._deadline = max(self._deadline, sent + ttl - self.safety_margin_s)
-
-    def _mark_lost(self, why: str) -> None:
-        if not self.lost.is_set():
-            if not self._stopping:
-                log.warning("etcd lease %x lost: %s", self._lease_id, why)
-            self._deadline = min(self._deadline, time.monotonic())
-            self.lost.set()
-
-    async def _run(self) -> None:
-        interval = max(self.granted_ttl_s, self.ttl_s) / 3
-        next_at = time.monotonic() + interval
-        try:
-            while True:
-                now = time.monotonic()
-                if now >= self._deadline:
-                    self._mark_lost("local deadline passed without a successful keepalive")
-                    return
-                await asyncio.sleep(max(0.0, min(next_at, self._deadline) - now))
-                if time.monotonic() >= self._deadline:
-                    self._mark_lost("local deadline passed without a successful keepalive")
-                    return
-                sent = time.monotonic()
-                try:
-                    # Never wait on a reply past the local deadline: by then the answer no longer matters.
-                    async with asyncio.timeout(max(0.0, self._deadline - sent)):
-                        ttl = await self._client.lease_keepalive(self._lease_id)
-                except (EtcdError, TimeoutError) as err:
-                    why = str(err) if isinstance(err, EtcdError) else "no reply before the local deadline"
-                    log.info(
-                        "etcd lease %x keepalive failed (%.2f s left): %s",
-                        self._lease_id,
-                        self.remaining(),
-                        why,
-                    )
-                    next_at = time.monotonic() + min(self.RETRY_DELAY_S, interval)
-                    continue
-                if ttl <= 0:
-                    self._mark_lost("etcd reports the lease gone (TTL 0)")
-                    return
-                self._renewed(sent, ttl)
-                next_at = sent + interval
-        except asyncio.CancelledError:
-            raise
-        except BaseException as err:  # a bug or closed client: never leave a holder trusting a dead keeper
-            self._mark_lost(f"renew task failed: {err!r}")
-            raise
-        finally:
-            if self._stopping:
-                self._mark_lost("stopped")
-
-    async def stop(self, revoke: bool = True) -> None:
-        """Stop renewing, set :attr:`lost`, and (if ``revoke``) revoke the lease so its keys go at once.
-
-        Idempotent. A failed revoke is logged, not raised: the lease then simply expires after its TTL.
-        """
-        self._stopping = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._mark_lost("stopped")
-        if revoke and self._lease_id:
-            try:
-                await self._client.lease_revoke(self._lease_id)
-            except (EtcdError, RuntimeError) as err:
-                log.warning("etcd lease %x revoke failed (it will expire by TTL): %s", self._lease_id, err)
+# LeaseKeeper lives in its own module; it is re-exported here (it needs EtcdClient, defined above).
+from gnomon.common.coordination.lease_keeper import LeaseKeeper  # noqa: E402

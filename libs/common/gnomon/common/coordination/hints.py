@@ -29,14 +29,14 @@ class _Hints:
 
     role = "target"
 
-    def __init__(self, etcd: EtcdClient, prefix: str, region: str, refresh_s: float = 2.0):
+    def __init__(self, etcd: EtcdClient, prefix: str, region: str, refresh_s: float = 2.0) -> None:
         self.etcd, self.prefix, self.region, self.refresh_s = etcd, prefix, region, refresh_s
         self._addresses: list[str] = []
         self._fetched = 0.0
         self._stubs: dict[str, hint_pb2_grpc.HintServiceStub] = {}
         self._busy: set[str] = set()
         self._pending: dict[str, Any] = {}
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def _targets(self) -> list[str]:
         raise NotImplementedError
@@ -75,9 +75,9 @@ class _Hints:
                 while True:
                     stub = self._stubs.get(addr)
                     if stub is None:
-                        stub = self._stubs[addr] = hint_pb2_grpc.HintServiceStub(
-                            grpc.aio.insecure_channel(addr)
-                        )
+                        channel = grpc.aio.insecure_channel(addr)
+                        # the generated stub is untyped (gnomon._proto is excluded from type checking)
+                        stub = self._stubs[addr] = hint_pb2_grpc.HintServiceStub(channel)  # type: ignore[no-untyped-call]
                     try:
                         await self._send(stub, current)
                     except grpc.aio.AioRpcError:
@@ -97,7 +97,7 @@ class DispatcherHints(_Hints):
     async def _targets(self) -> list[str]:
         return [d.address for d in await list_dispatchers(self.etcd, self.prefix, self.region)]
 
-    async def _send(self, stub, due: datetime) -> None:
+    async def _send(self, stub: hint_pb2_grpc.HintServiceStub, due: datetime) -> None:
         await stub.WakeDispatcher(hint_pb2.WakeDispatcherRequest(due_time=to_timestamp(due)), timeout=1.0)
 
     def _merge(self, pending: datetime, new: datetime) -> datetime:
@@ -116,7 +116,7 @@ class PlannerHints(_Hints):
     async def _targets(self) -> list[str]:
         return [p.address for p in await list_planners(self.etcd, self.prefix, self.region)]
 
-    async def _send(self, stub, schedule: str) -> None:
+    async def _send(self, stub: hint_pb2_grpc.HintServiceStub, schedule: str) -> None:
         await stub.WakePlanner(hint_pb2.WakePlannerRequest(schedule=schedule), timeout=1.0)
 
     def wake(self, schedule: str = "") -> None:

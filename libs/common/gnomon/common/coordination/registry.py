@@ -27,11 +27,6 @@ def dispatchers_prefix(prefix: str, region: str) -> bytes:
     return f"{prefix}/{region}/dispatchers/".encode()
 
 
-def dispatcher_key(prefix: str, region: str, dispatcher_id: str) -> bytes:
-    """Registration key of one dispatcher."""
-    return dispatchers_prefix(prefix, region) + dispatcher_id.encode()
-
-
 def planners_prefix(prefix: str, region: str) -> bytes:
     """Prefix of all planner registrations of a region."""
     return f"{prefix}/{region}/planners/".encode()

@@ -29,7 +29,9 @@ class GrpcServer:
     until :meth:`set_serving` is called.
     """
 
-    def __init__(self, listen: str, services: Iterable[tuple[Callable[[Any, Any], None], object, str]]):
+    def __init__(
+        self, listen: str, services: Iterable[tuple[Callable[[Any, Any], None], object, str]]
+    ) -> None:
         self.server = grpc.aio.server(
             # the error interceptor is outermost, so a refusal by the auth seam is a rich status too
             interceptors=[ErrorInterceptor(), AuthInterceptor()],
@@ -74,7 +76,7 @@ class GrpcServer:
             health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         )
 
-    async def _set(self, status: Any) -> None:
+    async def _set(self, status: int) -> None:
         for name in ["", *self.names]:
             await self.health.set(name, status)
 

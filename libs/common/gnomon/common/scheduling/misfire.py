@@ -26,14 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from gnomon.common.domain.policies import MisfirePolicy, OccurrenceDecision
 from gnomon.common.time import Occurrence
 
 #: A run planned more than this after its nominal time is recorded LATE rather than FIRED.
 LATE_AFTER = timedelta(seconds=1)
 
-FIRED, LATE, COALESCED, BUFFERED = "FIRED", "LATE", "COALESCED", "BUFFERED"
-SKIPPED_OVERLAP, SKIPPED_MISFIRE = "SKIPPED_OVERLAP", "SKIPPED_MISFIRE"
-SKIPPED_DST_GAP, SKIPPED_PAUSED, DEDUPLICATED = "SKIPPED_DST_GAP", "SKIPPED_PAUSED", "DEDUPLICATED"
+# The decisions (short names of :class:`OccurrenceDecision` members).
+FIRED, LATE, COALESCED = OccurrenceDecision.FIRED, OccurrenceDecision.LATE, OccurrenceDecision.COALESCED
+BUFFERED, DEDUPLICATED = OccurrenceDecision.BUFFERED, OccurrenceDecision.DEDUPLICATED
+SKIPPED_OVERLAP, SKIPPED_MISFIRE = OccurrenceDecision.SKIPPED_OVERLAP, OccurrenceDecision.SKIPPED_MISFIRE
+SKIPPED_DST_GAP, SKIPPED_PAUSED = OccurrenceDecision.SKIPPED_DST_GAP, OccurrenceDecision.SKIPPED_PAUSED
 
 
 @dataclass(frozen=True)
@@ -155,20 +158,24 @@ def _apply_policy(
     def skip(o: Occurrence, why: str) -> Decision:
         return Decision(o.fire_time, o.local_time.isoformat(), SKIPPED_MISFIRE, _join(grace, why, o.note))
 
-    if p == "SKIP":
+    if p == MisfirePolicy.SKIP:
         return [skip(o, "misfire policy SKIP") for o in missed], carry
     if not final:
         # a longer backlog follows: none of these can be the latest missed time
-        if p == "COALESCE":
+        if p == MisfirePolicy.COALESCE:
             first = carry.missed_first or missed[0].fire_time
             return (
                 [skip(o, "coalesced into the catch-up run") for o in missed],
                 Carry(carry.missed_count + len(missed), first),
             )
-        why = "superseded by a later missed occurrence" if p == "RUN_LATEST" else "beyond max_catchup"
+        why = (
+            "superseded by a later missed occurrence"
+            if p == MisfirePolicy.RUN_LATEST
+            else "beyond max_catchup"
+        )
         return [skip(o, why) for o in missed], carry
     latest = missed[-1]
-    if p == "RUN_LATEST":
+    if p == MisfirePolicy.RUN_LATEST:
         out = [
             skip(o, f"superseded by the RUN_LATEST catch-up run of {_fmt(latest.fire_time)}")
             for o in missed[:-1]
@@ -184,7 +191,7 @@ def _apply_policy(
             )
         )
         return out, Carry()
-    if p == "COALESCE":
+    if p == MisfirePolicy.COALESCE:
         count = carry.missed_count + len(missed)
         first = carry.missed_first or missed[0].fire_time
         out = [skip(o, f"coalesced into the catch-up run of {_fmt(latest.fire_time)}") for o in missed[:-1]]
@@ -205,7 +212,7 @@ def _apply_policy(
             )
         )
         return out, Carry()
-    if p == "RUN_ALL":
+    if p == MisfirePolicy.RUN_ALL:
         keep = missed[-rules.max_catchup :]
         out = [skip(o, f"beyond max_catchup ({rules.max_catchup})") for o in missed[: -len(keep)]]
         out += [

@@ -13,14 +13,17 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gnomon.common.domain.jobs import Coalesced, JobRow, jitter_of
+from gnomon.common.domain.jobs import occurrence_row as job_row
 from gnomon.common.errors import GnomonError
 from gnomon.common.scheduling import overlap
 from gnomon.common.scheduling.misfire import BUFFERED, FIRED, LATE, SKIPPED_MISFIRE, SKIPPED_OVERLAP, Decision
 from gnomon.common.storage import cancel as cancel_store
-from gnomon.common.storage.planning import Writes, flush, jitter_of, job_row, record_row, reserve_catchup
+from gnomon.common.storage.planning import Writes, flush, record_row, reserve_catchup
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,7 @@ class StepResult:
 
     inserted: set[uuid.UUID]
     earliest: datetime | None
-    records: list[dict]
+    records: list[dict[str, Any]]
 
 
 class StepBuilder:
@@ -41,39 +44,42 @@ class StepBuilder:
     ``now``: the transaction's database clock (UTC); ``shards``: the region's shard count.
     """
 
-    def __init__(self, *, now: datetime, shards: int):
+    def __init__(self, *, now: datetime, shards: int) -> None:
         self.now, self.shards = now, shards
         self.writes = Writes()
-        self._catchup: list[tuple[dict, dict]] = []  # (job row, record row) waiting for a budget slot
+        # (job row, record row) waiting for a budget slot
+        self._catchup: list[tuple[JobRow, dict[str, Any]]] = []
         self._cancels: list[tuple[str, uuid.UUID]] = []
 
-    def _create(self, sched: dict, nominal: datetime, *, catchup: bool, coalesced=None) -> dict:
+    def _create(
+        self, sched: dict[str, Any], nominal: datetime, *, catchup: bool, coalesced: Coalesced | None = None
+    ) -> JobRow:
         at = self.now if catchup else nominal + jitter_of(sched["uid"], nominal, sched["jitter_ms"])
         job = job_row(sched, nominal, at, shards=self.shards, coalesced=coalesced)
         self.writes.jobs.append(job)
         return job
 
-    def _cancel_active(self, active: list[dict]) -> None:
+    def _cancel_active(self, active: list[dict[str, Any]]) -> None:
         self._cancels += [(a["namespace"], a["id"]) for a in active]
         active.clear()
 
     def add(
         self,
-        sched: dict,
+        sched: dict[str, Any],
         d: Decision,
         *,
         source: str,
         state: overlap.OverlapState,
-        active: list[dict],
+        active: list[dict[str, Any]],
         policy: str | None = None,
         request_id: uuid.UUID | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Adds decision ``d`` for schedule ``sched``: a record, and for a run (``d.run``) the overlap
         policy's action (``policy`` overrides the schedule's). ``state``/``active`` are the schedule's
         overlap state and active jobs, updated in place. ``request_id`` (a trigger's) is stored on the
         record. Returns the record row."""
         pol = policy or sched["overlap_policy"]
-        common = dict(
+        common: dict[str, Any] = dict(
             nominal=d.nominal, local_time=d.local_time, source=source, now=self.now, request_id=request_id
         )
         if not d.run:
@@ -108,7 +114,14 @@ class StepBuilder:
         self.writes.records.append(rec)
         return rec
 
-    def add_release(self, sched: dict, rec: dict, *, state: overlap.OverlapState, active: list[dict]) -> bool:
+    def add_release(
+        self,
+        sched: dict[str, Any],
+        rec: dict[str, Any],
+        *,
+        state: overlap.OverlapState,
+        active: list[dict[str, Any]],
+    ) -> bool:
         """Decides one BUFFERED record ``rec`` (oldest first) under the policy it was buffered with.
         Returns False when it must keep waiting (the caller stops releasing this schedule)."""
         action, why = overlap.release(rec["overlap_policy"] or sched["overlap_policy"], state)

@@ -13,12 +13,14 @@ Bounded: a job has at most ``max_attempts`` (<= 100) attempts, and every read is
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from sqlalchemy import Integer, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.errors import NotFound
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon.common.storage.statements import named
 
 #: Columns of one history entry (plus ``namespace`` of the job, for the resource name).
 _HISTORY_COLS = (
@@ -39,8 +41,11 @@ _HISTORY_COLS = (
     jobs.c.namespace,
 )
 
-#: Prebuilt: attempts of one job of one namespace after attempt number ``p_after``, ascending.
-LIST_ATTEMPTS = (
+LIST_ATTEMPTS = named(
+    __name__,
+    "LIST_ATTEMPTS",
+    """Attempts of job ``p_job_id`` of namespace ``p_namespace`` numbered above ``p_after``, ascending,
+    at most ``p_limit``: the history columns plus the job's ``namespace``.""",
     select(*_HISTORY_COLS)
     .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
     .where(
@@ -49,17 +54,20 @@ LIST_ATTEMPTS = (
         attempts.c.attempt > bindparam("p_after", type_=Integer),
     )
     .order_by(attempts.c.attempt)
-    .limit(bindparam("p_limit", type_=Integer))
+    .limit(bindparam("p_limit", type_=Integer)),
 )
 
-JOB_EXISTS = select(jobs.c.id).where(
-    jobs.c.namespace == bindparam("p_namespace"), jobs.c.id == bindparam("p_job_id")
+JOB_EXISTS = named(
+    __name__,
+    "JOB_EXISTS",
+    """The id of job ``p_job_id`` if it exists in namespace ``p_namespace`` (no row otherwise).""",
+    select(jobs.c.id).where(jobs.c.namespace == bindparam("p_namespace"), jobs.c.id == bindparam("p_job_id")),
 )
 
 
 async def list_attempts(
     conn: AsyncConnection, namespace: str, job_id: uuid.UUID, *, after: int = 0, limit: int = 100
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` attempts of the job, ascending by attempt number, those numbered above
     ``after`` only (the keyset cursor of the previous page). Each is a mapping of the ``attempts``
     columns plus ``namespace``.

@@ -30,16 +30,18 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Integer, Uuid, bindparam, func, select, true, update
+from sqlalchemy import BigInteger, Integer, Uuid, bindparam, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
 from gnomon.common.errors import Aborted, FailedPrecondition, FieldViolation, InvalidArgument
 from gnomon.common.storage.batches import row_params, unnest_rows
-from gnomon.common.storage.dispatch import mark_published
 from gnomon.common.storage.jobs import get_job
+from gnomon.common.storage.outbox import mark_published
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon.common.storage.statements import named
 
 #: Outcomes of :func:`cancel_job` (``gnomon.v1.CancelOutcome`` without its prefix).
 CANCELLED = "CANCELLED"
@@ -50,49 +52,61 @@ ALREADY_FINISHED = "ALREADY_FINISHED"
 CAS_TRIES = 2
 
 _ID = bindparam("p_id", type_=Uuid)
-_VERSION = bindparam("p_version")
+_VERSION = bindparam("p_version", type_=BigInteger)
 _ATTEMPT = bindparam("p_attempt", type_=Integer)
 
-#: SCHEDULED or QUEUED (``p_state``) at ``p_version`` -> CANCELLED.
-CANCEL_UNSTARTED = (
+CANCEL_UNSTARTED = named(
+    __name__,
+    "CANCEL_UNSTARTED",
+    """SCHEDULED or QUEUED (``p_state``) at ``p_version`` -> CANCELLED.""",
     update(jobs)
     .where(jobs.c.id == _ID, jobs.c.state == bindparam("p_state"), jobs.c.version == _VERSION)
     .values(state=S.CANCELLED, version=jobs.c.version + 1, finished_at=func.now())
-    .returning(*jobs.c)
+    .returning(*jobs.c),
 )
-#: The QUEUED attempt of a cancelled job -> CANCELLED (never accepted, never re-delivered).
-CANCEL_QUEUED_ATTEMPT = (
+CANCEL_QUEUED_ATTEMPT = named(
+    __name__,
+    "CANCEL_QUEUED_ATTEMPT",
+    """The QUEUED attempt of a cancelled job -> CANCELLED (never accepted, never re-delivered).""",
     update(attempts)
     .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == S.A_QUEUED)
-    .values(state=S.A_CANCELLED, finished_at=func.now())
+    .values(state=S.A_CANCELLED, finished_at=func.now()),
 )
-#: Locks the RUNNING attempt before the job row (the order of ``complete()`` and the reaper).
-LOCK_RUNNING_ATTEMPT = (
+LOCK_RUNNING_ATTEMPT = named(
+    __name__,
+    "LOCK_RUNNING_ATTEMPT",
+    """Locks the RUNNING attempt before the job row (the order of ``complete()`` and the reaper).""",
     select(attempts.c.attempt)
     .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == S.A_RUNNING)
-    .with_for_update()
+    .with_for_update(),
 )
-#: RUNNING at ``p_version`` and ``p_attempt``: record the cancellation request.
-REQUEST_CANCEL = (
+REQUEST_CANCEL = named(
+    __name__,
+    "REQUEST_CANCEL",
+    """RUNNING at ``p_version`` and ``p_attempt``: record the cancellation request.""",
     update(jobs)
     .where(
         jobs.c.id == _ID, jobs.c.state == S.RUNNING, jobs.c.version == _VERSION, jobs.c.attempt == _ATTEMPT
     )
     .values(cancel_requested_at=func.now(), version=jobs.c.version + 1)
-    .returning(*jobs.c)
+    .returning(*jobs.c),
 )
-#: Flags the running attempt, so heartbeat acks and the dispatcher push carry ``cancel_requested``.
-FLAG_ATTEMPT = (
+FLAG_ATTEMPT = named(
+    __name__,
+    "FLAG_ATTEMPT",
+    """Flags the running attempt, so heartbeat acks and the dispatcher push carry ``cancel_requested``.""",
     update(attempts)
     .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == S.A_RUNNING)
-    .values(cancel_requested=True)
+    .values(cancel_requested=True),
 )
-#: SCHEDULED at ``p_version``: a new ``scheduled_at``.
-RESCHEDULE = (
+RESCHEDULE = named(
+    __name__,
+    "RESCHEDULE",
+    """SCHEDULED at ``p_version``: a new ``scheduled_at``.""",
     update(jobs)
     .where(jobs.c.id == _ID, jobs.c.state == S.SCHEDULED, jobs.c.version == _VERSION)
     .values(scheduled_at=bindparam("p_at", type_=jobs.c.scheduled_at.type), version=jobs.c.version + 1)
-    .returning(*jobs.c)
+    .returning(*jobs.c),
 )
 
 
@@ -102,7 +116,7 @@ class CancelResult:
     :data:`ALREADY_FINISHED`) and the job row afterwards."""
 
     outcome: str
-    job: dict
+    job: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -110,11 +124,11 @@ class Rescheduled:
     """The job row after :func:`reschedule_job` and the database clock's ``now()`` of that
     transaction (UTC), e.g. to decide whether the new time is near."""
 
-    job: dict
+    job: dict[str, Any]
     db_now: datetime
 
 
-def _check_version(row: dict, expected_version: int | None) -> None:
+def _check_version(row: dict[str, Any], expected_version: int | None) -> None:
     if expected_version is not None and row["version"] != expected_version:
         raise FailedPrecondition(
             f"job is at version {row['version']} ({row['state']}), not {expected_version}; nothing was changed",
@@ -123,7 +137,7 @@ def _check_version(row: dict, expected_version: int | None) -> None:
         )
 
 
-def _lost_race(row: dict) -> Aborted:
+def _lost_race(row: dict[str, Any]) -> Aborted:
     return Aborted(
         f"job changed concurrently (now {row['state']} at version {row['version']}); read it and retry",
         metadata={"version": str(row["version"]), "state": row["state"]},
@@ -176,6 +190,14 @@ async def cancel_job(
         raise ValueError(f"job {job_id} is in unknown state {state!r}")
 
 
+DB_NOW = named(
+    __name__,
+    "DB_NOW",
+    """Reads the database clock: ``now()``, the transaction's start instant (timestamptz).""",
+    select(func.now()),
+)
+
+
 async def reschedule_job(
     conn: AsyncConnection,
     namespace: str,
@@ -195,7 +217,7 @@ async def reschedule_job(
     ``schedule_time``); :class:`Aborted` (CONCURRENT_MODIFICATION) if two compare-and-sets in a row
     lost. Nothing is written when it raises.
     """
-    db_now = (await conn.execute(select(func.now()))).scalar_one()  # constant within the transaction
+    db_now = (await conn.execute(DB_NOW)).scalar_one()  # constant within the transaction
     due = schedule_at if schedule_at is not None else db_now + (delay or timedelta(0))
     tries = 0
     while True:
@@ -228,12 +250,16 @@ async def reschedule_job(
 
 
 _K = unnest_rows("k", job_id=Uuid, attempt=Integer)
-#: Which of the given attempts are RUNNING with a cancellation request (primary-key lookups).
-CANCEL_REQUESTED_ATTEMPTS = select(attempts.c.job_id, attempts.c.attempt).where(
-    attempts.c.job_id == _K.c.job_id,
-    attempts.c.attempt == _K.c.attempt,
-    attempts.c.state == S.A_RUNNING,
-    attempts.c.cancel_requested == true(),
+CANCEL_REQUESTED_ATTEMPTS = named(
+    __name__,
+    "CANCEL_REQUESTED_ATTEMPTS",
+    """Which of the given attempts are RUNNING with a cancellation request (primary-key lookups).""",
+    select(attempts.c.job_id, attempts.c.attempt).where(
+        attempts.c.job_id == _K.c.job_id,
+        attempts.c.attempt == _K.c.attempt,
+        attempts.c.state == S.A_RUNNING,
+        attempts.c.cancel_requested == true(),
+    ),
 )
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common import states as S
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon.common.storage.statements import named
 
 #: Largest checkpoint accepted, in bytes (64 KiB). Also enforced by ``ck_jobs_checkpoint_size``.
 MAX_CHECKPOINT_BYTES = 64 * 1024
@@ -42,8 +43,11 @@ class CheckpointWrite:
 
 _C = unnest_rows("c", job_id=Uuid, attempt=Integer, token=BigInteger, data=LargeBinary)
 
-#: Prebuilt: saves each row's data on its job when the attempt is current and RUNNING under the token.
-SAVE_CHECKPOINTS = (
+SAVE_CHECKPOINTS = named(
+    __name__,
+    "SAVE_CHECKPOINTS",
+    """Prebuilt: saves each row's data on its job when the attempt is current and RUNNING under the
+    token.""",
     update(jobs)
     .where(
         jobs.c.id == _C.c.job_id,
@@ -54,7 +58,7 @@ SAVE_CHECKPOINTS = (
         attempts.c.state == S.A_RUNNING,
     )
     .values(checkpoint=_C.c.data)
-    .returning(jobs.c.id, jobs.c.attempt, attempts.c.token)
+    .returning(jobs.c.id, jobs.c.attempt, attempts.c.token),
 )
 
 

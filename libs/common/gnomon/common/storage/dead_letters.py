@@ -29,19 +29,39 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import BigInteger, DateTime, Integer, Uuid, and_, func, insert, literal, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    DateTime,
+    Insert,
+    Integer,
+    Select,
+    Update,
+    Uuid,
+    and_,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert  # ON CONFLICT (rare path, not cached)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from gnomon.common import states as S
+from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayOutcome, ReplayRequest
+from gnomon.common.domain.jobs import INITIAL_ATTEMPT, INITIAL_STATE, INITIAL_VERSION, shard_of
+from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists
+from gnomon.common.storage.audit import insert_audit_entry, list_audit_entries
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
-from gnomon.common.storage.jobs import shard_of
-from gnomon.common.storage.schema import attempts, audit_log, dlq_replays, jobs
+from gnomon.common.storage.schema import attempts, dlq_replays, jobs
+from gnomon.common.storage.statements import builder, named
 
 #: ``matched`` counts stop here (a count is a bounded query too).
 MAX_MATCH_COUNT = 100_000
@@ -87,31 +107,8 @@ def job_name(namespace: str, job_id: uuid.UUID) -> str:
     return f"namespaces/{namespace}/jobs/{job_id}"
 
 
-@dataclass(frozen=True)
-class DeadLetterFilter:
-    """Which dead letters: one namespace, optionally one queue, one failure class, a case-insensitive
-    substring of ``last_error``, and a ``finished_at`` range ``[start_time, end_time)`` (UTC)."""
-
-    namespace: str
-    queue: str | None = None
-    failure_class: str | None = None
-    error_contains: str | None = None
-    start_time: datetime | None = None
-    end_time: datetime | None = None
-
-    def to_json(self) -> dict:
-        """The filter as a JSON-ready dict (for the audit log)."""
-        return {
-            "queue": self.queue,
-            "failure_class": self.failure_class,
-            "error_contains": self.error_contains,
-            "start_time": self.start_time.isoformat() if self.start_time else None,
-            "end_time": self.end_time.isoformat() if self.end_time else None,
-        }
-
-
-def _where(f: DeadLetterFilter, *, include_replayed: bool = False) -> list:
-    cond = [jobs.c.namespace == f.namespace, jobs.c.state == S.DEAD]
+def _where(f: DeadLetterFilter, *, include_replayed: bool = False) -> list[ColumnElement[bool]]:
+    cond = [jobs.c.namespace == f.namespace, jobs.c.state == JobState.DEAD]
     if f.queue:
         cond.append(jobs.c.queue == f.queue)
     if f.failure_class:
@@ -134,86 +131,87 @@ async def list_dead_letters(
     include_replayed: bool,
     limit: int,
     after: tuple[datetime, uuid.UUID] | None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` dead jobs matching ``f``, most recent ``finished_at`` first (ties by id
     descending), strictly after the keyset cursor ``after`` = (finished_at, id) of the previous page's
     last row. Without ``include_replayed`` only those not replayed yet."""
+    q = list_dead_letters_stmt(f, include_replayed, limit, after)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+_F = DeadLetterFilter("ns", "q", "PERMANENT", "boom", datetime(2026, 1, 1), datetime(2026, 1, 2))
+
+
+@builder(f=_F, include_replayed=False, limit=10, after=(datetime(2026, 1, 1), uuid.UUID(int=1)))
+def list_dead_letters_stmt(
+    f: DeadLetterFilter, include_replayed: bool, limit: int, after: tuple[datetime, uuid.UUID] | None
+) -> Select[Any]:
+    """Up to ``limit`` ``jobs`` rows that are dead letters matching ``f`` (and, without
+    ``include_replayed``, not replayed), newest ``finished_at`` first (ties by id descending),
+    strictly after the keyset cursor ``after`` = (finished_at, id)."""
     q = select(jobs).where(*_where(f, include_replayed=include_replayed))
     if after is not None:
         ts, last = after
         q = q.where(or_(jobs.c.finished_at < ts, and_(jobs.c.finished_at == ts, jobs.c.id < last)))
-    q = q.order_by(jobs.c.finished_at.desc(), jobs.c.id.desc()).limit(limit)
-    return [dict(r) for r in (await conn.execute(q)).mappings()]
+    return q.order_by(jobs.c.finished_at.desc(), jobs.c.id.desc()).limit(limit)
 
 
-async def recent_attempts(
-    conn: AsyncConnection, job_ids: list[uuid.UUID], per_job: int = ATTEMPTS_SHOWN
-) -> dict[uuid.UUID, list[dict]]:
-    """job id -> its ``per_job`` most recent attempt rows, oldest first (at most
-    ``len(job_ids) * per_job`` rows are read)."""
-    if not job_ids:
-        return {}
+@builder(job_ids=[uuid.UUID(int=1)], per_job=10)
+def recent_attempts_stmt(job_ids: list[uuid.UUID], per_job: int) -> Select[Any]:
+    """The ``per_job`` most recent ``attempts`` rows of each of ``job_ids`` (plus their rank ``rn``),
+    by job and attempt number ascending, at most ``len(job_ids) * per_job`` rows."""
     rn = (
         func.row_number().over(partition_by=attempts.c.job_id, order_by=attempts.c.attempt.desc()).label("rn")
     )
     sub = select(attempts, rn).where(attempts.c.job_id.in_(job_ids)).subquery()
-    q = (
+    return (
         select(sub)
         .where(sub.c.rn <= per_job)
         .order_by(sub.c.job_id, sub.c.attempt)
         .limit(len(job_ids) * per_job)
     )
-    out: dict[uuid.UUID, list[dict]] = {}
-    for r in (await conn.execute(q)).mappings():
+
+
+async def recent_attempts(
+    conn: AsyncConnection, job_ids: list[uuid.UUID], per_job: int = ATTEMPTS_SHOWN
+) -> dict[uuid.UUID, list[dict[str, Any]]]:
+    """job id -> its ``per_job`` most recent attempt rows, oldest first (at most
+    ``len(job_ids) * per_job`` rows are read)."""
+    if not job_ids:
+        return {}
+    out: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    for r in (await conn.execute(recent_attempts_stmt(job_ids, per_job))).mappings():
         out.setdefault(r["job_id"], []).append(dict(r))
     return out
 
 
 async def count_matching(
-    conn: AsyncConnection, f: DeadLetterFilter, *, finished_by=None, cap: int = MAX_MATCH_COUNT
+    conn: AsyncConnection,
+    f: DeadLetterFilter,
+    *,
+    finished_by: datetime | None = None,
+    cap: int = MAX_MATCH_COUNT,
 ) -> int:
     """How many dead letters not replayed yet match ``f`` (and finished by ``finished_by``, default
     the database's ``now()``), counting at most ``cap``."""
+    n: int = (await conn.execute(count_matching_stmt(f, finished_by, cap))).scalar_one()
+    return n
+
+
+@builder(f=_F, finished_by=None, cap=10)
+def count_matching_stmt(f: DeadLetterFilter, finished_by: datetime | None, cap: int) -> Select[tuple[int]]:
+    """How many dead letters not replayed match ``f`` and finished by ``finished_by`` (None: the
+    database's ``now()``), counting at most ``cap``."""
     inner = (
         select(literal(1).label("one"))
         .where(*_where(f), jobs.c.finished_at <= (finished_by if finished_by is not None else func.now()))
         .limit(cap)
         .subquery()
     )
-    return (await conn.execute(select(func.count()).select_from(inner))).scalar_one()
+    return select(func.count()).select_from(inner)
 
 
-@dataclass(frozen=True)
-class ReplayRequest:
-    """A validated ReplayDeadLetters call. ``request_hash`` fingerprints every field but ``reason``;
-    ``actor`` is who (``x-gnomon-actor`` and the gRPC peer); ``audit_extra`` goes into the audit
-    entry's details (e.g. ``peer``, ``actor_header``)."""
-
-    filter: DeadLetterFilter
-    max_rate: float
-    max_jobs: int
-    dry_run: bool
-    reason: str
-    request_id: uuid.UUID
-    request_hash: str
-    actor: str
-    audit_extra: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ReplayOutcome:
-    """What a replay did (so far): ``matched`` dead letters at its start (capped at
-    :data:`MAX_MATCH_COUNT`), ``replayed`` new jobs, the names of the first :data:`MAX_JOB_NAMES`
-    of them in schedule order; ``done`` once nothing is left to replay."""
-
-    matched: int
-    replayed: int
-    job_names: list[str]
-    dry_run: bool
-    done: bool
-
-
-def _outcome(row, *, dry_run: bool = False) -> ReplayOutcome:
+def _outcome(row: Mapping[Any, Any], *, dry_run: bool = False) -> ReplayOutcome:
     return ReplayOutcome(
         matched=row["matched"],
         replayed=row["replayed"],
@@ -223,61 +221,16 @@ def _outcome(row, *, dry_run: bool = False) -> ReplayOutcome:
     )
 
 
-async def insert_audit_entry(
-    conn: AsyncConnection,
-    *,
-    namespace: str,
-    actor: str,
-    action: str,
-    reason: str,
-    request_id: uuid.UUID | None,
-    details: dict,
-) -> dict:
-    """Appends one audit entry (``created_at`` = the database's ``now()``); returns its row."""
-    row = (
-        (
-            await conn.execute(
-                insert(audit_log)
-                .values(
-                    id=uuid.uuid4(),
-                    namespace=namespace,
-                    actor=actor[:512],
-                    action=action,
-                    reason=reason,
-                    request_id=request_id,
-                    details=json.dumps(details, sort_keys=True),
-                )
-                .returning(*audit_log.c)
-            )
-        )
-        .mappings()
-        .one()
-    )
-    return dict(row)
-
-
-async def list_audit_entries(
-    conn: AsyncConnection, namespace: str, *, limit: int, after: tuple[datetime, uuid.UUID] | None
-) -> list[dict]:
-    """Up to ``limit`` audit entries of ``namespace``, newest first, strictly after the keyset cursor
-    ``after`` = (created_at, id)."""
-    q = select(audit_log).where(audit_log.c.namespace == namespace)
-    if after is not None:
-        ts, last = after
-        q = q.where(
-            or_(audit_log.c.created_at < ts, and_(audit_log.c.created_at == ts, audit_log.c.id < last))
-        )
-    q = q.order_by(audit_log.c.created_at.desc(), audit_log.c.id.desc()).limit(limit)
-    return [dict(r) for r in (await conn.execute(q)).mappings()]
-
-
-def _replay_row_q(namespace: str, request_id: uuid.UUID):
-    return select(dlq_replays).where(
+@builder(namespace="ns", request_id=uuid.UUID(int=1), lock=True)
+def replay_row_stmt(namespace: str, request_id: uuid.UUID, lock: bool = False) -> Select[Any]:
+    """The ``dlq_replays`` row of replay ``(namespace, request_id)``; ``lock``: ``FOR UPDATE``."""
+    q = select(dlq_replays).where(
         dlq_replays.c.namespace == namespace, dlq_replays.c.request_id == request_id
     )
+    return q.with_for_update() if lock else q
 
 
-def _audit_details(req: ReplayRequest, matched: int) -> dict:
+def _audit_details(req: ReplayRequest, matched: int) -> dict[str, Any]:
     return {
         **req.audit_extra,
         "filter": req.filter.to_json(),
@@ -291,7 +244,7 @@ def _audit_details(req: ReplayRequest, matched: int) -> dict:
 
 
 async def _existing(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutcome | None:
-    row = (await conn.execute(_replay_row_q(req.filter.namespace, req.request_id))).mappings().first()
+    row = (await conn.execute(replay_row_stmt(req.filter.namespace, req.request_id))).mappings().first()
     if row is None:
         return None
     if row["request_hash"] != req.request_hash:
@@ -300,6 +253,32 @@ async def _existing(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutcome 
             metadata={"request_id": str(req.request_id)},
         )
     return _outcome(row)
+
+
+@builder(namespace="ns", request_id=uuid.UUID(int=1), request_hash="h", matched=2, target=1)
+def insert_replay_stmt(
+    namespace: str, request_id: uuid.UUID, request_hash: str, matched: int, target: int
+) -> Insert:
+    """Records a new replay ``(namespace, request_id)`` with its fingerprint ``request_hash``, the
+    ``matched`` count and its ``target`` (0 replayed, pacing from ``now()``; complete at once when the
+    target is 0); nothing if the request_id exists (``ON CONFLICT DO NOTHING``). Returns the row."""
+    return (
+        pg_insert(dlq_replays)
+        .values(
+            namespace=namespace,
+            request_id=request_id,
+            request_hash=request_hash,
+            created_at=func.now(),
+            matched=matched,
+            target=target,
+            replayed=0,
+            next_at=func.now(),
+            completed_at=func.now() if target == 0 else None,
+            job_names="[]",
+        )
+        .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
+        .returning(*dlq_replays.c)
+    )
 
 
 async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutcome:
@@ -330,23 +309,7 @@ async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutco
         return known
     matched = await count_matching(conn, req.filter)
     target = min(matched, req.max_jobs)
-    stmt = (
-        pg_insert(dlq_replays)
-        .values(
-            namespace=ns,
-            request_id=req.request_id,
-            request_hash=req.request_hash,
-            created_at=func.now(),
-            matched=matched,
-            target=target,
-            replayed=0,
-            next_at=func.now(),
-            completed_at=func.now() if target == 0 else None,
-            job_names="[]",
-        )
-        .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
-        .returning(*dlq_replays.c)
-    )
+    stmt = insert_replay_stmt(ns, req.request_id, req.request_hash, matched, target)
     row = (await conn.execute(stmt)).mappings().first()
     if row is None:  # a concurrent call with the same request_id won the insert
         known = await _existing(conn, req)
@@ -366,27 +329,70 @@ async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutco
 
 _R = unnest_rows("r", new_id=Uuid, old_id=Uuid, shard=Integer, at=DateTime(timezone=True))
 _COPY = [jobs.c[c] for c in REPLAY_COPY_COLUMNS]
-#: One INSERT ... SELECT per batch: the payload is copied inside the database.
-INSERT_REPLAYS = insert(jobs).from_select(
-    ["id", "shard", "scheduled_at", "state", "version", "attempt", "replay_of", *REPLAY_COPY_COLUMNS],
-    select(
-        _R.c.new_id,
-        _R.c.shard,
-        _R.c.at,
-        literal(S.SCHEDULED),
-        literal(1, BigInteger),
-        literal(0, Integer),
-        jobs.c.id,
-        *_COPY,
-    ).select_from(_R.join(jobs, jobs.c.id == _R.c.old_id)),
+INSERT_REPLAYS = named(
+    __name__,
+    "INSERT_REPLAYS",
+    """Inserts the replay jobs of a batch: one row per (r_new_id, r_old_id, r_shard, r_at) (arrays: new
+    job id, dead letter id, new shard, scheduled_at) copying the dead letter's columns (payload copied
+    inside the database), state SCHEDULED, version 1, attempt 0, replay_of = the dead letter.""",
+    insert(jobs).from_select(
+        ["id", "shard", "scheduled_at", "state", "version", "attempt", "replay_of", *REPLAY_COPY_COLUMNS],
+        select(
+            _R.c.new_id,
+            _R.c.shard,
+            _R.c.at,
+            literal(INITIAL_STATE),
+            literal(INITIAL_VERSION, BigInteger),
+            literal(INITIAL_ATTEMPT, Integer),
+            jobs.c.id,
+            *_COPY,
+        ).select_from(_R.join(jobs, jobs.c.id == _R.c.old_id)),
+    ),
 )
 _M = unnest_rows("m", new_id=Uuid, old_id=Uuid)
-MARK_REPLAYED = (
+MARK_REPLAYED = named(
+    __name__,
+    "MARK_REPLAYED",
+    """Marks each dead letter m_old_id (array) still DEAD and not replayed as replayed by m_new_id
+    (array); returns the ids marked.""",
     update(jobs)
-    .where(jobs.c.id == _M.c.old_id, jobs.c.state == S.DEAD, jobs.c.replayed_by.is_(None))
+    .where(jobs.c.id == _M.c.old_id, jobs.c.state == JobState.DEAD, jobs.c.replayed_by.is_(None))
     .values(replayed_by=_M.c.new_id)
-    .returning(jobs.c.id)
+    .returning(jobs.c.id),
 )
+
+
+@builder(f=_F, created_before=datetime(2026, 1, 1), limit=10)
+def pick_dead_letters_stmt(
+    f: DeadLetterFilter, created_before: datetime, limit: int
+) -> Select[tuple[uuid.UUID]]:
+    """Ids of the oldest ``limit`` dead letters not replayed that match ``f`` and finished by
+    ``created_before`` (the replay's start), locked ``FOR UPDATE SKIP LOCKED``."""
+    return (
+        select(jobs.c.id)
+        .where(*_where(f), jobs.c.finished_at <= created_before)
+        .order_by(jobs.c.finished_at, jobs.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+@builder(next_at=datetime(2026, 1, 1))
+def pacing_base_stmt(next_at: datetime) -> Select[tuple[datetime]]:
+    """``greatest(now(), next_at)``: where a replay batch's pacing starts (database clock)."""
+    return select(func.greatest(func.now(), next_at))
+
+
+@builder(namespace="ns", request_id=uuid.UUID(int=1), values={"replayed": 1})
+def advance_replay_stmt(namespace: str, request_id: uuid.UUID, values: dict[str, Any]) -> Update:
+    """Sets ``values`` (progress: replayed, job_names, next_at, completed_at) on replay
+    ``(namespace, request_id)``; returns the row."""
+    return (
+        update(dlq_replays)
+        .where(dlq_replays.c.namespace == namespace, dlq_replays.c.request_id == request_id)
+        .values(**values)
+        .returning(*dlq_replays.c)
+    )
 
 
 async def replay_batch(
@@ -402,29 +408,19 @@ async def replay_batch(
     reached its target or found nothing more.
     """
     ns = req.filter.namespace
-    rep = (await conn.execute(_replay_row_q(ns, req.request_id).with_for_update())).mappings().one()
+    rep = (await conn.execute(replay_row_stmt(ns, req.request_id, lock=True))).mappings().one()
     if rep["completed_at"] is not None:
         return _outcome(rep)
     want = min(batch, rep["target"] - rep["replayed"])
     picked = []
     if want > 0:
-        picked = (
-            (
-                await conn.execute(
-                    select(jobs.c.id)
-                    .where(*_where(req.filter), jobs.c.finished_at <= rep["created_at"])
-                    .order_by(jobs.c.finished_at, jobs.c.id)
-                    .limit(want)
-                    .with_for_update(skip_locked=True)
-                )
-            )
-            .scalars()
-            .all()
+        picked = list(
+            (await conn.execute(pick_dead_letters_stmt(req.filter, rep["created_at"], want))).scalars().all()
         )
-    values: dict = {}
+    values: dict[str, Any] = {}
     names = json.loads(rep["job_names"])
     if picked:
-        base = (await conn.execute(select(func.greatest(func.now(), rep["next_at"])))).scalar_one()
+        base = (await conn.execute(pacing_base_stmt(rep["next_at"]))).scalar_one()
         step_us = 1_000_000 / req.max_rate
         new_ids = [uuid.uuid4() for _ in picked]
         at = [base + timedelta(microseconds=round(k * step_us)) for k in range(len(picked))]
@@ -449,18 +445,7 @@ async def replay_batch(
     if finished:
         values["completed_at"] = func.now()
     if values:
-        rep = (
-            (
-                await conn.execute(
-                    update(dlq_replays)
-                    .where(dlq_replays.c.namespace == ns, dlq_replays.c.request_id == req.request_id)
-                    .values(**values)
-                    .returning(*dlq_replays.c)
-                )
-            )
-            .mappings()
-            .one()
-        )
+        rep = (await conn.execute(advance_replay_stmt(ns, req.request_id, values))).mappings().one()
     return _outcome(rep)
 
 

@@ -50,6 +50,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Column, Computed, Table
 from sqlalchemy.engine import URL, Dialect, make_url
@@ -73,7 +74,8 @@ def cockroach_dialect() -> Dialect:
     """An instance of sqlalchemy-cockroachdb's psycopg 3 dialect (the one ``cockroachdb+psycopg://`` loads)."""
     from sqlalchemy.dialects import registry
 
-    return registry.load("cockroachdb.psycopg")()
+    dialect: Dialect = registry.load("cockroachdb.psycopg")()
+    return dialect
 
 
 def is_cockroach(target: object) -> bool:
@@ -99,12 +101,13 @@ def is_cockroach(target: object) -> bool:
     raise TypeError(f"cannot tell the dialect of {type(target).__name__}")
 
 
-class _CrdbInternalRegion(UserDefinedType):
+class _CrdbInternalRegion(UserDefinedType[str]):
     """The ``crdb_internal_region`` enum a multi-region database gets (one value per database region)."""
 
     cache_ok = True
 
-    def get_col_spec(self, **kw) -> str:
+    def get_col_spec(self, **kw: Any) -> str:
+        """The type's DDL name."""
         return "crdb_internal_region"
 
 
@@ -322,6 +325,7 @@ def render_sql(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: prints the CockroachDB multi-region DDL (``--help`` for the flags); returns 0."""
     p = argparse.ArgumentParser(
         prog="python -m gnomon.common.storage.dialect",
         description="Print the CockroachDB multi-region DDL for Gnomon's schema.",

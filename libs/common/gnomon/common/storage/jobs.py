@@ -6,63 +6,20 @@ Every function takes an open :class:`AsyncConnection` inside a transaction (see
 
 from __future__ import annotations
 
-import json
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Integer, Interval, and_, bindparam, func, insert, or_, select
+from sqlalchemy import Integer, Interval, Select, and_, bindparam, func, insert, or_, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gnomon.common.domain.jobs import NewJob
 from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
-from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
-from gnomon.common.states import SCHEDULED
 from gnomon.common.storage.schema import jobs
+from gnomon.common.storage.statements import builder, named
 
-
-@dataclass(frozen=True)
-class NewJob:
-    """A validated create request. ``schedule_at`` (UTC instant) and ``delay`` are mutually exclusive;
-    both ``None`` means "now" by the database clock. ``lease`` is the per-attempt lease duration."""
-
-    id: uuid.UUID
-    namespace: str
-    region: str
-    shard: int
-    queue: str
-    payload: bytes
-    schedule_at: datetime | None
-    delay: timedelta | None
-    deadline: datetime | None
-    max_attempts: int
-    idempotency_key: str
-    lease: timedelta
-    request_id: uuid.UUID | None
-    request_hash: str | None
-    idempotent: bool = False
-    retry: RetryPolicy = DEFAULT_POLICY
-    start_to_close: timedelta | None = None
-
-
-def _ms(d: timedelta | None) -> int | None:
-    """A span in whole milliseconds (None stays None)."""
-    return None if d is None else int(d.total_seconds() * 1000)
-
-
-def policy_columns(p: RetryPolicy) -> dict:
-    """The ``jobs`` columns storing a retry policy."""
-    return dict(
-        retry_initial_ms=round(p.initial_s * 1000),
-        retry_max_ms=round(p.max_s * 1000),
-        retry_multiplier=float(p.multiplier),
-        retry_jitter=float(p.jitter),
-        max_age_ms=None if p.max_age_s is None else round(p.max_age_s * 1000),
-        non_retryable_errors=json.dumps(list(p.non_retryable_errors)) if p.non_retryable_errors else None,
-    )
-
-
-#: The ``jobs`` columns of the retry policy (read with :func:`policy_of`).
+#: The ``jobs`` columns of the retry policy (read with :func:`gnomon.common.domain.jobs.policy_of`).
 POLICY_COLS = (
     jobs.c.retry_initial_ms,
     jobs.c.retry_max_ms,
@@ -73,39 +30,67 @@ POLICY_COLS = (
 )
 
 
-def policy_of(row) -> RetryPolicy:
-    """The retry policy stored on a ``jobs`` row (a mapping with the policy columns)."""
-    names = row["non_retryable_errors"]
-    return RetryPolicy(
-        initial_s=row["retry_initial_ms"] / 1000,
-        max_s=row["retry_max_ms"] / 1000,
-        multiplier=row["retry_multiplier"],
-        jitter=row["retry_jitter"],
-        max_age_s=None if row["max_age_ms"] is None else row["max_age_ms"] / 1000,
-        non_retryable_errors=tuple(json.loads(names)) if names else (),
-    )
-
-
-def shard_of(job_id: uuid.UUID, shards: int) -> int:
-    """The shard of a job: the first 8 bytes of its UUID, big-endian, mod ``shards``."""
-    return int.from_bytes(job_id.bytes[:8], "big") % shards
-
-
 _SCHEDULED_AT = func.coalesce(
     bindparam("p_at", type_=jobs.c.scheduled_at.type), func.now() + bindparam("p_delay", type_=Interval)
 )
-#: Prebuilt (its compiled form and cache key are reused on every call).
-INSERT_JOB = insert(jobs).values(scheduled_at=_SCHEDULED_AT).returning(*jobs.c)
-#: With a request_id: a repeat is a no-op (the PostgreSQL ON CONFLICT construct is not cacheable; rare path).
-INSERT_JOB_IDEMPOTENT = (
+INSERT_JOB = named(
+    __name__,
+    "INSERT_JOB",
+    """Inserts one ``jobs`` row (the columns of :meth:`NewJob.row`) with ``scheduled_at`` =
+    ``p_at`` (an instant) or, when NULL, ``now() + p_delay`` (an interval, database clock); returns the
+    whole row. Prebuilt: its compiled form and cache key are reused on every call.""",
+    insert(jobs).values(scheduled_at=_SCHEDULED_AT).returning(*jobs.c),
+)
+INSERT_JOB_IDEMPOTENT = named(
+    __name__,
+    "INSERT_JOB_IDEMPOTENT",
+    """As ``INSERT_JOB`` for a job with a ``request_id``: a repeat in the namespace inserts nothing
+    and returns no row (``ON CONFLICT (namespace, request_id) DO NOTHING``).""",
     pg_insert(jobs)
     .values(scheduled_at=_SCHEDULED_AT)
     .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
-    .returning(*jobs.c)
+    .returning(*jobs.c),
+)
+INSERT_JOBS = named(
+    __name__,
+    "INSERT_JOBS",
+    """Inserts many ``jobs`` rows (executemany; the columns of :meth:`NewJob.row`) with
+    ``scheduled_at`` = ``p_at`` (an instant) or, when NULL, ``now() + p_delay_ms`` milliseconds
+    (database clock).""",
+    insert(jobs).values(
+        scheduled_at=func.coalesce(
+            bindparam("p_at", type_=jobs.c.scheduled_at.type),
+            func.now() + bindparam("p_delay_ms", type_=Integer) * timedelta(milliseconds=1),
+        )
+    ),
 )
 
 
-async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
+@builder(delay=timedelta(seconds=1))
+def due_at_stmt(delay: timedelta) -> Select[tuple[datetime]]:
+    """Reads ``now() + delay`` by the database clock (one timestamptz; ``delay`` a timedelta)."""
+    return select(func.now() + delay)
+
+
+@builder(namespace="ns", request_id=uuid.UUID(int=1))
+def job_by_request_stmt(namespace: str, request_id: uuid.UUID) -> Select[Any]:
+    """The ``jobs`` row created in ``namespace`` with ``request_id``."""
+    return select(jobs).where(jobs.c.namespace == namespace, jobs.c.request_id == request_id)
+
+
+@builder(ids=[uuid.UUID(int=1)])
+def jobs_by_id_stmt(ids: list[uuid.UUID]) -> Select[Any]:
+    """The ``jobs`` rows whose id is in ``ids`` (UUIDs), every column."""
+    return select(jobs).where(jobs.c.id.in_(ids))
+
+
+@builder(namespace="ns", job_id=uuid.UUID(int=1))
+def job_stmt(namespace: str, job_id: uuid.UUID) -> Select[Any]:
+    """The ``jobs`` row ``job_id`` (a UUID) if it is in ``namespace``, every column."""
+    return select(jobs).where(jobs.c.namespace == namespace, jobs.c.id == job_id)
+
+
+async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict[str, Any], bool]:
     """Inserts a SCHEDULED job; returns ``(row, created)``.
 
     With a ``request_id`` already used in the namespace: the same ``request_hash`` returns the
@@ -115,46 +100,20 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
     """
     if new.deadline is not None and new.schedule_at is None:
         # only here does the deadline depend on the database clock: check it (one extra query)
-        due = (await conn.execute(select(func.now() + (new.delay or timedelta(0))))).scalar_one()
+        due = (await conn.execute(due_at_stmt(new.delay or timedelta(0)))).scalar_one()
         if new.deadline <= due:
             raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
-    elif new.deadline is not None and new.deadline <= new.schedule_at:
+    elif new.deadline is not None and new.schedule_at is not None and new.deadline <= new.schedule_at:
         raise InvalidArgument([FieldViolation("deadline", "must be after the schedule time")])
-    values = dict(
-        id=new.id,
-        namespace=new.namespace,
-        region=new.region,
-        shard=new.shard,
-        queue=new.queue,
-        payload=new.payload,
-        state=SCHEDULED,
-        version=1,
-        deadline=new.deadline,
-        max_attempts=new.max_attempts,
-        attempt=0,
-        idempotency_key=new.idempotency_key,
-        lease_ms=int(new.lease.total_seconds() * 1000),
-        request_id=new.request_id,
-        request_hash=new.request_hash,
-        idempotent=new.idempotent,
-        start_to_close_ms=_ms(new.start_to_close),
-        **policy_columns(new.retry),
-    )
+    values: dict[str, object] = dict(new.row())
     # scheduled_at is the given instant or now() + delay, by the database clock, in the INSERT itself
     values.update(p_at=new.schedule_at, p_delay=new.delay or timedelta(0))
     stmt = INSERT_JOB if new.request_id is None else INSERT_JOB_IDEMPOTENT
     row = (await conn.execute(stmt, values)).mappings().first()
     if row is not None:
         return dict(row), True
-    existing = (
-        (
-            await conn.execute(
-                select(jobs).where(jobs.c.namespace == new.namespace, jobs.c.request_id == new.request_id)
-            )
-        )
-        .mappings()
-        .one()
-    )
+    assert new.request_id is not None  # INSERT_JOB always returns its row
+    existing = (await conn.execute(job_by_request_stmt(new.namespace, new.request_id))).mappings().one()
     if existing["request_hash"] != new.request_hash:
         raise AlreadyExists(
             f"request_id {new.request_id} was already used with a different request",
@@ -163,7 +122,7 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict, bool]:
     return dict(existing), False
 
 
-async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict]:
+async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict[str, Any]]:
     """Inserts a batch atomically; returns the rows in input order.
 
     Plain jobs go in one multi-row INSERT whose ``scheduled_at`` is the given instant or
@@ -171,7 +130,7 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict]:
     relative to the database clock go through :func:`insert_job`, so a reused ``request_id`` with a
     different request raises :class:`AlreadyExists` and the caller's transaction rolls back the batch.
     """
-    out: list[dict | None] = [None] * len(batch)
+    out: dict[int, dict[str, Any]] = {}
     plain = []
     for i, n in enumerate(batch):
         if n.request_id is not None or (n.deadline is not None and n.schedule_at is None):
@@ -180,56 +139,49 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict]:
             plain.append(i)
     if plain:
         rows = [
-            dict(
-                id=n.id,
-                namespace=n.namespace,
-                region=n.region,
-                shard=n.shard,
-                queue=n.queue,
-                payload=n.payload,
-                state=SCHEDULED,
-                version=1,
-                p_at=n.schedule_at,
-                p_delay_ms=int((n.delay or timedelta(0)).total_seconds() * 1000),
-                deadline=n.deadline,
-                max_attempts=n.max_attempts,
-                attempt=0,
-                idempotency_key=n.idempotency_key,
-                lease_ms=int(n.lease.total_seconds() * 1000),
-                idempotent=n.idempotent,
-                start_to_close_ms=_ms(n.start_to_close),
-                **policy_columns(n.retry),
-            )
+            {
+                **n.row(),
+                "p_at": n.schedule_at,
+                "p_delay_ms": int((n.delay or timedelta(0)).total_seconds() * 1000),
+            }
             for n in (batch[i] for i in plain)
         ]
-        stmt = insert(jobs).values(
-            scheduled_at=func.coalesce(
-                bindparam("p_at", type_=jobs.c.scheduled_at.type),
-                func.now() + bindparam("p_delay_ms", type_=Integer) * timedelta(milliseconds=1),
-            )
-        )
-        await conn.execute(stmt, rows)
-        got = (
-            (await conn.execute(select(jobs).where(jobs.c.id.in_([batch[i].id for i in plain]))))
-            .mappings()
-            .all()
-        )
+        await conn.execute(INSERT_JOBS, rows)
+        got = (await conn.execute(jobs_by_id_stmt([batch[i].id for i in plain]))).mappings().all()
         by_id = {r["id"]: dict(r) for r in got}
         for i in plain:
             out[i] = by_id[batch[i].id]
-    return out  # type: ignore[return-value]
+    return [out[i] for i in range(len(batch))]
 
 
-async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> dict:
+async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> dict[str, Any]:
     """The job row; raises :class:`NotFound` (JOB_NOT_FOUND) if absent from that namespace."""
-    row = (
-        (await conn.execute(select(jobs).where(jobs.c.namespace == namespace, jobs.c.id == job_id)))
-        .mappings()
-        .first()
-    )
+    row = (await conn.execute(job_stmt(namespace, job_id))).mappings().first()
     if row is None:
         raise NotFound(f"job namespaces/{namespace}/jobs/{job_id} not found")
     return dict(row)
+
+
+@builder(namespace="ns", state="SCHEDULED", queue="q", limit=10, after=None)
+def list_jobs_stmt(
+    namespace: str,
+    state: str | None,
+    queue: str | None,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+) -> Select[Any]:
+    """Up to ``limit`` ``jobs`` rows of ``namespace`` (optionally of one ``state`` and ``queue``),
+    without ``checkpoint``, newest ``created_at`` first (ties by id descending), strictly after the
+    keyset cursor ``after`` = (created_at, id)."""
+    q = select(*[c for c in jobs.c if c.key != "checkpoint"]).where(jobs.c.namespace == namespace)
+    if state:
+        q = q.where(jobs.c.state == state)
+    if queue:
+        q = q.where(jobs.c.queue == queue)
+    if after is not None:
+        ts, last = after
+        q = q.where(or_(jobs.c.created_at < ts, and_(jobs.c.created_at == ts, jobs.c.id < last)))
+    return q.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
 
 
 async def list_jobs(
@@ -240,17 +192,9 @@ async def list_jobs(
     queue: str | None,
     limit: int,
     after: tuple[datetime, uuid.UUID] | None,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` jobs, newest ``created_at`` first (ties by id descending), strictly after the
     keyset cursor ``after`` = (created_at, id) of the previous page's last row. The progress
     ``checkpoint`` (up to 64 KiB a job, never part of the Job resource) is not read."""
-    q = select(*[c for c in jobs.c if c.key != "checkpoint"]).where(jobs.c.namespace == namespace)
-    if state:
-        q = q.where(jobs.c.state == state)
-    if queue:
-        q = q.where(jobs.c.queue == queue)
-    if after is not None:
-        ts, last = after
-        q = q.where(or_(jobs.c.created_at < ts, and_(jobs.c.created_at == ts, jobs.c.id < last)))
-    q = q.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
+    q = list_jobs_stmt(namespace, state, queue, limit, after)
     return [dict(r) for r in (await conn.execute(q)).mappings()]

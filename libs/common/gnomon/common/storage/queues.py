@@ -12,15 +12,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common import states as S
+from gnomon.common.domain.policies import BreakerState
 from gnomon.common.storage.schema import attempts, jobs, queue_state
+from gnomon.common.storage.statements import named
 
-CLOSED, OPEN, HALF_OPEN = "CLOSED", "OPEN", "HALF_OPEN"
+CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 
 #: Rows a window count reads at most; beyond it the counts are extrapolated (see :func:`budget_counts`).
 MAX_COUNTED = 10_000
@@ -35,7 +38,7 @@ _REGION, _NS, _QUEUE = (
 _CAP = bindparam("p_cap", type_=Integer)
 
 
-def _params(region: str, namespace: str, queue: str, **kw) -> dict:
+def _params(region: str, namespace: str, queue: str, **kw: Any) -> dict[str, Any]:
     return {"p_region": region, "p_namespace": namespace, "p_queue": queue, **kw}
 
 
@@ -53,13 +56,17 @@ _claimed = (
     .limit(_CAP)
     .subquery()
 )
-#: First attempts and retries claimed in the window (newest first, at most ``p_cap`` rows), and how
-#: far back the rows read reach (seconds).
-BUDGET_COUNTS = select(
-    func.coalesce(func.sum(case((_claimed.c.attempt == 1, 1), else_=0)), 0),
-    func.coalesce(func.sum(case((_claimed.c.attempt > 1, 1), else_=0)), 0),
-    func.count(),
-    func.extract("epoch", func.now() - func.min(_claimed.c.claimed_at)),
+BUDGET_COUNTS = named(
+    __name__,
+    "BUDGET_COUNTS",
+    """First attempts and retries claimed in the window (newest first, at most ``p_cap`` rows), and how
+    far back the rows read reach (seconds).""",
+    select(
+        func.coalesce(func.sum(case((_claimed.c.attempt == 1, 1), else_=0)), 0),
+        func.coalesce(func.sum(case((_claimed.c.attempt > 1, 1), else_=0)), 0),
+        func.count(),
+        func.extract("epoch", func.now() - func.min(_claimed.c.claimed_at)),
+    ),
 )
 
 
@@ -115,11 +122,15 @@ _finished = (
     .limit(_CAP)
     .subquery()
 )
-#: Results counted by the breaker (SUCCEEDED, or FAILED/LOST not PERMANENT) and failures among them,
-#: of attempts finished since max(now() - window, p_since), newest first, at most ``p_cap`` rows.
-FAILURE_STATS = select(
-    func.coalesce(func.sum(case((_finished.c.counted, 1), else_=0)), 0),
-    func.coalesce(func.sum(case((_finished.c.failed, 1), else_=0)), 0),
+FAILURE_STATS = named(
+    __name__,
+    "FAILURE_STATS",
+    """Results counted by the breaker (SUCCEEDED, or FAILED/LOST not PERMANENT) and failures among them,
+    of attempts finished since max(now() - window, p_since), newest first, at most ``p_cap`` rows.""",
+    select(
+        func.coalesce(func.sum(case((_finished.c.counted, 1), else_=0)), 0),
+        func.coalesce(func.sum(case((_finished.c.failed, 1), else_=0)), 0),
+    ),
 )
 
 
@@ -161,11 +172,15 @@ _probes = (
 _pf = _probes.c.state.in_([S.A_FAILED, S.A_LOST]) & (
     func.coalesce(_probes.c.failure_class, "") != "PERMANENT"
 )
-#: Attempts claimed since ``p_since`` (the HALF_OPEN transition): succeeded, failed, still live.
-PROBE_STATS = select(
-    func.coalesce(func.sum(case((_probes.c.state == S.A_SUCCEEDED, 1), else_=0)), 0),
-    func.coalesce(func.sum(case((_pf, 1), else_=0)), 0),
-    func.coalesce(func.sum(case((_probes.c.state.in_([S.A_QUEUED, S.A_RUNNING]), 1), else_=0)), 0),
+PROBE_STATS = named(
+    __name__,
+    "PROBE_STATS",
+    """Attempts claimed since ``p_since`` (the HALF_OPEN transition): succeeded, failed, still live.""",
+    select(
+        func.coalesce(func.sum(case((_probes.c.state == S.A_SUCCEEDED, 1), else_=0)), 0),
+        func.coalesce(func.sum(case((_pf, 1), else_=0)), 0),
+        func.coalesce(func.sum(case((_probes.c.state.in_([S.A_QUEUED, S.A_RUNNING]), 1), else_=0)), 0),
+    ),
 )
 
 
@@ -180,15 +195,25 @@ async def probe_stats(
     return int(s), int(f), int(live)
 
 
-GET_STATE = select(queue_state).where(
-    queue_state.c.region == _REGION, queue_state.c.namespace == _NS, queue_state.c.queue == _QUEUE
+GET_STATE = named(
+    __name__,
+    "GET_STATE",
+    """The queue_state row of (p_region, p_namespace, p_queue), if any.""",
+    select(queue_state).where(
+        queue_state.c.region == _REGION, queue_state.c.namespace == _NS, queue_state.c.queue == _QUEUE
+    ),
 )
-LOCK_STATE = GET_STATE.with_for_update()
+LOCK_STATE = named(
+    __name__,
+    "LOCK_STATE",
+    """As GET_STATE, the row locked FOR UPDATE.""",
+    GET_STATE.with_for_update(),
+)
 
 
 async def get_state(
     conn: AsyncConnection, *, region: str, namespace: str, queue: str, lock: bool = False
-) -> dict | None:
+) -> dict[str, Any] | None:
     """The queue's ``queue_state`` row (``None``: never evaluated, i.e. CLOSED); ``lock`` takes its row
     lock (``FOR UPDATE``) until the transaction ends."""
     row = (
@@ -199,25 +224,41 @@ async def get_state(
     return dict(row) if row else None
 
 
-async def ensure_state(conn: AsyncConnection, *, region: str, namespace: str, queue: str) -> dict:
+async def ensure_state(conn: AsyncConnection, *, region: str, namespace: str, queue: str) -> dict[str, Any]:
     """The queue's ``queue_state`` row, created CLOSED (version 1) if missing."""
     row = await get_state(conn, region=region, namespace=namespace, queue=queue)
     if row is not None:
         return row
-    await conn.execute(
-        pg_insert(queue_state)
-        .values(
-            region=region, namespace=namespace, queue=queue, state=CLOSED, version=1, updated_at=func.now()
-        )
-        .on_conflict_do_nothing(index_elements=["region", "namespace", "queue"])
+    await conn.execute(INSERT_STATE, {"p_region": region, "p_namespace": namespace, "p_queue": queue})
+    row = await get_state(conn, region=region, namespace=namespace, queue=queue)
+    assert row is not None  # inserted above, or by a concurrent caller
+    return row
+
+
+INSERT_STATE = named(
+    __name__,
+    "INSERT_STATE",
+    """Creates the ``queue_state`` row of (``p_region``, ``p_namespace``, ``p_queue``): CLOSED,
+    version 1, ``updated_at = now()``; nothing if it exists.""",
+    pg_insert(queue_state)
+    .values(
+        region=bindparam("p_region", type_=String),
+        namespace=bindparam("p_namespace", type_=String),
+        queue=bindparam("p_queue", type_=String),
+        state=CLOSED,
+        version=1,
+        updated_at=func.now(),
     )
-    return await get_state(conn, region=region, namespace=namespace, queue=queue)
+    .on_conflict_do_nothing(index_elements=["region", "namespace", "queue"]),
+)
 
 
 _TO = bindparam("p_to", type_=String)
-#: Compare-and-set of a breaker state: only from ``p_from`` at ``p_version``, and (for OPEN ->
-#: HALF_OPEN) only once ``p_min_open`` has passed since ``opened_at`` by the database clock.
-TRANSITION = (
+TRANSITION = named(
+    __name__,
+    "TRANSITION",
+    """Compare-and-set of a breaker state: only from ``p_from`` at ``p_version``, and (for OPEN ->
+    HALF_OPEN) only once ``p_min_open`` has passed since ``opened_at`` by the database clock.""",
     queue_state.update()
     .where(
         queue_state.c.region == _REGION,
@@ -237,19 +278,19 @@ TRANSITION = (
         failure_ratio=bindparam("p_ratio", type_=queue_state.c.failure_ratio.type),
         window_results=bindparam("p_results", type_=Integer),
     )
-    .returning(*queue_state.c)
+    .returning(*queue_state.c),
 )
 
 
 async def transition(
     conn: AsyncConnection,
-    row: dict,
+    row: dict[str, Any],
     to: str,
     *,
     ratio: float = 0.0,
     results: int = 0,
     min_open_s: float = 0.0,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Moves the breaker of ``row`` (a ``queue_state`` row as read) to ``to`` if it is still in the
     state and version read (compare-and-set; from OPEN only after ``min_open_s`` since it opened).
     Returns the new row, or ``None`` when another dispatcher changed it first (nothing written).
@@ -291,8 +332,16 @@ _due = (
     .limit(_CAP)
     .subquery()
 )
-DUE_COUNT = select(func.count()).select_from(_due)
-OLDEST_DUE = (
+DUE_COUNT = named(
+    __name__,
+    "DUE_COUNT",
+    """How many SCHEDULED jobs of one queue are due now (see _due).""",
+    select(func.count()).select_from(_due),
+)
+OLDEST_DUE = named(
+    __name__,
+    "OLDEST_DUE",
+    """The oldest due scheduled_at of one queue (see _due).""",
     select(func.extract("epoch", func.now() - jobs.c.scheduled_at))
     .where(
         jobs.c.region == _REGION,
@@ -302,7 +351,7 @@ OLDEST_DUE = (
         jobs.c.scheduled_at <= func.now(),
     )
     .order_by(jobs.c.scheduled_at)
-    .limit(1)
+    .limit(1),
 )
 
 

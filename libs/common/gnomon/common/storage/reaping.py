@@ -13,201 +13,234 @@ never accepted) are not the reaper's: the outbox relay re-delivers them and rest
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, func, select, tuple_, update
+from sqlalchemy import Delete, Select, Update, delete, func, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gnomon.common import states as S
-from gnomon.common.retry import retry_decision
-from gnomon.common.storage.jobs import POLICY_COLS, policy_of
+from gnomon.common.domain.attempts import Reaped
+from gnomon.common.domain.failures import FailureClass
+from gnomon.common.domain.policies import OccurrenceDecision
+from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
+from gnomon.common.storage.jobs import POLICY_COLS
+from gnomon.common.storage.results import fail_job_stmt, judge
 from gnomon.common.storage.schema import attempts, jobs, outbox, schedule_occurrences
+from gnomon.common.storage.statements import builder
 
 LOST_ERROR = "lease expired while running: the worker stopped heartbeating; outcome unknown"
 TIMEOUT_ERROR = "start_to_close exceeded: the attempt ran longer than its job allows; outcome unknown"
 
 
-@dataclass(frozen=True)
-class Reaped:
-    """What happened to one job whose running attempt lost its lease: ``new_state`` is SCHEDULED
-    (retry), DEAD or CANCELLED."""
+_ID = uuid.UUID(int=1)
 
-    job_id: uuid.UUID
-    attempt: int
-    new_state: str
+
+@builder(region="r", skew_margin_s=1.0, limit=10)
+def expired_leases_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tuple[uuid.UUID, int]]:
+    """Up to ``limit`` RUNNING attempts ``(job_id, attempt)`` of ``region`` whose lease ended more
+    than ``skew_margin_s`` seconds ago (database clock), oldest lease first, locked ``FOR UPDATE SKIP
+    LOCKED``."""
+    return (
+        select(attempts.c.job_id, attempts.c.attempt)
+        .where(
+            attempts.c.region == region,
+            attempts.c.state == AttemptState.RUNNING,
+            attempts.c.lease_expires_at < func.now() - timedelta(seconds=skew_margin_s),
+        )
+        .order_by(attempts.c.lease_expires_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+@builder(region="r", skew_margin_s=1.0, limit=10)
+def timed_out_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tuple[uuid.UUID, int]]:
+    """Up to ``limit`` RUNNING attempts ``(job_id, attempt)`` of ``region`` accepted longer ago than
+    their job's ``start_to_close_ms`` plus ``skew_margin_s`` seconds (database clock), locked ``FOR
+    UPDATE SKIP LOCKED`` (the attempt rows only)."""
+    return (
+        select(attempts.c.job_id, attempts.c.attempt)
+        .join(jobs, (jobs.c.id == attempts.c.job_id) & (jobs.c.attempt == attempts.c.attempt))
+        .where(
+            attempts.c.region == region,
+            attempts.c.state == AttemptState.RUNNING,
+            jobs.c.start_to_close_ms.is_not(None),
+            attempts.c.accepted_at + jobs.c.start_to_close_ms * timedelta(milliseconds=1)
+            < func.now() - timedelta(seconds=skew_margin_s),
+        )
+        .limit(limit)
+        .with_for_update(of=attempts, skip_locked=True)
+    )
+
+
+@builder(job_id=_ID, attempt=1, error="e")
+def lose_attempt_stmt(job_id: uuid.UUID, attempt: int, error: str) -> Update:
+    """Attempt ``(job_id, attempt)`` -> LOST, ``finished_at = now()``, failure class AMBIGUOUS,
+    ``error`` (why the outcome is unknown)."""
+    return (
+        update(attempts)
+        .where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
+        .values(
+            state=AttemptState.LOST, finished_at=func.now(), failure_class=FailureClass.AMBIGUOUS, error=error
+        )
+    )
+
+
+@builder(job_id=_ID, attempt=1)
+def lost_job_stmt(job_id: uuid.UUID, attempt: int) -> Select[tuple[Any, ...]]:
+    """Job ``job_id`` if still RUNNING at ``attempt``, locked ``FOR UPDATE``: ``max_attempts``,
+    ``idempotent``, ``cancel_requested_at``, the retry policy columns and ``age_s`` (seconds since its
+    first dispatch, database clock)."""
+    return (
+        select(
+            jobs.c.max_attempts,
+            jobs.c.idempotent,
+            jobs.c.cancel_requested_at,
+            *POLICY_COLS,
+            func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"),
+        )
+        .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == JobState.RUNNING)
+        .with_for_update()
+    )
 
 
 async def reap_lost_leases(
-    conn: AsyncConnection, *, region: str, skew_margin_s: float, limit: int, retry_delay_s=None
+    conn: AsyncConnection,
+    *,
+    region: str,
+    skew_margin_s: float,
+    limit: int,
+    retry_delay_s: Callable[[int], float] | None = None,
 ) -> list[Reaped]:
     """Marks up to ``limit`` expired RUNNING attempts of ``region`` LOST and moves their jobs on
     (compare-and-set: the job must still be RUNNING at that attempt). Whether and when the job is
-    retried is the job's retry policy's decision for an AMBIGUOUS failure
-    (:func:`gnomon.common.retry.retry_decision`: idempotent jobs only, attempts left, ``max_age``);
+    retried is the after-failure transition's decision for an AMBIGUOUS failure
+    (:func:`gnomon.common.domain.transitions.after_failure`, the one the result path uses:
+    idempotent jobs only, attempts left, ``max_age``; a cancel request makes it CANCELLED);
     ``retry_delay_s(attempt)`` (seconds), when given, replaces the policy's delay (tests)."""
-    margin = timedelta(seconds=skew_margin_s)
-    lost = [
-        (j, a, LOST_ERROR)
-        for j, a in (
-            await conn.execute(
-                select(attempts.c.job_id, attempts.c.attempt)
-                .where(
-                    attempts.c.region == region,
-                    attempts.c.state == S.A_RUNNING,
-                    attempts.c.lease_expires_at < func.now() - margin,
-                )
-                .order_by(attempts.c.lease_expires_at)
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-            )
-        ).all()
-    ]
+    rows = (await conn.execute(expired_leases_stmt(region, skew_margin_s, limit))).all()
+    lost = [(j, a, LOST_ERROR) for j, a in rows]
     # start_to_close: an attempt running longer than its job allows is timed out the same way (its
     # worker may still be running it, so the outcome is just as unknown)
     seen = {(j, a) for j, a, _ in lost}
-    lost += [
-        (j, a, TIMEOUT_ERROR)
-        for j, a in (
-            await conn.execute(
-                select(attempts.c.job_id, attempts.c.attempt)
-                .join(jobs, (jobs.c.id == attempts.c.job_id) & (jobs.c.attempt == attempts.c.attempt))
-                .where(
-                    attempts.c.region == region,
-                    attempts.c.state == S.A_RUNNING,
-                    jobs.c.start_to_close_ms.is_not(None),
-                    attempts.c.accepted_at + jobs.c.start_to_close_ms * timedelta(milliseconds=1)
-                    < func.now() - margin,
-                )
-                .limit(max(0, limit - len(lost)))
-                .with_for_update(of=attempts, skip_locked=True)
-            )
-        ).all()
-        if (j, a) not in seen
-    ]
+    rows = (await conn.execute(timed_out_stmt(region, skew_margin_s, max(0, limit - len(lost))))).all()
+    lost += [(j, a, TIMEOUT_ERROR) for j, a in rows if (j, a) not in seen]
     out = []
     for job_id, attempt, error in lost:
-        await conn.execute(
-            update(attempts)
-            .where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
-            .values(state=S.A_LOST, finished_at=func.now(), failure_class="AMBIGUOUS", error=error)
-        )
-        job = (
-            await conn.execute(
-                select(
-                    jobs.c.max_attempts,
-                    jobs.c.idempotent,
-                    jobs.c.cancel_requested_at,
-                    *POLICY_COLS,
-                    func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"),
-                )
-                .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == S.RUNNING)
-                .with_for_update()
-            )
-        ).first()
+        await conn.execute(lose_attempt_stmt(job_id, attempt, error))
+        job = (await conn.execute(lost_job_stmt(job_id, attempt))).mappings().first()
         if job is None:
             continue  # the job moved on already (e.g. a late result landed)
-        values = dict(version=jobs.c.version + 1, failure_class="AMBIGUOUS", last_error=error)
-        j = job._mapping
-        retry, delay, _why = retry_decision(
-            "AMBIGUOUS",
-            error,
+        outcome = judge(
+            job,
             attempt,
-            policy_of(j),
-            None if j["age_s"] is None else float(j["age_s"]),
-            job.idempotent,
-            max_attempts=job.max_attempts,
+            FailureClass.AMBIGUOUS,
+            error,
+            delay_override_s=None if retry_delay_s is None else retry_delay_s(attempt),
         )
-        if retry and retry_delay_s is not None:
-            delay = retry_delay_s(attempt)
-        if job.cancel_requested_at is not None:
-            values.update(state=S.CANCELLED, finished_at=func.now())
-        elif retry:
-            values.update(state=S.SCHEDULED, scheduled_at=func.now() + timedelta(seconds=delay))
-        else:
-            values.update(state=S.DEAD, finished_at=func.now())
-        await conn.execute(
-            update(jobs)
-            .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == S.RUNNING)
-            .values(**values)
-        )
-        out.append(Reaped(job_id, attempt, values["state"]))
+        stmt = fail_job_stmt(job_id, attempt, outcome, failure_class=FailureClass.AMBIGUOUS, error=error)
+        state = (await conn.execute(stmt)).scalar_one()
+        out.append(Reaped(job_id, attempt, JobState(state)))
     return out
+
+
+@builder(region="r", limit=10)
+def expire_deadlines_stmt(region: str, limit: int) -> Update:
+    """SCHEDULED jobs of ``region`` whose deadline passed (database clock), at most ``limit``, the
+    earliest deadline first, locked ``FOR UPDATE SKIP LOCKED`` -> EXPIRED (version + 1,
+    ``finished_at = now()``, ``last_error``); returns their ids."""
+    due = (
+        select(jobs.c.id)
+        .where(jobs.c.region == region, jobs.c.state == JobState.SCHEDULED, jobs.c.deadline <= func.now())
+        .order_by(jobs.c.deadline)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id.in_(due.scalar_subquery()), jobs.c.state == JobState.SCHEDULED)
+        .values(
+            state=JobState.EXPIRED,
+            version=jobs.c.version + 1,
+            finished_at=func.now(),
+            last_error="deadline passed before dispatch",
+        )
+        .returning(jobs.c.id)
+    )
 
 
 async def expire_deadlines(conn: AsyncConnection, *, region: str, limit: int) -> list[uuid.UUID]:
     """SCHEDULED jobs of ``region`` whose deadline passed (database clock) -> EXPIRED, at most
     ``limit``; they are never dispatched (the claim also refuses them). Returns their ids."""
-    due = (
+    return list((await conn.execute(expire_deadlines_stmt(region, limit))).scalars().all())
+
+
+@builder(region="r", retention_s=60.0, limit=10)
+def finished_jobs_stmt(region: str, retention_s: float, limit: int) -> Select[tuple[uuid.UUID]]:
+    """Ids of up to ``limit`` terminal jobs of ``region`` finished more than ``retention_s`` seconds
+    ago (database clock), locked ``FOR UPDATE SKIP LOCKED``."""
+    return (
         select(jobs.c.id)
-        .where(jobs.c.region == region, jobs.c.state == S.SCHEDULED, jobs.c.deadline <= func.now())
-        .order_by(jobs.c.deadline)
+        .where(
+            jobs.c.region == region,
+            jobs.c.state.in_(sorted(TERMINAL)),
+            jobs.c.finished_at < func.now() - timedelta(seconds=retention_s),
+        )
         .limit(limit)
         .with_for_update(skip_locked=True)
     )
-    return list(
-        (
-            await conn.execute(
-                update(jobs)
-                .where(jobs.c.id.in_(due.scalar_subquery()), jobs.c.state == S.SCHEDULED)
-                .values(
-                    state=S.EXPIRED,
-                    version=jobs.c.version + 1,
-                    finished_at=func.now(),
-                    last_error="deadline passed before dispatch",
-                )
-                .returning(jobs.c.id)
-            )
-        )
-        .scalars()
-        .all()
+
+
+@builder(ids=[_ID])
+def delete_jobs_stmts(ids: Sequence[uuid.UUID]) -> tuple[Delete, Delete, Delete]:
+    """Deletes jobs ``ids`` with their outbox and attempt rows: three statements, to run in order."""
+    return (
+        delete(outbox).where(outbox.c.job_id.in_(ids)),
+        delete(attempts).where(attempts.c.job_id.in_(ids)),
+        delete(jobs).where(jobs.c.id.in_(ids)),
     )
 
 
 async def prune_finished(conn: AsyncConnection, *, region: str, retention_s: float, limit: int) -> int:
     """Deletes up to ``limit`` terminal jobs of ``region`` finished more than ``retention_s`` seconds
     ago, with their attempt and outbox rows. Returns how many jobs were deleted."""
-    ids = list(
-        (
-            await conn.execute(
-                select(jobs.c.id)
-                .where(
-                    jobs.c.region == region,
-                    jobs.c.state.in_(sorted(S.TERMINAL)),
-                    jobs.c.finished_at < func.now() - timedelta(seconds=retention_s),
-                )
-                .limit(limit)
-                .with_for_update(skip_locked=True)
-            )
-        )
-        .scalars()
-        .all()
-    )
+    ids = list((await conn.execute(finished_jobs_stmt(region, retention_s, limit))).scalars().all())
     if ids:
-        await conn.execute(delete(outbox).where(outbox.c.job_id.in_(ids)))
-        await conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
-        await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+        for stmt in delete_jobs_stmts(ids):
+            await conn.execute(stmt)
     return len(ids)
+
+
+@builder(region="r", retention_s=60.0, limit=10)
+def old_decisions_stmt(region: str, retention_s: float, limit: int) -> Select[Any]:
+    """Keys ``(schedule_uid, nominal_time)`` of up to ``limit`` decision records of ``region``
+    decided more than ``retention_s`` seconds ago (database clock) and not BUFFERED, locked ``FOR
+    UPDATE SKIP LOCKED``."""
+    t = schedule_occurrences
+    return (
+        select(t.c.schedule_uid, t.c.nominal_time)
+        .where(
+            t.c.region == region,
+            t.c.decided_at < func.now() - timedelta(seconds=retention_s),
+            t.c.decision != OccurrenceDecision.BUFFERED,
+        )
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+
+
+@builder(keys=[(_ID, datetime(2026, 1, 1, tzinfo=UTC))])
+def delete_decisions_stmt(keys: Sequence[tuple[uuid.UUID, datetime]]) -> Delete:
+    """Deletes the decision records ``keys`` (``(schedule_uid, nominal_time)`` pairs)."""
+    t = schedule_occurrences
+    return delete(t).where(tuple_(t.c.schedule_uid, t.c.nominal_time).in_(list(keys)))
 
 
 async def prune_decisions(conn: AsyncConnection, *, region: str, retention_s: float, limit: int) -> int:
     """Deletes up to ``limit`` schedule decision records of ``region`` decided more than
     ``retention_s`` seconds ago (BUFFERED ones wait to be released and are kept). Returns how many."""
-    t = schedule_occurrences
-    keys = (
-        await conn.execute(
-            select(t.c.schedule_uid, t.c.nominal_time)
-            .where(
-                t.c.region == region,
-                t.c.decided_at < func.now() - timedelta(seconds=retention_s),
-                t.c.decision != "BUFFERED",
-            )
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-    ).all()
+    keys = (await conn.execute(old_decisions_stmt(region, retention_s, limit))).all()
     if keys:
-        await conn.execute(
-            delete(t).where(tuple_(t.c.schedule_uid, t.c.nominal_time).in_([tuple(k) for k in keys]))
-        )
+        await conn.execute(delete_decisions_stmt([(k[0], k[1]) for k in keys]))
     return len(keys)

@@ -10,18 +10,22 @@ stored as integer milliseconds. Changes are compare-and-set on ``version`` (AIP-
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Delete, Select, Update, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningInsert
 
-from gnomon.common import states as S
+from gnomon.common.domain.jobs import policy_columns
+from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
-from gnomon.common.storage.jobs import policy_columns
 from gnomon.common.storage.schema import jobs, schedule_occurrences, schedules
+from gnomon.common.storage.statements import builder, named
 from gnomon.common.time import DstFold, DstGap, RuleKind, RuleSpec
 
 #: Defaults filled in when a request leaves a policy unset (documented in docs/schedules.md).
@@ -63,7 +67,7 @@ class ScheduleValues:
     retry: RetryPolicy = DEFAULT_POLICY
     paused: bool = False
 
-    def columns(self) -> dict:
+    def columns(self) -> dict[str, Any]:
         """The ``schedules`` columns these values set."""
         ms = _ms
         return dict(
@@ -122,7 +126,7 @@ def _ms(d: timedelta | None) -> int | None:
     return None if d is None else round(d.total_seconds() * 1000)
 
 
-def rule_spec_of(row) -> RuleSpec:
+def rule_spec_of(row: Mapping[Any, Any]) -> RuleSpec:
     """The :class:`RuleSpec` of a ``schedules`` row (a mapping)."""
     return RuleSpec(
         kind=RuleKind(row["rule_kind"]),
@@ -141,9 +145,21 @@ def schedule_name(namespace: str, schedule_id: str) -> str:
     return f"namespaces/{namespace}/schedules/{schedule_id}"
 
 
+DB_NOW = named(
+    __name__,
+    "DB_NOW",
+    """Reads the database clock: ``now()``, the transaction's start instant (timestamptz).""",
+    select(func.now()),
+)
+_UID = uuid.UUID(int=1)
+_T0 = datetime(2026, 1, 1, tzinfo=UTC)
+Row = dict[str, Any]
+
+
 async def db_now(conn: AsyncConnection) -> datetime:
     """The database clock (``now()``, the transaction's start instant), UTC-aware."""
-    return (await conn.execute(select(func.now()))).scalar_one().astimezone(UTC)
+    now: datetime = (await conn.execute(DB_NOW)).scalar_one()
+    return now.astimezone(UTC)
 
 
 def planning_start(start_time: datetime | None, now: datetime) -> datetime:
@@ -161,9 +177,27 @@ def _first_plan_at(paused: bool, next_fire_at: datetime | None, now: datetime) -
     return None if paused or next_fire_at is None else now
 
 
+@builder(namespace="ns", request_id=_UID)
+def schedule_by_request_stmt(namespace: str, request_id: uuid.UUID) -> Select[Any]:
+    """The ``schedules`` row created in ``namespace`` with ``request_id`` (every column)."""
+    return select(schedules).where(schedules.c.namespace == namespace, schedules.c.request_id == request_id)
+
+
+@builder(values={"namespace": "ns", "schedule_id": "s"})
+def insert_schedule_stmt(values: Row) -> ReturningInsert[Any]:
+    """Inserts the ``schedules`` row ``values`` (column -> value); nothing if the id is taken in the
+    namespace (``ON CONFLICT (namespace, schedule_id) DO NOTHING``); returns the row inserted."""
+    return (
+        pg_insert(schedules)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["namespace", "schedule_id"])
+        .returning(*schedules.c)
+    )
+
+
 async def insert_schedule(
     conn: AsyncConnection, new: NewSchedule, *, now: datetime, next_fire_at: datetime | None
-) -> tuple[dict, bool]:
+) -> tuple[dict[str, Any], bool]:
     """Inserts a schedule; returns ``(row, created)``. ``next_fire_at`` is the first nominal time after
     :func:`planning_start` (None: the rule never fires again).
 
@@ -172,15 +206,7 @@ async def insert_schedule(
     """
     if new.request_id is not None:
         prior = (
-            (
-                await conn.execute(
-                    select(schedules).where(
-                        schedules.c.namespace == new.namespace, schedules.c.request_id == new.request_id
-                    )
-                )
-            )
-            .mappings()
-            .first()
+            (await conn.execute(schedule_by_request_stmt(new.namespace, new.request_id))).mappings().first()
         )
         if prior is not None:
             if prior["request_hash"] != new.request_hash:
@@ -209,13 +235,7 @@ async def insert_schedule(
         missed_count=0,
         missed_first=None,
     )
-    stmt = (
-        pg_insert(schedules)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=["namespace", "schedule_id"])
-        .returning(*schedules.c)
-    )
-    row = (await conn.execute(stmt)).mappings().first()
+    row = (await conn.execute(insert_schedule_stmt(values))).mappings().first()
     if row is None:
         raise AlreadyExists(
             f"schedule {schedule_name(new.namespace, new.schedule_id)} already exists",
@@ -224,14 +244,18 @@ async def insert_schedule(
     return dict(row), True
 
 
+@builder(namespace="ns", schedule_id="s", lock=True)
+def schedule_stmt(namespace: str, schedule_id: str, lock: bool) -> Select[Any]:
+    """The ``schedules`` row ``schedule_id`` of ``namespace``; ``lock``: locked ``FOR UPDATE``."""
+    q = select(schedules).where(schedules.c.namespace == namespace, schedules.c.schedule_id == schedule_id)
+    return q.with_for_update() if lock else q
+
+
 async def get_schedule(
     conn: AsyncConnection, namespace: str, schedule_id: str, *, lock: bool = False
-) -> dict:
+) -> dict[str, Any]:
     """The schedule row (``lock``: ``FOR UPDATE``); raises :class:`NotFound` (SCHEDULE_NOT_FOUND)."""
-    q = select(schedules).where(schedules.c.namespace == namespace, schedules.c.schedule_id == schedule_id)
-    if lock:
-        q = q.with_for_update()
-    row = (await conn.execute(q)).mappings().first()
+    row = (await conn.execute(schedule_stmt(namespace, schedule_id, lock))).mappings().first()
     if row is None:
         raise NotFound(
             f"schedule {schedule_name(namespace, schedule_id)} not found", reason="SCHEDULE_NOT_FOUND"
@@ -247,8 +271,18 @@ async def list_schedules(
     queue: str | None,
     after: str | None,
     limit: int,
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` schedules of ``namespace`` ordered by id, strictly after id ``after``."""
+    q = list_schedules_stmt(namespace, paused, queue, after, limit)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+@builder(namespace="ns", paused=True, queue="q", after="a", limit=10)
+def list_schedules_stmt(
+    namespace: str, paused: bool | None, queue: str | None, after: str | None, limit: int
+) -> Select[Any]:
+    """Up to ``limit`` ``schedules`` rows of ``namespace`` ordered by id, strictly after id
+    ``after``; optionally only (not) ``paused`` ones, or those of one ``queue``."""
     q = select(schedules).where(schedules.c.namespace == namespace)
     if paused is not None:
         q = q.where(schedules.c.paused == paused)
@@ -256,11 +290,10 @@ async def list_schedules(
         q = q.where(schedules.c.queue == queue)
     if after is not None:
         q = q.where(schedules.c.schedule_id > after)
-    q = q.order_by(schedules.c.schedule_id).limit(limit)
-    return [dict(r) for r in (await conn.execute(q)).mappings()]
+    return q.order_by(schedules.c.schedule_id).limit(limit)
 
 
-def check_etag(row: dict, etag: str | None) -> None:
+def check_etag(row: dict[str, Any], etag: str | None) -> None:
     """Raises :class:`FailedPrecondition` (STALE_VERSION) when ``etag`` is given and is not the row's."""
     if etag and etag != str(row["version"]):
         raise FailedPrecondition(
@@ -270,36 +303,51 @@ def check_etag(row: dict, etag: str | None) -> None:
         )
 
 
-async def withdraw_future_jobs(conn: AsyncConnection, row: dict, *, now: datetime | None) -> int:
+async def withdraw_future_jobs(conn: AsyncConnection, row: dict[str, Any], *, now: datetime | None) -> int:
     """Deletes the occurrence jobs of schedule ``row`` not dispatched yet (SCHEDULED, attempt 0) with
     their decision records, so they can be planned again: with ``now``, only those created ahead of
     time (nominal and schedule time after ``now``: pause, update); with None, all of them (delete).
     Returns how many jobs were withdrawn."""
+    ids = list((await conn.execute(future_jobs_stmt(row["uid"], now))).scalars().all())
+    if ids:
+        for stmt in withdraw_jobs_stmts(row["uid"], ids):
+            await conn.execute(stmt)
+    return len(ids)
+
+
+@builder(uid=_UID, now=_T0)
+def future_jobs_stmt(uid: uuid.UUID, now: datetime | None) -> Select[tuple[uuid.UUID]]:
+    """Ids of the occurrence jobs of schedule ``uid`` not dispatched yet (SCHEDULED, attempt 0),
+    with ``now`` only those whose nominal and schedule time are after it; locked ``FOR UPDATE``."""
     q = select(jobs.c.id).where(
-        jobs.c.schedule_uid == row["uid"], jobs.c.state == S.SCHEDULED, jobs.c.attempt == 0
+        jobs.c.schedule_uid == uid, jobs.c.state == JobState.SCHEDULED, jobs.c.attempt == 0
     )
     if now is not None:
         q = q.where(jobs.c.scheduled_at > now, jobs.c.nominal_time > now)
-    ids = list((await conn.execute(q.with_for_update())).scalars().all())
-    if ids:
-        await conn.execute(
-            delete(schedule_occurrences).where(
-                schedule_occurrences.c.schedule_uid == row["uid"], schedule_occurrences.c.job_id.in_(ids)
-            )
-        )
-        await conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
-    return len(ids)
+    return q.with_for_update()
+
+
+@builder(uid=_UID, ids=[_UID])
+def withdraw_jobs_stmts(uid: uuid.UUID, ids: list[uuid.UUID]) -> tuple[Delete, Delete]:
+    """Deletes the decision records of schedule ``uid`` that point at jobs ``ids``, then those jobs:
+    two statements, to run in order."""
+    return (
+        delete(schedule_occurrences).where(
+            schedule_occurrences.c.schedule_uid == uid, schedule_occurrences.c.job_id.in_(ids)
+        ),
+        delete(jobs).where(jobs.c.id.in_(ids)),
+    )
 
 
 async def update_schedule(
     conn: AsyncConnection,
-    row: dict,
-    changes: dict,
+    row: dict[str, Any],
+    changes: dict[str, Any],
     *,
     now: datetime,
     replan_from: datetime | None = None,
     next_fire_at: datetime | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Applies ``changes`` (``schedules`` columns) to the locked ``row``, bumping ``version``.
 
     ``replan_from`` (the rule changed): the planned-ahead jobs are withdrawn, the high-water mark is
@@ -314,23 +362,31 @@ async def update_schedule(
             next_fire_at=next_fire_at,
             plan_at=_first_plan_at(row["paused"], next_fire_at, now),
         )
-    new = (
-        (
-            await conn.execute(
-                update(schedules)
-                .where(
-                    schedules.c.namespace == row["namespace"],
-                    schedules.c.schedule_id == row["schedule_id"],
-                    schedules.c.version == row["version"],
-                )
-                .values(**values)
-                .returning(*schedules.c)
-            )
+    stmt = update_schedule_stmt(row["namespace"], row["schedule_id"], row["version"], values)
+    return dict((await conn.execute(stmt)).mappings().one())
+
+
+@builder(namespace="ns", schedule_id="s", version=1, values={"paused": True})
+def update_schedule_stmt(namespace: str, schedule_id: str, version: int, values: Row) -> Update:
+    """Sets ``values`` (column -> value) on schedule ``schedule_id`` of ``namespace`` if it is still at
+    ``version`` (compare-and-set); returns the new row."""
+    return (
+        update(schedules)
+        .where(
+            schedules.c.namespace == namespace,
+            schedules.c.schedule_id == schedule_id,
+            schedules.c.version == version,
         )
-        .mappings()
-        .one()
+        .values(**values)
+        .returning(*schedules.c)
     )
-    return dict(new)
+
+
+@builder(uid=_UID, values={"paused": True})
+def set_schedule_stmt(uid: uuid.UUID, values: Row) -> Update:
+    """Sets ``values`` (column -> value) on schedule ``uid`` (its row is locked by the caller);
+    returns the new row."""
+    return update(schedules).where(schedules.c.uid == uid).values(**values).returning(*schedules.c)
 
 
 def replan_start(planned_through: datetime, start_time: datetime | None, now: datetime) -> datetime:
@@ -341,89 +397,89 @@ def replan_start(planned_through: datetime, start_time: datetime | None, now: da
     return min(planned_through, now)
 
 
-async def delete_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> int:
+async def delete_schedule(conn: AsyncConnection, row: dict[str, Any], *, now: datetime) -> int:
     """Deletes the locked ``row``, its decision records and every occurrence job not dispatched yet;
     returns how many jobs were withdrawn. Dispatched or running occurrences are left alone."""
     n = await withdraw_future_jobs(conn, row, now=None)
-    await conn.execute(delete(schedule_occurrences).where(schedule_occurrences.c.schedule_uid == row["uid"]))
-    await conn.execute(delete(schedules).where(schedules.c.uid == row["uid"]))
+    for stmt in delete_schedule_stmts(row["uid"]):
+        await conn.execute(stmt)
     return n
 
 
-async def pause_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> tuple[dict, int]:
+@builder(uid=_UID)
+def delete_schedule_stmts(uid: uuid.UUID) -> tuple[Delete, Delete]:
+    """Deletes every decision record of schedule ``uid``, then the schedule: two statements, in order."""
+    return (
+        delete(schedule_occurrences).where(schedule_occurrences.c.schedule_uid == uid),
+        delete(schedules).where(schedules.c.uid == uid),
+    )
+
+
+async def pause_schedule(
+    conn: AsyncConnection, row: dict[str, Any], *, now: datetime
+) -> tuple[dict[str, Any], int]:
     """Pauses the locked ``row`` (idempotent): planned-ahead jobs are withdrawn, nothing more is planned.
     Returns ``(row, withdrawn jobs)``."""
     if row["paused"]:
         return row, 0
     n = await withdraw_future_jobs(conn, row, now=now)
-    new = (
-        (
-            await conn.execute(
-                update(schedules)
-                .where(schedules.c.uid == row["uid"])
-                .values(
-                    paused=True,
-                    plan_at=None,
-                    planned_through=min(row["planned_through"], now),
-                    version=row["version"] + 1,
-                    updated_at=now,
-                )
-                .returning(*schedules.c)
-            )
-        )
-        .mappings()
-        .one()
+    values = dict(
+        paused=True,
+        plan_at=None,
+        planned_through=min(row["planned_through"], now),
+        version=row["version"] + 1,
+        updated_at=now,
     )
-    return dict(new), n
+    return dict((await conn.execute(set_schedule_stmt(row["uid"], values))).mappings().one()), n
 
 
-async def resume_schedule(conn: AsyncConnection, row: dict, *, now: datetime) -> dict:
+async def resume_schedule(conn: AsyncConnection, row: dict[str, Any], *, now: datetime) -> dict[str, Any]:
     """Resumes the locked ``row`` (idempotent): nominal times up to ``now`` become SKIPPED_PAUSED when
     the planner reaches them (``skip_through``), and planning restarts at once."""
     if not row["paused"]:
         return row
-    new = (
-        (
-            await conn.execute(
-                update(schedules)
-                .where(schedules.c.uid == row["uid"])
-                .values(
-                    paused=False,
-                    skip_through=now,
-                    plan_at=now if row["next_fire_at"] is not None else None,
-                    version=row["version"] + 1,
-                    updated_at=now,
-                )
-                .returning(*schedules.c)
-            )
-        )
-        .mappings()
-        .one()
+    values = dict(
+        paused=False,
+        skip_through=now,
+        plan_at=now if row["next_fire_at"] is not None else None,
+        version=row["version"] + 1,
+        updated_at=now,
     )
-    return dict(new)
+    return dict((await conn.execute(set_schedule_stmt(row["uid"], values))).mappings().one())
 
 
 async def list_occurrences(
     conn: AsyncConnection, uid: uuid.UUID, *, decision: str | None, before: datetime | None, limit: int
-) -> list[dict]:
+) -> list[dict[str, Any]]:
     """Up to ``limit`` decision records of schedule ``uid``, newest nominal time first, strictly before
     the cursor ``before``; optionally one ``decision``."""
+    q = list_occurrences_stmt(uid, decision, before, limit)
+    return [dict(r) for r in (await conn.execute(q)).mappings()]
+
+
+@builder(uid=_UID, decision="FIRED", before=_T0, limit=10)
+def list_occurrences_stmt(
+    uid: uuid.UUID, decision: str | None, before: datetime | None, limit: int
+) -> Select[Any]:
+    """Up to ``limit`` decision records of schedule ``uid``, newest nominal time first, strictly
+    before ``before``; optionally only those with ``decision``."""
     t = schedule_occurrences
     q = select(t).where(t.c.schedule_uid == uid)
     if decision:
         q = q.where(t.c.decision == decision)
     if before is not None:
         q = q.where(t.c.nominal_time < before)
-    q = q.order_by(t.c.nominal_time.desc()).limit(limit)
-    return [dict(r) for r in (await conn.execute(q)).mappings()]
+    return q.order_by(t.c.nominal_time.desc()).limit(limit)
 
 
-async def get_occurrence(conn: AsyncConnection, uid: uuid.UUID, nominal: datetime) -> dict | None:
-    """The decision record of ``(uid, nominal)``, or None."""
+@builder(uid=_UID, nominal=_T0)
+def occurrence_stmt(uid: uuid.UUID, nominal: datetime) -> Select[Any]:
+    """The decision record of schedule ``uid`` at nominal time ``nominal``."""
     t = schedule_occurrences
-    row = (
-        (await conn.execute(select(t).where(t.c.schedule_uid == uid, t.c.nominal_time == nominal)))
-        .mappings()
-        .first()
-    )
+    return select(t).where(t.c.schedule_uid == uid, t.c.nominal_time == nominal)
+
+
+async def get_occurrence(conn: AsyncConnection, uid: uuid.UUID, nominal: datetime) -> dict[str, Any] | None:
+    """The decision record of ``(uid, nominal)``, or None."""
+    row = (await conn.execute(occurrence_stmt(uid, nominal))).mappings().first()
     return dict(row) if row else None

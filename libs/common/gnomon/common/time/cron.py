@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import cast
 
 from cronsim import CronSim
 from cronsim.cronsim import SYMBOLIC_DAYS, CronSimError, Field
@@ -48,13 +49,13 @@ class CronPlan:
 
     text: str
     fields: tuple[str, ...]
-    seconds: frozenset
-    minutes: frozenset
-    hours: frozenset
-    days: frozenset
+    seconds: frozenset[int]
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
     w_days: tuple[int, ...]
-    months: frozenset
-    weekdays: frozenset
+    months: frozenset[int]
+    weekdays: frozenset[int | tuple[int, int]]
     day_and: bool
     elapsed: bool
 
@@ -86,7 +87,7 @@ def _diagnose(idx: int, term: str) -> str:
     return "not a valid value"
 
 
-def _parse_field(idx: int, pos: int, text: str):
+def _parse_field(idx: int, pos: int, text: str) -> tuple[frozenset[int | tuple[int, int]], tuple[int, ...]]:
     if text == "":
         raise _fail(pos, idx, text, "empty")
     w_days: list[int] = []
@@ -108,10 +109,15 @@ def _parse_field(idx: int, pos: int, text: str):
         except (CronSimError, ValueError, IndexError) as e:
             raise _fail(pos, idx, term, _diagnose(idx, term)) from e
         rest.append(term)
-    values = set()
+    values: set[int | tuple[int, int]] = set()
     for term in rest:
         values |= Field(idx).parse(term)
     return frozenset(values), tuple(sorted(set(w_days)))
+
+
+def _ints(values: frozenset[int | tuple[int, int]]) -> frozenset[int]:
+    """The values of a field other than day-of-week: plain numbers (only ``FRI#2`` gives pairs)."""
+    return cast(frozenset[int], values)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -164,8 +170,9 @@ def parse_cron(expression: str) -> CronPlan:
             fields[i] = "*"
     sets = [_parse_field(i, i + 1 - shift, f) for i, f in enumerate(fields)]
     day_and = fields[3].startswith("*") or fields[5].startswith("*")
-    days, w_days = sets[3]
-    months = sets[4][0]
+    days = _ints(sets[3][0])
+    w_days = sets[3][1]
+    months = _ints(sets[4][0])
     if day_and and not fields[3].startswith("*"):
         ints = [d for d in days if d > 0] + list(w_days)
         special = any(d < 0 for d in days)
@@ -180,9 +187,9 @@ def parse_cron(expression: str) -> CronPlan:
     return CronPlan(
         text=" ".join(fields),
         fields=tuple(fields),
-        seconds=sets[0][0],
-        minutes=sets[1][0],
-        hours=sets[2][0],
+        seconds=_ints(sets[0][0]),
+        minutes=_ints(sets[1][0]),
+        hours=_ints(sets[2][0]),
         days=days,
         w_days=w_days,
         months=months,
@@ -216,12 +223,13 @@ class _Sim(CronSim):
         self.tick_direction = 1
         self.parts = list(plan.fields)
         self.day_and = plan.day_and
-        self.seconds = plan.seconds
-        self.minutes = plan.minutes
-        self.hours = plan.hours
-        self.days = plan.days
-        self.months = plan.months
-        self.weekdays = plan.weekdays
+        # cronsim only reads these sets; the plan's frozen ones are shared, never copied
+        self.seconds = cast(set[int], plan.seconds)
+        self.minutes = cast(set[int], plan.minutes)
+        self.hours = cast(set[int], plan.hours)
+        self.days = cast(set[int], plan.days)
+        self.months = cast(set[int], plan.months)
+        self.weekdays = cast(set[int | tuple[int, int]], plan.weekdays)
         self.fixup_tz = None
         self._w = plan.w_days
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 
 from .errors import RuleError
 from .localize import FIRST_PASS, SECOND_PASS
@@ -14,7 +14,7 @@ MIN_INTERVAL = timedelta(seconds=1)
 MAX_INTERVAL = timedelta(days=366)
 
 
-def check_interval(interval) -> timedelta:
+def check_interval(interval: object) -> timedelta:
     """Validate an interval: a whole number of seconds, 1 s <= interval <= 366 days.
 
     Raises:
@@ -32,7 +32,7 @@ def check_interval(interval) -> timedelta:
 
 
 def occurrences(
-    anchor: datetime, interval: timedelta, zone, after: datetime, end: datetime | None
+    anchor: datetime, interval: timedelta, zone: tzinfo, after: datetime, end: datetime | None
 ) -> Iterator[Occurrence]:
     """``anchor + k*interval`` (k >= 0) strictly after ``after`` and not after ``end``; all naive
     UTC in, aware out. Local time is ``astimezone(zone)``; a fold gets first/second-pass notes."""

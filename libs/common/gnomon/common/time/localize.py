@@ -14,8 +14,8 @@ can produce an earlier (or equal) instant. Equal instants merge into one occurre
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime, tzinfo
 
 from .model import DstFold, DstGap, Occurrence
 from .zones import FOLD, UTC, classify, fmt_wall, gap_transition
@@ -24,13 +24,17 @@ FIRST_PASS = "fold: first pass"
 SECOND_PASS = "fold: second pass"
 
 
+#: A heap entry: (UTC instant, sequence, local wall time or None, fold, note, skipped).
+_Event = tuple[datetime, int, datetime | None, int, str, bool]
+
+
 def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
 def localize(
     candidates: Iterable[tuple[datetime, str]],
-    zone,
+    zone: tzinfo,
     *,
     elapsed: bool,
     dst_gap: DstGap,
@@ -43,7 +47,7 @@ def localize(
 
     Fired occurrences strictly increase; a skip marker at the instant of a fired one is dropped.
     """
-    heap: list = []
+    heap: list[_Event] = []
     seq = 0
     last = None
     push = heapq.heappush
@@ -116,7 +120,7 @@ def localize(
             yield occ
 
 
-def _emit(heap, pop, zone) -> Occurrence:
+def _emit(heap: list[_Event], pop: Callable[[list[_Event]], _Event], zone: tzinfo) -> Occurrence:
     """Pop every event at the smallest instant and merge them into one occurrence."""
     u, _, wall, fold, note, skipped = pop(heap)
     if not heap or heap[0][0] != u:  # the common case: a single event
@@ -137,7 +141,9 @@ def _emit(heap, pop, zone) -> Occurrence:
     return _make(u, base[0], base[1], "; ".join(notes), not fired, zone)
 
 
-def _make(u: datetime, wall, fold: int, note: str, skipped: bool, zone) -> Occurrence:
+def _make(
+    u: datetime, wall: datetime | None, fold: int, note: str, skipped: bool, zone: tzinfo
+) -> Occurrence:
     fire = u.replace(tzinfo=UTC)
     if wall is None:
         local = fire.astimezone(zone)

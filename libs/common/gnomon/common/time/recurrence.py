@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from . import cron as _cron
 from . import rrule as _rrule
@@ -14,7 +14,7 @@ from .interval import check_interval
 from .interval import occurrences as _interval_occurrences
 from .localize import localize
 from .model import DstFold, DstGap, Occurrence, RuleKind, RuleSpec
-from .zones import get_zone, min_offset_near
+from .zones import get_zone, min_offset_near, utc_offset
 
 UTC = UTC
 _US = timedelta(microseconds=1)
@@ -46,8 +46,14 @@ class Recurrence:
     """
 
     def __init__(
-        self, spec: RuleSpec, zone, plan, elapsed: bool, start: datetime | None, end: datetime | None
-    ):
+        self,
+        spec: RuleSpec,
+        zone: tzinfo,
+        plan: datetime | _cron.CronPlan | _rrule.RRulePlan,
+        elapsed: bool,
+        start: datetime | None,
+        end: datetime | None,
+    ) -> None:
         self.spec = spec
         self.elapsed_time = elapsed
         self._zone = zone
@@ -62,15 +68,17 @@ class Recurrence:
         spec = self.spec
         if self._start is not None and after_naive < self._start:
             after_naive = self._start - _US
-        if spec.kind is RuleKind.INTERVAL:
-            return _interval_occurrences(self._plan, spec.interval, self._zone, after_naive, self._end)
+        plan = self._plan
+        if isinstance(plan, datetime):  # INTERVAL: the plan is the anchor T0
+            assert spec.interval is not None  # checked by compile
+            return _interval_occurrences(plan, spec.interval, self._zone, after_naive, self._end)
         zone = self._zone
         w0 = after_naive + min_offset_near(zone, after_naive)
         w0 = w0.replace(microsecond=0)
-        if spec.kind is RuleKind.CRON:
-            cands = _cron.candidates(self._plan, w0)
+        if isinstance(plan, _cron.CronPlan):
+            cands = _cron.candidates(plan, w0)
         else:
-            cands = _rrule.candidates(self._plan, w0)
+            cands = _rrule.candidates(plan, w0)
         return localize(
             cands,
             zone,
@@ -156,8 +164,9 @@ def _compile(spec: RuleSpec) -> Recurrence:
             raise RuleError(
                 "INVALID_TIME_RANGE", "start_time", "an INTERVAL rule needs start_time (the anchor T0)"
             )
-        rec = Recurrence(spec, zone, start.replace(microsecond=0), True, None, end)
-        if end is not None and rec._plan > end:
+        anchor = start.replace(microsecond=0)
+        rec = Recurrence(spec, zone, anchor, True, None, end)
+        if end is not None and anchor > end:
             raise RuleError("RULE_NEVER_FIRES", "interval", "the anchor start_time is after end_time")
         return rec
     if spec.kind is RuleKind.CRON:
@@ -172,20 +181,20 @@ def _compile(spec: RuleSpec) -> Recurrence:
             probe_from = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     else:
         start_local = None
-        if spec.start is not None:
+        if start is not None:
             start_local = start.replace(tzinfo=UTC).astimezone(zone).replace(tzinfo=None)
-        plan = _rrule.parse_rrule(spec.expression, zone, spec.time_zone, start_local)
-        rec = Recurrence(spec, zone, plan, plan.elapsed, start, end)
+        rplan = _rrule.parse_rrule(spec.expression, zone, spec.time_zone, start_local)
+        rec = Recurrence(spec, zone, rplan, rplan.elapsed, start, end)
         # search from DTSTART (as an instant; one fold/gap either way is irrelevant here)
-        d0 = plan.dtstart - zone.utcoffset(plan.dtstart)
+        d0 = rplan.dtstart - utc_offset(zone, rplan.dtstart)
         probe_from = max(d0, start) if start is not None else d0
         if (
-            plan.freq is not None
+            rplan.freq is not None
             and _rrule.first_matching_date(
-                plan, (probe_from + zone.utcoffset(plan.dtstart) - timedelta(days=1)).date()
+                rplan, (probe_from + utc_offset(zone, rplan.dtstart) - timedelta(days=1)).date()
             )
             is None
-            and not plan.rdates
+            and not rplan.rdates
         ):
             raise RuleError(
                 "RULE_NEVER_FIRES", "rrule", "no date in the next 50 years matches the BY-filters"

@@ -13,7 +13,8 @@ import itertools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime, time, timedelta, tzinfo
+from typing import Any, NoReturn
 
 from dateutil import rrule as du
 
@@ -60,18 +61,18 @@ class RRulePlan:
 
     dtstart: datetime
     freq: int | None
-    kwargs: dict
+    kwargs: dict[str, Any]
     rdates: tuple[datetime, ...]
     exdates: tuple[datetime, ...]
     elapsed: bool
-    _materialised: list | None = field(default=None, repr=False)
+    _materialised: list[datetime] | None = field(default=None, repr=False)
 
 
 def _bad(msg: str, reason: str = "INVALID_RRULE") -> RuleError:
     return RuleError(reason, "rrule", msg)
 
 
-def _parse_dt(value: str, zone, where: str, *, date_time: time | None = None) -> datetime:
+def _parse_dt(value: str, zone: tzinfo, where: str, *, date_time: time | None = None) -> datetime:
     m = _DT.match(value)
     if not m:
         raise _bad(f"{where} '{value}': expected YYYYMMDD or YYYYMMDDTHHMMSS[Z]")
@@ -108,7 +109,7 @@ def _params(name_params: str, zone_name: str, where: str) -> dict[str, str]:
     return params
 
 
-def _parse_rrule_value(value: str, zone) -> dict:
+def _parse_rrule_value(value: str, zone: tzinfo) -> dict[str, Any]:
     parts: dict[str, tuple[int, str, str]] = {}
     for pos, part in enumerate(value.split(";"), start=1):
         if not part:
@@ -124,7 +125,7 @@ def _parse_rrule_value(value: str, zone) -> dict:
         parts[k] = (pos, part, v.upper())
     if "FREQ" not in parts:
         raise _bad("RRULE: FREQ is required (RFC 5545 3.3.10)")
-    out: dict = {}
+    out: dict[str, Any] = {}
     for k, (pos, part, v) in parts.items():
         where = f"RRULE part {pos} '{part}'"
         if k == "FREQ":
@@ -179,7 +180,7 @@ def _parse_rrule_value(value: str, zone) -> dict:
     f = out["freq"]
     pos_of = {k: parts[k][0] for k in parts}
 
-    def refuse(key: str, why: str):
+    def refuse(key: str, why: str) -> NoReturn:
         k = key.upper()
         raise _bad(f"RRULE part {pos_of[k]} '{parts[k][1]}': {why} (RFC 5545 3.3.10)")
 
@@ -199,7 +200,7 @@ def _parse_rrule_value(value: str, zone) -> dict:
     return out
 
 
-def _explicit(kw: dict, d: datetime) -> dict:
+def _explicit(kw: dict[str, Any], d: datetime) -> dict[str, Any]:
     """dateutil's DTSTART-derived defaults made explicit, so the rule survives a new DTSTART."""
     kw = dict(kw)
     f = kw["freq"]
@@ -220,7 +221,7 @@ def _explicit(kw: dict, d: datetime) -> dict:
     return kw
 
 
-def _check_cost(kw: dict) -> None:
+def _check_cost(kw: dict[str, Any]) -> None:
     f, n = kw["freq"], kw.get("interval", 1)
     if f == du.SECONDLY and ("byhour" in kw or "byminute" in kw):
         hs = kw.get("byhour", range(24))
@@ -245,7 +246,7 @@ def _check_cost(kw: dict) -> None:
             )
 
 
-def parse_rrule(text: str, zone, zone_name: str, start_local: datetime | None) -> RRulePlan:
+def parse_rrule(text: str, zone: tzinfo, zone_name: str, start_local: datetime | None) -> RRulePlan:
     """Parse RFC 5545 text into an :class:`RRulePlan`.
 
     ``text``: a bare ``FREQ=...`` line, or content lines ``RRULE:``, ``RDATE:``, ``EXDATE:``,
@@ -302,8 +303,8 @@ def parse_rrule(text: str, zone, zone_name: str, start_local: datetime | None) -
         if start_local is None:
             raise RuleError("INVALID_TIME_RANGE", "start_time", "an RRULE needs start_time (DTSTART)")
         dtstart = start_local.replace(microsecond=0)
-    kw: dict = {}
-    freq = None
+    kw: dict[str, Any] = {}
+    freq: int | None = None
     elapsed = False
     if rule_kw is not None:
         freq = rule_kw["freq"]
@@ -333,12 +334,13 @@ def _rebase(plan: RRulePlan, w0: datetime) -> datetime:
         return datetime.combine(
             d.date() + timedelta(days=(w0.date() - d.date()).days // span * span), time(0)
         )
+    assert f is not None  # a plan without FREQ has no grid; w0 <= d was returned above
     unit = {du.HOURLY: 3600, du.MINUTELY: 60, du.SECONDLY: 1}[f] * n
     k = int((w0 - d).total_seconds()) // unit
     return d + timedelta(seconds=k * unit)
 
 
-def _build(plan: RRulePlan, dtstart: datetime, until: datetime | None):
+def _build(plan: RRulePlan, dtstart: datetime, until: datetime | None) -> du.rruleset:
     rset = du.rruleset()
     if plan.freq is not None:
         kw = dict(plan.kwargs)
@@ -400,10 +402,11 @@ def first_matching_date(plan: RRulePlan, start: date, horizon_days: int = 365 * 
     first match); used to refuse rules that never match before dateutil would spin on them."""
     if plan.freq is None:
         return start
-    rule = du.rrule(
+    # dateutil's private masks carry no types: they are read, never written
+    rule: Any = du.rrule(
         dtstart=plan.dtstart, **{k: v for k, v in plan.kwargs.items() if k not in ("count", "until")}
     )
-    ii = du._iterinfo(rule)
+    ii: Any = du._iterinfo(rule)
     bymonth, byweekno, byweekday = rule._bymonth, rule._byweekno, rule._byweekday
     bymonthday, bynmonthday, byyearday = rule._bymonthday, rule._bynmonthday, rule._byyearday
     last = start + timedelta(days=horizon_days)

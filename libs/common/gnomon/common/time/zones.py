@@ -5,12 +5,25 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.resources
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import RuleError
 
-UTC = UTC
+__all__ = [
+    "FOLD",
+    "GAP",
+    "NORMAL",
+    "UTC",
+    "classify",
+    "fmt_wall",
+    "gap_transition",
+    "min_offset_near",
+    "tzdata_version",
+    "tzdata_zones",
+    "utc_offset",
+]
+
 NORMAL, FOLD, GAP = 0, 1, 2
 _ONE_S = timedelta(seconds=1)
 
@@ -55,20 +68,20 @@ def get_zone(name: str) -> ZoneInfo:
         ) from e
 
 
-def classify(zone, wall: datetime) -> tuple[int, timedelta, timedelta]:
+def classify(zone: tzinfo, wall: datetime) -> tuple[int, timedelta, timedelta]:
     """Classify a naive local wall time: ``(NORMAL|FOLD|GAP, offset_fold0, offset_fold1)``.
 
     Per PEP 495, in a gap fold=0 uses the offset before the transition and fold=1 the one after;
     so fold-0 offset < fold-1 offset means a gap, > means a fold (ambiguous time).
     """
-    off0 = zone.utcoffset(wall)
-    off1 = zone.utcoffset(wall.replace(fold=1))
+    off0 = utc_offset(zone, wall)
+    off1 = utc_offset(zone, wall.replace(fold=1))
     if off0 == off1:
         return NORMAL, off0, off1
     return (FOLD if off0 > off1 else GAP), off0, off1
 
 
-def gap_transition(zone, wall: datetime, off0: timedelta, off1: timedelta) -> datetime:
+def gap_transition(zone: tzinfo, wall: datetime, off0: timedelta, off1: timedelta) -> datetime:
     """The UTC instant (naive) at which the gap containing ``wall`` starts: the first valid
     instant after the gap. Binary search between ``wall - off1`` (before) and ``wall - off0`` (after)."""
     lo = wall - off1  # still the old offset
@@ -83,19 +96,25 @@ def gap_transition(zone, wall: datetime, off0: timedelta, off1: timedelta) -> da
     return hi
 
 
-def _offset_at_utc(zone, utc_naive: datetime) -> timedelta:
-    return utc_naive.replace(tzinfo=UTC).astimezone(zone).utcoffset()
+def utc_offset(zone: tzinfo, wall: datetime) -> timedelta:
+    """The UTC offset of ``zone`` at naive local ``wall`` (a zone always has one)."""
+    off = zone.utcoffset(wall)
+    if off is None:
+        raise ValueError(f"time zone {zone} has no UTC offset at {wall}")
+    return off
 
 
-def min_offset_near(zone, utc_naive: datetime) -> timedelta:
+def _offset_at_utc(zone: tzinfo, utc_naive: datetime) -> timedelta:
+    off = utc_naive.replace(tzinfo=UTC).astimezone(zone).utcoffset()
+    if off is None:
+        raise ValueError(f"time zone {zone} has no UTC offset at {utc_naive} UTC")
+    return off
+
+
+def min_offset_near(zone: tzinfo, utc_naive: datetime) -> timedelta:
     """The smallest UTC offset the zone has within about a day of an instant (used to start the
     wall-time search early enough that second passes and gap markers are not missed)."""
-    best = None
-    for h in (-26, -3, 0, 3, 26):
-        off = _offset_at_utc(zone, utc_naive + timedelta(hours=h))
-        if best is None or off < best:
-            best = off
-    return best
+    return min(_offset_at_utc(zone, utc_naive + timedelta(hours=h)) for h in (-26, -3, 0, 3, 26))
 
 
 def fmt_wall(wall: datetime) -> str:

@@ -6,6 +6,8 @@ from sqlalchemy import create_engine, pool
 from gnomon.common.storage.schema import metadata
 
 url = context.config.get_main_option("sqlalchemy.url")
+if url is None:
+    raise RuntimeError("alembic: sqlalchemy.url is not configured")
 engine = create_engine(url, poolclass=pool.NullPool)
 with engine.connect() as connection:
     context.configure(connection=connection, target_metadata=metadata, transactional_ddl=True)

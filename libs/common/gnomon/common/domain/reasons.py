@@ -1,0 +1,38 @@
+"""Error reasons (docs/errors.md): the UPPER_SNAKE ``reason`` of every domain error, sent
+in ``google.rpc.ErrorInfo.reason`` and listed in ``docs/errors.md``. The gRPC code and meaning of
+each are in :data:`gnomon.common.errors.REASONS`, keyed by these members (a test checks both lists
+are the same)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorReason(enum.StrEnum):
+    """Every error reason the services send (values = the text on the wire)."""
+
+    INVALID_FIELD = "INVALID_FIELD"
+    JOB_NOT_FOUND = "JOB_NOT_FOUND"
+    REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
+    STALE_FENCING_TOKEN = "STALE_FENCING_TOKEN"
+    STALE_ATTEMPT = "STALE_ATTEMPT"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    STALE_VERSION = "STALE_VERSION"
+    JOB_NOT_RESCHEDULABLE = "JOB_NOT_RESCHEDULABLE"
+    CONCURRENT_MODIFICATION = "CONCURRENT_MODIFICATION"
+    DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
+    COORDINATION_UNAVAILABLE = "COORDINATION_UNAVAILABLE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    PROTOCOL_VIOLATION = "PROTOCOL_VIOLATION"
+    CHECKPOINT_TOO_LARGE = "CHECKPOINT_TOO_LARGE"
+    NAMESPACE_NOT_ALLOWED = "NAMESPACE_NOT_ALLOWED"
+    SCHEDULE_NOT_FOUND = "SCHEDULE_NOT_FOUND"
+    SCHEDULE_EXISTS = "SCHEDULE_EXISTS"
+    INVALID_CRON = "INVALID_CRON"
+    INVALID_RRULE = "INVALID_RRULE"
+    INVALID_INTERVAL = "INVALID_INTERVAL"
+    INVALID_TIME_ZONE = "INVALID_TIME_ZONE"
+    RULE_NEVER_FIRES = "RULE_NEVER_FIRES"
+    RRULE_UNBOUNDED = "RRULE_UNBOUNDED"
+    INVALID_TIME_RANGE = "INVALID_TIME_RANGE"
+    INTERNAL = "INTERNAL"

@@ -1,0 +1,330 @@
+"""Claims (docs/concepts.md, "Coordination"): due jobs of the owned shards move SCHEDULED -> QUEUED in one
+fenced transaction that also writes their attempt and outbox rows; and how soon the next one is due.
+
+The hot statements are built once: SQLAlchemy memoizes a statement object's cache key, so executing
+a prebuilt statement skips both construction and cache-key generation (measured: a one-job claim went
+from ~13 ms to ~4 ms of wall time). All instants are the database's ``now()``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Interval,
+    RowMapping,
+    Select,
+    String,
+    any_,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gnomon.common.domain.attempts import Claimed, OccurrenceInfo
+from gnomon.common.domain.states import AttemptState, JobState
+from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.fencing import check_fence
+from gnomon.common.storage.schema import attempts, jobs, outbox, queue_state
+from gnomon.common.storage.statements import named
+
+#: Columns an assignment needs.
+ASSIGN_COLS = (
+    jobs.c.id,
+    jobs.c.namespace,
+    jobs.c.shard,
+    jobs.c.queue,
+    jobs.c.payload,
+    jobs.c.version,
+    jobs.c.attempt,
+    jobs.c.idempotency_key,
+    jobs.c.scheduled_at,
+    jobs.c.deadline,
+    jobs.c.max_attempts,
+    jobs.c.lease_ms,
+    jobs.c.dispatched_at,
+    jobs.c.checkpoint,
+    jobs.c.start_to_close_ms,
+    jobs.c.schedule_id,
+    jobs.c.nominal_time,
+    jobs.c.coalesced_count,
+    jobs.c.coalesced_first,
+    jobs.c.coalesced_last,
+)
+
+
+def claimed_of(r: RowMapping, *, token: int, lease_expires_at: datetime) -> Claimed:
+    """The :class:`Claimed` attempt of an assignment row (the ``ASSIGN_COLS`` of its job), dispatched
+    under fencing ``token`` with its lease ending at ``lease_expires_at``."""
+    occurrence: OccurrenceInfo | None = None
+    if r["schedule_id"]:
+        occurrence = OccurrenceInfo(
+            schedule_id=r["schedule_id"],
+            nominal_time=r["nominal_time"],
+            coalesced_count=r["coalesced_count"],
+            coalesced_first=r["coalesced_first"],
+            coalesced_last=r["coalesced_last"],
+        )
+    return Claimed(
+        job_id=r["id"],
+        namespace=r["namespace"],
+        shard=r["shard"],
+        queue=r["queue"],
+        payload=r["payload"],
+        version=r["version"],
+        attempt=r["attempt"],
+        token=token,
+        idempotency_key=r["idempotency_key"],
+        scheduled_at=r["scheduled_at"],
+        deadline=r["deadline"],
+        max_attempts=r["max_attempts"],
+        lease_ms=r["lease_ms"],
+        lease_expires_at=lease_expires_at,
+        dispatched_at=r["dispatched_at"],
+        checkpoint=r["checkpoint"],
+        start_to_close_ms=r["start_to_close_ms"],
+        occurrence=occurrence,
+    )
+
+
+_LEASE = timedelta(milliseconds=1)
+
+#: No retry cap (``p_retry_cap``): nothing is held back by the retry budget.
+NO_RETRY_CAP = 2**31 - 1
+
+
+def _build_claim() -> Select[Any]:
+    t = unnest_rows("t", shard=Integer, token=BigInteger)
+    # The queue's circuit breaker must be in the state the caller claims for (``p_breaker_state``:
+    # CLOSED normally, HALF_OPEN for probes, ANY when breakers are disabled; no row = CLOSED), read in
+    # the statement itself, so a claim that starts after another dispatcher opened the breaker takes
+    # nothing.
+    breaker = func.coalesce(
+        select(queue_state.c.state)
+        .where(
+            queue_state.c.region == bindparam("p_region"),
+            queue_state.c.namespace == bindparam("p_namespace"),
+            queue_state.c.queue == bindparam("p_queue"),
+        )
+        .scalar_subquery(),
+        literal("CLOSED"),
+    )
+    due = (
+        select(jobs.c.id, jobs.c.attempt, jobs.c.scheduled_at)
+        .where(
+            jobs.c.region == bindparam("p_region"),
+            jobs.c.state == JobState.SCHEDULED,
+            jobs.c.scheduled_at <= func.now(),
+            jobs.c.shard == any_(bindparam("p_shards", type_=ARRAY(Integer))),
+            jobs.c.namespace == bindparam("p_namespace"),
+            jobs.c.queue == bindparam("p_queue"),
+            (jobs.c.deadline.is_(None)) | (jobs.c.deadline > func.now()),
+            (breaker == bindparam("p_breaker_state", type_=String))
+            | (bindparam("p_breaker_state", type_=String) == literal("ANY")),
+        )
+        .order_by(jobs.c.scheduled_at)
+        .limit(bindparam("p_limit", type_=Integer))
+        .with_for_update(skip_locked=True)
+    ).cte("due")
+    # The retry budget: of the due rows, all first attempts (attempt = 0) and at most ``p_retry_cap``
+    # retries (oldest first) are claimed; the other retries are pushed back ``p_defer_ms`` apart
+    # (k-th excess retry: now() + k * p_defer_ms), so they wait without using an attempt and never
+    # block the first attempts behind them in the due index.
+    ranked = select(
+        due.c.id,
+        due.c.attempt,
+        func.row_number()
+        .over(partition_by=due.c.attempt > 0, order_by=(due.c.scheduled_at, due.c.id))
+        .label("rn"),
+    ).cte("ranked")
+    cap = bindparam("p_retry_cap", type_=Integer)
+    pick = select(ranked.c.id).where((ranked.c.attempt == 0) | (ranked.c.rn <= cap))
+    defer = (
+        update(jobs)
+        .where(jobs.c.id == ranked.c.id, ranked.c.attempt > 0, ranked.c.rn > cap)
+        .values(
+            scheduled_at=func.now() + (ranked.c.rn - cap) * bindparam("p_defer_ms", type_=Integer) * _LEASE
+        )
+        .cte("df")
+    )
+    c = (
+        update(jobs)
+        .where(jobs.c.id.in_(pick.scalar_subquery()))
+        .values(
+            state=JobState.QUEUED,
+            version=jobs.c.version + 1,
+            attempt=jobs.c.attempt + 1,
+            dispatched_at=func.now(),
+            started_at=None,
+            first_dispatched_at=func.coalesce(jobs.c.first_dispatched_at, func.now()),
+        )
+        .returning(*ASSIGN_COLS)
+        .cte("c")
+    )
+    ct = select(c, t.c.token).select_from(c.join(t, c.c.shard == t.c.shard)).cte("ct")
+    lease_end = ct.c.dispatched_at + ct.c.lease_ms * _LEASE
+    region = bindparam("p_region", type_=String)
+    ins_attempts = insert(attempts).from_select(
+        [
+            "job_id",
+            "attempt",
+            "region",
+            "shard",
+            "token",
+            "version",
+            "state",
+            "dispatcher_id",
+            "claimed_at",
+            "lease_ms",
+            "lease_expires_at",
+            "namespace",
+            "queue",
+        ],
+        select(
+            ct.c.id,
+            ct.c.attempt,
+            region,
+            ct.c.shard,
+            ct.c.token,
+            ct.c.version,
+            literal(AttemptState.QUEUED),
+            bindparam("p_dispatcher_id", type_=String),
+            ct.c.dispatched_at,
+            ct.c.lease_ms,
+            lease_end,
+            ct.c.namespace,
+            ct.c.queue,
+        ),
+    )
+    ins_outbox = insert(outbox).from_select(
+        ["job_id", "attempt", "region", "shard", "token", "queue", "created_at", "publish_count"],
+        select(
+            ct.c.id, ct.c.attempt, region, ct.c.shard, ct.c.token, ct.c.queue, ct.c.dispatched_at, literal(0)
+        ),
+    )
+    return select(ct, lease_end.label("lease_expires_at")).add_cte(
+        ins_attempts.cte("ia"), ins_outbox.cte("io"), defer
+    )
+
+
+CLAIM = named(
+    __name__,
+    "CLAIM",
+    """One claim (see :func:`claim_due`): up to ``p_limit`` due jobs of one (``p_namespace``,
+    ``p_queue``) in the shards ``p_shards`` (int array) of region ``p_region``, moved SCHEDULED ->
+    QUEUED with their attempt and outbox rows stamped with the tokens ``(t_shard, t_token)`` (arrays),
+    claimed as dispatcher ``p_dispatcher_id``; only while the queue's breaker is ``p_breaker_state``
+    (CLOSED, HALF_OPEN or ANY); at most ``p_retry_cap`` retries, the excess deferred ``p_defer_ms``
+    milliseconds apart. Returns the claimed rows (assignment columns, ``token``, ``lease_expires_at``).""",
+    _build_claim(),
+)
+
+
+async def claim_due(
+    conn: AsyncConnection,
+    *,
+    region: str,
+    tokens: dict[int, int],
+    targets: list[tuple[str, str]],
+    limit: int,
+    dispatcher_id: str,
+    retry_cap: int | None = None,
+    defer_step_s: float = 1.0,
+    breaker_state: str | None = "CLOSED",
+) -> list[Claimed]:
+    """Claims up to ``limit`` due jobs of the owned shards, oldest ``scheduled_at`` first.
+
+    Due means ``state = SCHEDULED AND scheduled_at <= now()`` by the database clock, so nothing is
+    claimed early, and ``deadline`` (if any) still ahead. ``targets`` are the (namespace, queue) pairs
+    some connected worker can take. One statement (data-modifying CTEs, accepted by PostgreSQL and
+    CockroachDB) selects with ``FOR UPDATE SKIP LOCKED`` (concurrent claimers never block each other),
+    moves the jobs SCHEDULED -> QUEUED (version + 1, attempt + 1, dispatched_at) and inserts their
+    attempt rows (lease end = dispatched_at + lease) and outbox rows stamped with the shard's token;
+    a second statement checks the fence of the involved shards. Both run in the caller's transaction,
+    so a stale token (:class:`StaleFencingToken`) rolls all of it back.
+
+    Per target, only while the queue's circuit breaker is in ``breaker_state`` (no ``queue_state``
+    row counts as CLOSED; ``None``: whatever its state). ``retry_cap`` (None: no cap) bounds the retries (jobs with attempt >= 1)
+    taken per target; the due retries beyond it are pushed back by multiples of ``defer_step_s``
+    (see :mod:`gnomon.dispatcher.budget`). The first claim of a job sets ``first_dispatched_at``.
+    """
+    if not tokens or not targets or limit <= 0:
+        return []
+    rows: list[RowMapping] = []
+    for namespace, queue in targets:
+        params = {
+            "p_region": region,
+            "p_shards": list(tokens),
+            "p_namespace": namespace,
+            "p_queue": queue,
+            "p_limit": limit - len(rows),
+            "p_dispatcher_id": dispatcher_id,
+            "p_retry_cap": NO_RETRY_CAP if retry_cap is None else max(0, min(retry_cap, NO_RETRY_CAP)),
+            "p_defer_ms": max(1, min(int(defer_step_s * 1000), 86_400_000)),
+            "p_breaker_state": breaker_state or "ANY",
+            **row_params("t", shard=list(tokens), token=list(tokens.values())),
+        }
+        rows += (await conn.execute(CLAIM, params)).mappings().all()
+        if len(rows) >= limit:
+            break
+    if not rows:
+        return []
+    await check_fence(conn, region, {r["shard"]: tokens[r["shard"]] for r in rows})
+    return [
+        claimed_of(r, token=r["token"], lease_expires_at=r["lease_expires_at"])
+        for r in sorted(rows, key=lambda r: r["scheduled_at"])
+    ]
+
+
+NEXT_DUE = named(
+    __name__,
+    "NEXT_DUE",
+    """Seconds (float, database clock; negative when overdue) until the earliest SCHEDULED job of
+    region ``p_region``, shards ``p_shards`` (int array), ``p_namespace``/``p_queue`` is due, among
+    those due within ``p_horizon`` (an interval); no row when none is.""",
+    select(func.extract("epoch", jobs.c.scheduled_at - func.now()))
+    .where(
+        jobs.c.region == bindparam("p_region"),
+        jobs.c.state == JobState.SCHEDULED,
+        jobs.c.shard == any_(bindparam("p_shards", type_=ARRAY(Integer))),
+        jobs.c.namespace == bindparam("p_namespace"),
+        jobs.c.queue == bindparam("p_queue"),
+        jobs.c.scheduled_at <= func.now() + bindparam("p_horizon", type_=Interval),
+    )
+    .order_by(jobs.c.scheduled_at)
+    .limit(1),
+)
+
+
+async def next_due_in(
+    conn: AsyncConnection, *, region: str, shards: list[int], targets: list[tuple[str, str]], horizon_s: float
+) -> float | None:
+    """Seconds (database clock) until the earliest SCHEDULED job of ``shards``/``targets`` is due,
+    if one is due within ``horizon_s``; 0 if one is due already; ``None`` if none is that close."""
+    if not shards or not targets:
+        return None
+    best: float | None = None
+    for namespace, queue in targets:
+        v = (
+            await conn.execute(
+                NEXT_DUE,
+                {
+                    "p_region": region,
+                    "p_shards": list(shards),
+                    "p_namespace": namespace,
+                    "p_queue": queue,
+                    "p_horizon": timedelta(seconds=horizon_s),
+                },
+            )
+        ).scalar()
+        if v is not None and (best is None or v < best):
+            best = v
+    return None if best is None else max(0.0, float(best))

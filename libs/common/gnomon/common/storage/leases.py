@@ -1,0 +1,144 @@
+"""The worker's writes on a dispatched attempt: accept (QUEUED -> RUNNING) and heartbeat (lease
+renewal). Each is compare-and-set on the attempt row: ``(job_id, attempt, token[, version])`` must
+match, so a stale message changes nothing. All instants are the database's ``now()``; leases are
+``attempts.lease_ms`` milliseconds long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import BigInteger, Integer, Uuid, bindparam, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from gnomon.common.domain.attempts import AttemptId, AttemptKey
+from gnomon.common.domain.states import AttemptState, JobState
+from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.outbox import MARK_PUBLISHED
+from gnomon.common.storage.schema import attempts, jobs
+from gnomon.common.storage.statements import named
+
+_LEASE = timedelta(milliseconds=1)
+_P = unnest_rows("p", job_id=Uuid, attempt=Integer)
+_KEY_COLS: dict[str, Any] = dict(job_id=Uuid, attempt=Integer, token=BigInteger)
+
+
+def key_params(name: str, keys: Sequence[AttemptKey], *, with_version: bool = False) -> dict[str, list[Any]]:
+    """Parameters of a batch of attempt keys for :func:`unnest_rows` arrays ``name`` (``job_id``,
+    ``attempt``, ``token`` and, ``with_version``, ``version``)."""
+    cols: dict[str, list[Any]] = dict(
+        job_id=[k.job_id for k in keys], attempt=[k.attempt for k in keys], token=[k.token for k in keys]
+    )
+    if with_version:
+        cols["version"] = [k.version for k in keys]
+    return row_params(name, **cols)
+
+
+_V4 = unnest_rows("v", job_id=Uuid, attempt=Integer, token=BigInteger, version=BigInteger)
+_V3 = unnest_rows("v", **_KEY_COLS)
+ACCEPT_JOBS = named(
+    __name__,
+    "ACCEPT_JOBS",
+    """QUEUED -> RUNNING (version + 1, ``started_at = now()``) for the jobs of the attempts
+    ``(v_job_id, v_attempt, v_token, v_version)`` (arrays) whose job is still at that attempt and
+    version and whose attempt row is QUEUED under that token; returns their ``(id, attempt)``.""",
+    update(jobs)
+    .where(
+        jobs.c.id == _V4.c.job_id,
+        jobs.c.attempt == _V4.c.attempt,
+        jobs.c.version == _V4.c.version,
+        attempts.c.job_id == _V4.c.job_id,
+        attempts.c.attempt == _V4.c.attempt,
+        attempts.c.token == _V4.c.token,
+        attempts.c.version == _V4.c.version,
+        attempts.c.state == AttemptState.QUEUED,
+        jobs.c.state == JobState.QUEUED,
+    )
+    .values(state=JobState.RUNNING, version=jobs.c.version + 1, started_at=func.now())
+    .returning(jobs.c.id, jobs.c.attempt),
+)
+ACCEPT_ATTEMPTS = named(
+    __name__,
+    "ACCEPT_ATTEMPTS",
+    """Attempts ``(p_job_id, p_attempt)`` (arrays) -> RUNNING for worker ``p_worker_id``,
+    ``accepted_at = now()``, lease restarted (``now() + lease_ms``); returns ``(job_id, attempt,
+    lease_expires_at)``.""",
+    update(attempts)
+    .where(attempts.c.job_id == _P.c.job_id, attempts.c.attempt == _P.c.attempt)
+    .values(
+        state=AttemptState.RUNNING,
+        accepted_at=func.now(),
+        worker_id=bindparam("p_worker_id"),
+        lease_expires_at=func.now() + attempts.c.lease_ms * _LEASE,
+    )
+    .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at),
+)
+ACCEPT_AGAIN = named(
+    __name__,
+    "ACCEPT_AGAIN",
+    """The attempts ``(v_job_id, v_attempt, v_token)`` (arrays) already RUNNING for worker
+    ``p_worker_id`` under that token (a re-sent accept): ``(job_id, attempt, lease_expires_at)``.""",
+    select(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at).where(
+        attempts.c.job_id == _V3.c.job_id,
+        attempts.c.attempt == _V3.c.attempt,
+        attempts.c.token == _V3.c.token,
+        attempts.c.state == AttemptState.RUNNING,
+        attempts.c.worker_id == bindparam("p_worker_id"),
+    ),
+)
+
+
+async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str) -> dict[AttemptId, datetime]:
+    """QUEUED -> RUNNING for each attempt whose job is still at the dispatched version and whose
+    attempt row still carries the token; the lease restarts from now. Returns
+    ``(job_id, attempt) -> lease end`` for the accepted ones. Idempotent: an attempt already RUNNING
+    for the same ``worker_id`` under the same token counts as accepted again (a re-sent accept
+    after a lost ack). Anything else (cancelled, re-dispatched, stale token, a duplicate delivery
+    accepted by another worker) is refused and left unchanged."""
+    if not keys:
+        return {}
+    ok = (await conn.execute(ACCEPT_JOBS, key_params("v", keys, with_version=True))).all()
+    pairs = [(r[0], r[1]) for r in ok]
+    out: dict[AttemptId, datetime] = {}
+    if pairs:
+        p = row_params("p", job_id=[x[0] for x in pairs], attempt=[x[1] for x in pairs])
+        rows = (await conn.execute(ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, **p})).all()
+        out = {AttemptId(r[0], r[1]): r[2] for r in rows}
+        await conn.execute(MARK_PUBLISHED, p)
+    rest = [k for k in keys if (k.job_id, k.attempt) not in out]
+    if rest:
+        again = (await conn.execute(ACCEPT_AGAIN, {"p_worker_id": worker_id, **key_params("v", rest)})).all()
+        out.update({AttemptId(r[0], r[1]): r[2] for r in again})
+    return out
+
+
+HEARTBEAT = named(
+    __name__,
+    "HEARTBEAT",
+    """Extends the lease of the live (QUEUED or RUNNING) attempts ``(v_job_id, v_attempt, v_token)``
+    (arrays) to ``now() + lease_ms``; returns ``(job_id, attempt, lease_expires_at, cancel_requested)``.""",
+    update(attempts)
+    .where(
+        attempts.c.job_id == _V3.c.job_id,
+        attempts.c.attempt == _V3.c.attempt,
+        attempts.c.token == _V3.c.token,
+        attempts.c.state.in_([AttemptState.QUEUED, AttemptState.RUNNING]),
+    )
+    .values(lease_expires_at=func.now() + attempts.c.lease_ms * _LEASE)
+    .returning(
+        attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at, attempts.c.cancel_requested
+    ),
+)
+
+
+async def heartbeat(conn: AsyncConnection, keys: list[AttemptKey]) -> dict[AttemptId, tuple[datetime, bool]]:
+    """Extends the lease of every live attempt (QUEUED or RUNNING, matching token) by its lease
+    duration from now; returns ``(job_id, attempt) -> (new lease end, cancel_requested)`` for those
+    renewed (``cancel_requested``: a caller asked to cancel the job, see
+    :func:`gnomon.common.storage.cancel.cancel_job`; the worker is told in the heartbeat ack)."""
+    if not keys:
+        return {}
+    rows = (await conn.execute(HEARTBEAT, key_params("v", keys))).all()
+    return {AttemptId(r[0], r[1]): (r[2], bool(r[3])) for r in rows}
