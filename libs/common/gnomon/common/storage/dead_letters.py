@@ -57,6 +57,7 @@ from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayOutcome, R
 from gnomon.common.domain.jobs import INITIAL_ATTEMPT, INITIAL_STATE, INITIAL_VERSION, shard_of
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists
+from gnomon.common.names import job_name
 from gnomon.common.storage.audit import insert_audit_entry, list_audit_entries
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
@@ -100,11 +101,6 @@ REPLAY_COPY_COLUMNS = tuple(
     )
     if c in jobs.c
 )
-
-
-def job_name(namespace: str, job_id: uuid.UUID) -> str:
-    """``namespaces/{namespace}/jobs/{id}``."""
-    return f"namespaces/{namespace}/jobs/{job_id}"
 
 
 def _where(f: DeadLetterFilter, *, include_replayed: bool = False) -> list[ColumnElement[bool]]:

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.jobs import NewJob
 from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
+from gnomon.common.names import job_name
 from gnomon.common.storage.schema import jobs
 from gnomon.common.storage.statements import builder, named
 
@@ -117,7 +118,7 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict[str, Any]
     if existing["request_hash"] != new.request_hash:
         raise AlreadyExists(
             f"request_id {new.request_id} was already used with a different request",
-            metadata={"job": f"namespaces/{new.namespace}/jobs/{existing['id']}"},
+            metadata={"job": job_name(new.namespace, existing["id"])},
         )
     return dict(existing), False
 

@@ -23,6 +23,7 @@ from sqlalchemy.sql.dml import ReturningInsert
 from gnomon.common.domain.jobs import policy_columns
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
+from gnomon.common.names import schedule_name
 from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
 from gnomon.common.storage.schema import jobs, schedule_occurrences, schedules
 from gnomon.common.storage.statements import builder, named
@@ -138,11 +139,6 @@ def rule_spec_of(row: Mapping[Any, Any]) -> RuleSpec:
         dst_gap=DstGap(row["dst_gap"]),
         dst_fold=DstFold(row["dst_fold"]),
     )
-
-
-def schedule_name(namespace: str, schedule_id: str) -> str:
-    """The resource name ``namespaces/{ns}/schedules/{id}``."""
-    return f"namespaces/{namespace}/schedules/{schedule_id}"
 
 
 DB_NOW = named(
