@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from history import History, check, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-SEED = int(os.environ.get("GNOMON_FAULT_SEED", "7"))
-ROUNDS = int(os.environ.get("GNOMON_FAULT_ROUNDS", "1"))
+SEED = int(os.environ.get("GNOMON_TEST_FAULT_SEED", "7"))
+ROUNDS = int(os.environ.get("GNOMON_TEST_FAULT_ROUNDS", "1"))
 
 
 def _all_terminal(url: str, h: History) -> bool:

@@ -99,14 +99,9 @@ def injected(url: str, which: str = "") -> int:
 
 
 @pytest.fixture
-async def faulty(db_url):
-    from gnomon.common.config import DatabaseSettings
-    from gnomon.common.storage.engine import make_engine
-
+def faulty(db_url, engine):
     install_faults(db_url, 0.0)
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    yield db_url, engine
-    await engine.dispose()
+    return db_url, engine
 
 
 def _new_job(queue: str):

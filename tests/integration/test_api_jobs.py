@@ -20,34 +20,19 @@ from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.api.servicer import JobServicer
-from gnomon.common.config import DatabaseSettings
-from gnomon.common.rpc.server import GrpcServer
-from gnomon.common.storage.engine import make_engine
 from gnomon.common.storage.schema import jobs
+from gnomon_test_support import serving
 
 
 @pytest.fixture
-async def api(db_url):
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    server = GrpcServer(
-        "127.0.0.1:0",
-        [
-            (
-                jg.add_JobServiceServicer_to_server,
-                JobServicer(engine, region="local", shards=64, hints=None),
-                "gnomon.v1.JobService",
-            )
-        ],
+async def api(engine):
+    job_service = (
+        jg.add_JobServiceServicer_to_server,
+        JobServicer(engine, region="local", shards=64, hints=None),
+        "gnomon.v1.JobService",
     )
-    await server.start()
-    await server.set_serving(True)
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
+    async with serving(job_service) as (channel, _):
         yield jg.JobServiceStub(channel), engine
-    finally:
-        await channel.close()
-        await server.stop(0)
-        await engine.dispose()
 
 
 async def count_jobs(engine) -> int:

@@ -27,12 +27,11 @@ from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.api.servicer import JobServicer
 from gnomon.common import states as S
-from gnomon.common.config import DatabaseSettings
-from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import dispatch as store
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox
+from gnomon_test_support import DIALECTS, own_shards, serving
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = 8
@@ -41,39 +40,22 @@ TOKENS = {s: TOKEN for s in range(SHARDS)}
 OUT = js.CancelOutcome
 
 
-@pytest.fixture(params=["postgresql", "cockroachdb"])
-async def env(db_url, request):
+dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)
+
+
+@pytest.fixture
+async def env(engine):
     """(stub, engine, address): JobService in this event loop, and an engine owning every shard;
     through both dialects, PostgreSQL and the production ``cockroachdb+psycopg`` (which also runs
     against PostgreSQL, as in test_fencing.py)."""
-    url = (
-        db_url
-        if request.param == "postgresql"
-        else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
+    await own_shards(engine, TOKEN, range(SHARDS), owner="D")
+    job_service = (
+        jg.add_JobServiceServicer_to_server,
+        JobServicer(engine, region="local", shards=SHARDS, hints=None),
+        "gnomon.v1.JobService",
     )
-    engine = make_engine(DatabaseSettings(url=url), pool_size=4)
-    assert engine.dialect.name == request.param
-    for s in range(SHARDS):
-        await run_transaction(engine, lambda c, s=s: store.record_ownership(c, "local", s, TOKEN, "D"))
-    server = GrpcServer(
-        "127.0.0.1:0",
-        [
-            (
-                jg.add_JobServiceServicer_to_server,
-                JobServicer(engine, region="local", shards=SHARDS, hints=None),
-                "gnomon.v1.JobService",
-            )
-        ],
-    )
-    await server.start()
-    await server.set_serving(True)
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
-        yield jg.JobServiceStub(channel), engine, server.address
-    finally:
-        await channel.close()
-        await server.stop(0)
-        await engine.dispose()
+    async with serving(job_service) as (channel, address):
+        yield jg.JobServiceStub(channel), engine, address
 
 
 def decode(err: grpc.aio.AioRpcError):

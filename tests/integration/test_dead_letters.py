@@ -27,27 +27,26 @@ from gnomon._proto.gnomon.v1 import job_pb2, job_service_pb2_grpc
 from gnomon.api.dead_letters import DeadLetterServicer, _fingerprint
 from gnomon.api.servicer import JobServicer
 from gnomon.cli.main import app as cli
-from gnomon.common.config import DatabaseSettings
-from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import dead_letters as dlq
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import audit_log, dlq_replays, jobs
+from gnomon_test_support import open_engine, own_shards, serving
 
 TOKEN = 7
 SHARDS = 64
 
 
 @pytest.fixture
-async def api(db_url):
-    async for stub, engine, _ in _serve(db_url):
+async def api(engine):
+    async for stub, _, _ in _serve(engine):
         yield stub, engine
 
 
 @pytest.fixture
-async def api_address(db_url):
-    async for x in _serve(db_url):
+async def api_address(engine):
+    async for x in _serve(engine):
         yield x
 
 
@@ -55,38 +54,29 @@ async def api_address(db_url):
 async def crdb_api(db_url):
     """The same servicer through the production ``cockroachdb+psycopg`` dialect (which also runs
     against PostgreSQL, STACK.md section 5), so every DLQ statement compiles for it."""
-    async for stub, engine, _ in _serve(db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")):
-        assert engine.dialect.name == "cockroachdb"
-        yield stub, engine
-
-
-async def _serve(url):
-    engine = make_engine(DatabaseSettings(url=url), pool_size=4)
-    await run_transaction(engine, lambda c: store.record_ownership(c, "local", 0, TOKEN, "test"))
-    server = GrpcServer(
-        "127.0.0.1:0",
-        [
-            (
-                pb_grpc.add_DeadLetterServiceServicer_to_server,
-                DeadLetterServicer(engine, shards=SHARDS),
-                "gnomon.v1.DeadLetterService",
-            ),
-            (
-                job_service_pb2_grpc.add_JobServiceServicer_to_server,  # GetJob, for the CLI's progress display
-                JobServicer(engine, region="local", shards=SHARDS, hints=None),
-                "gnomon.v1.JobService",
-            ),
-        ],
-    )
-    await server.start()
-    await server.set_serving(True)
-    channel = grpc.aio.insecure_channel(server.address)
+    engine = open_engine(db_url, "cockroachdb")
     try:
-        yield pb_grpc.DeadLetterServiceStub(channel), engine, server.address
+        async for stub, _, _ in _serve(engine):
+            yield stub, engine
     finally:
-        await channel.close()
-        await server.stop(0)
         await engine.dispose()
+
+
+async def _serve(engine):
+    await own_shards(engine, TOKEN, owner="test")
+    async with serving(
+        (
+            pb_grpc.add_DeadLetterServiceServicer_to_server,
+            DeadLetterServicer(engine, shards=SHARDS),
+            "gnomon.v1.DeadLetterService",
+        ),
+        (
+            job_service_pb2_grpc.add_JobServiceServicer_to_server,  # GetJob, for the CLI's progress display
+            JobServicer(engine, region="local", shards=SHARDS, hints=None),
+            "gnomon.v1.JobService",
+        ),
+    ) as (channel, address):
+        yield pb_grpc.DeadLetterServiceStub(channel), engine, address
 
 
 async def make_dead(

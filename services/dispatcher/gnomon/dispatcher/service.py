@@ -46,10 +46,7 @@ class Dispatcher:
     def __init__(self) -> None:
         self.db, self.cluster, self.srv = DatabaseSettings(), ClusterSettings(), ServerSettings()
         self.etcd_s, self.settings = EtcdSettings(), DispatcherSettings()
-        self.id = (
-            os.environ.get("GNOMON_DISPATCHER_ID")
-            or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        )
+        self.id = self.settings.id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         # A dispatcher stopped inside a transaction (SIGSTOP, a long pause) must not hold shard or region
         # row locks past its lease: the database ends such a session, so a hand-over never waits on it.
         self.engine = make_engine(

@@ -96,9 +96,7 @@ async def serve() -> None:
     )
     await server.start()
     serve_metrics(srv.metrics_listen)
-    planner_id = (
-        os.environ.get("GNOMON_PLANNER_ID") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    )
+    planner_id = settings.id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     address = srv.advertise or server.address
     stop = asyncio.Event()
     health = asyncio.create_task(watch_database(engine, server, stop))
