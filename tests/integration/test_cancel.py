@@ -14,6 +14,7 @@ import os
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import grpc
 import pytest
@@ -31,7 +32,7 @@ from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox
-from gnomon_test_support import DIALECTS, own_shards, serving
+from gnomon_test_support import DIALECTS, own_shards, running_suite, serving, wait_for, wait_until
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = 8
@@ -68,15 +69,6 @@ def decode(err: grpc.aio.AioRpcError):
             bad = error_details_pb2.BadRequest()
             d.Unpack(bad)
     return info, bad
-
-
-def wait_for(cond, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if v := cond():
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def job_id(job: job_pb2.Job) -> uuid.UUID:
@@ -299,13 +291,12 @@ async def wait_blocked(engine, n: int = 1) -> None:
     q = text(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
     )
-    deadline = time.monotonic() + 10
-    while True:
+
+    async def blocked() -> bool:
         async with engine.connect() as c:
-            if (await c.execute(q)).scalar_one() >= n:
-                return
-        assert time.monotonic() < deadline, "the cancel never blocked on the open transaction"
-        await asyncio.sleep(0.01)
+            return (await c.execute(q)).scalar_one() >= n
+
+    await wait_until(blocked, 10, "the cancel to block on the open transaction", interval_s=0.01)
 
 
 async def test_cancel_racing_an_accept_retries_its_compare_and_set_and_requests_cancellation(env):
@@ -543,20 +534,9 @@ def test_cancel_reaches_a_running_handler_through_real_processes(
 ):
     """api, dispatcher, planner, reaper and a worker as processes; the handler loops until
     ``ctx.cancelled`` and raises Cancelled: the job ends CANCELLED within 10 s of CancelJob."""
-    from gnomon.cli.suite import Suite
-    from gnomon.common.embedded import free_port
     from gnomon.sdk import Client
 
-    name = f"cancel_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
-        env=DELIVERY[delivery],
-    )
-    try:
-        s.start()
+    with running_suite(pg_server, migrated_template, tmp_path, env=DELIVERY[delivery]) as s:
         s.start_worker(
             ["cancelme"],
             "gnomon_test_handlers:wait_for_cancel",
@@ -573,8 +553,5 @@ def test_cancel_reaches_a_running_handler_through_real_processes(
             assert time.monotonic() - t0 < 10
             assert done.attempt == 1 and done.failure_class == "PERMANENT"
             assert c.cancel_job(job.name)[0] == "ALREADY_FINISHED"
-        log = open(os.path.join(s.log_dir, "dispatcher-0.log")).read()
+        log = Path(os.path.join(s.log_dir, "dispatcher-0.log")).read_text()
         assert ("pushing cancellation of 1 attempt(s)" in log) == (delivery == "push")
-    finally:
-        s.stop()
-        pg_server.drop_database(name)

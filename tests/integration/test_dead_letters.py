@@ -32,7 +32,7 @@ from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import audit_log, dlq_replays, jobs
-from gnomon_test_support import open_engine, own_shards, serving
+from gnomon_test_support import open_engine, own_shards, serving, wait_until
 
 TOKEN = 7
 SHARDS = 64
@@ -622,9 +622,11 @@ async def test_sdk_and_cli_list_replay_follow_and_audit(api_address):
     assert r.exit_code == 1 and "max_rate" in r.stderr
 
     async def finish_replays():  # plays the dispatcher and worker for the progress display
-        while await count(engine, jobs, jobs.c.replay_of.is_not(None)) < 3:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
+        async def replayed() -> bool:
+            return await count(engine, jobs, jobs.c.replay_of.is_not(None)) >= 3
+
+        await wait_until(replayed, 30, "3 replay jobs", interval_s=0.05)
+        await asyncio.sleep(0.5)  # the behaviour played: the jobs take a while, so the display shows progress
         async with engine.begin() as c:
             await c.execute(
                 update(jobs)

@@ -4,19 +4,16 @@ real processes with two dispatchers sharing one limit while a backlog waits SCHE
 from __future__ import annotations
 
 import os
-import uuid
 from datetime import timedelta
 
 import grpc
 import pytest
 
-from gnomon.cli.suite import Suite
 from gnomon.common.config import DatabaseSettings
-from gnomon.common.embedded import free_port
 from gnomon.common.storage import rate_limits
 from gnomon.common.storage.engine import make_engine, run_transaction
 from gnomon.sdk import Client, GnomonError
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import records, running_suite, sql, wait_for
 
 pytestmark = pytest.mark.integration
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,20 +51,13 @@ async def test_token_bucket_grants_burst_then_rate_and_takes_back_unused(db_url)
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"rl_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("rl-suite")
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(base), dispatchers=2)
-    s.start()
-    s.record_dir = str(base)
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    with running_suite(pg_server, migrated_template, tmp_path_factory.mktemp("rl-suite"), dispatchers=2) as s:
+        yield s
 
 
 def test_two_dispatchers_share_one_limit_and_the_backlog_waits(suite):
     rate, burst, n = 20.0, 5, 150
-    record = os.path.join(suite.record_dir, "limited.txt")
+    record = os.path.join(suite.work_dir, "limited.txt")
     with Client(api=suite.api_address) as c:
         with pytest.raises(GnomonError) as e:
             c.set_queue_rate_limit("limited", -1)

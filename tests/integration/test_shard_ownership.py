@@ -3,7 +3,6 @@ claiming before the lease could expire, and comes back with larger fencing token
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -13,6 +12,7 @@ from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.embedded import EtcdCluster
 from gnomon.common.storage.engine import make_engine
 from gnomon.dispatcher.shards import ShardOwnership
+from gnomon_test_support import wait_until
 
 
 @pytest.fixture
@@ -20,15 +20,6 @@ def own_etcd(tmp_path):
     cluster = EtcdCluster(1, str(tmp_path / "etcd")).start()
     yield cluster
     cluster.stop()
-
-
-async def wait_until(cond, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 async def test_lost_lease_stops_claims_before_expiry_and_reacquires_with_larger_tokens(own_etcd, db_url):

@@ -156,13 +156,14 @@ class Suite:
         region = (env or {}).get("GNOMON_REGION")
         n = sum(1 for p in self.procs if p.role == role and (region is None or p.region == region))
         log_path = os.path.join(self.log_dir, f"{role}-{region}-{n}.log" if region else f"{role}-{n}.log")
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "gnomon.cli.main", role],
-            env=e,
-            stdout=open(log_path, "ab"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(log_path, "ab") as log:  # the child keeps its own descriptor
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "gnomon.cli.main", role],
+                env=e,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         p = Proc(role, listen, popen, log_path, e.get("GNOMON_REGION", "local"), e["GNOMON_METRICS_LISTEN"])
         self.procs.append(p)
         return p
@@ -194,9 +195,10 @@ class Suite:
             *(extra or []),
         ]
         e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        popen = subprocess.Popen(
-            args, env=e, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT, start_new_session=True
-        )
+        with open(log_path, "ab") as log:  # the child keeps its own descriptor
+            popen = subprocess.Popen(
+                args, env=e, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         p = Proc("worker", "", popen, log_path)
         self.procs.append(p)
         return p
