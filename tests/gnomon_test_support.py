@@ -24,6 +24,26 @@ DIALECTS = ("postgresql", "cockroachdb")
 runs against PostgreSQL as well)."""
 
 
+FAST_REAPING = {
+    "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
+    "GNOMON_REAPER_INTERVAL_S": "0.2",
+    "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
+}
+"""Suite settings under which a lost lease is noticed and retried within about a second."""
+
+
+def fast_failover(ttl_s: int) -> dict[str, str]:
+    """Suite settings for fault scenarios: etcd lease ``ttl_s`` and quick scans, heartbeats, reaping."""
+    return {
+        "GNOMON_ETCD_LEASE_TTL_S": str(ttl_s),
+        "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3",
+        "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
+        "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
+        "GNOMON_REAPER_INTERVAL_S": "0.3",
+        "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
+    }
+
+
 def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.1):
     """Polls ``cond()`` until it returns something truthy (returned) or ``timeout_s`` seconds pass
     (AssertionError naming ``what``)."""
@@ -121,6 +141,35 @@ def running_suite(pg_server, template: str | None, work_dir: Path | str | None, 
         s.stop()
         if name:
             pg_server.drop_database(name)
+
+
+def job_service(engine, shards: int = 64) -> tuple:
+    """The API's JobService on ``engine`` (region "local", no dispatcher hints), for :func:`serving`."""
+    from gnomon._proto.gnomon.v1 import job_service_pb2_grpc
+    from gnomon.api.servicer import JobServicer
+
+    return (
+        job_service_pb2_grpc.add_JobServiceServicer_to_server,
+        JobServicer(engine, region="local", shards=shards, hints=None),
+        "gnomon.v1.JobService",
+    )
+
+
+def decode(err) -> tuple:
+    """``(status, ErrorInfo or None, BadRequest or None)`` of a failed gRPC call."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    status = rpc_status.from_call(err)
+    info = bad = None
+    for d in status.details:
+        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            d.Unpack(info)
+        elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            d.Unpack(bad)
+    return status, info, bad
 
 
 @asynccontextmanager

@@ -32,7 +32,7 @@ from history import History, check, metric, seeded_mix, worker_env
 
 from gnomon.cli.suite import wait_healthy
 from gnomon.sdk import Client
-from gnomon_test_support import running_suite, sql, wait_for
+from gnomon_test_support import fast_failover, running_suite, sql, wait_for
 
 pytestmark = pytest.mark.faults
 
@@ -56,14 +56,7 @@ def test_sigstop_past_lease_then_sigcont_is_fenced(
         tmp_path,
         start=False,
         dispatchers=0,
-        env={
-            "GNOMON_ETCD_LEASE_TTL_S": str(TTL_S),
-            "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3",
-            "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
-            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
-            "GNOMON_REAPER_INTERVAL_S": "0.3",
-            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
-        },
+        env=fast_failover(TTL_S),
     ) as s:
         url = s.database_url
         m = re.match(r"(postgresql\+psycopg://[^@]+@)([^/]+)(/.*)$", url)

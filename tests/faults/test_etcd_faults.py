@@ -27,7 +27,7 @@ from history import History, check, db_now, seeded_mix, worker_env
 from gnomon.cli.suite import Suite, wait_healthy
 from gnomon.common.embedded import EtcdCluster
 from gnomon.sdk import Client
-from gnomon_test_support import running_suite, sql, wait_for
+from gnomon_test_support import fast_failover, running_suite, sql, wait_for
 
 pytestmark = pytest.mark.faults
 
@@ -77,14 +77,7 @@ def test_member_loss_then_quorum_loss_then_recovery(pg_server, migrated_template
         start=False,
         suite_cls=ClusterSuite,
         dispatchers=2,
-        env={
-            "GNOMON_ETCD_LEASE_TTL_S": str(TTL_S),
-            "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3",
-            "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
-            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
-            "GNOMON_REAPER_INTERVAL_S": "0.3",
-            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
-        },
+        env=fast_failover(TTL_S),
     ) as s:
         url = s.database_url
         cluster = EtcdCluster(3, str(tmp_path / "etcd")).start()

@@ -19,12 +19,11 @@ import pytest
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
 from gnomon.cli.suite import wait_healthy
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import regions
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.sdk import Client
-from gnomon_test_support import records, running_suite, sql, wait_for
+from gnomon_test_support import open_engine, records, running_suite, sql, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,7 +134,7 @@ def test_region_failover_and_fail_back_late_not_lost_and_fenced(suite):
     )
     assert back[1] > token_b
     # the standby's token is refused by the region fence from now on
-    engine = make_engine(DatabaseSettings(url=url), pool_size=1)
+    engine = open_engine(url, pool_size=1)
     try:
         import asyncio
 

@@ -19,7 +19,6 @@ from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
-from gnomon.api.servicer import JobServicer
 from gnomon.common.storage import checkpoints as cps
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
@@ -30,7 +29,7 @@ from gnomon.dispatcher.relay import assignment
 from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.writes import WriteBatcher
-from gnomon_test_support import own_shards, serving
+from gnomon_test_support import job_service, own_shards, serving
 
 TOKEN = 11
 
@@ -44,12 +43,7 @@ async def engine(engine):
 
 @pytest.fixture
 async def api(engine):
-    job_service = (
-        jg.add_JobServiceServicer_to_server,
-        JobServicer(engine, region="local", shards=64, hints=None),
-        "gnomon.v1.JobService",
-    )
-    async with serving(job_service) as (channel, _):
+    async with serving(job_service(engine)) as (channel, _):
         yield jg.JobServiceStub(channel)
 
 

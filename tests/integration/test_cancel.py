@@ -26,13 +26,20 @@ from sqlalchemy import func, select, text
 from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
-from gnomon.api.servicer import JobServicer
 from gnomon.common import states as S
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox
-from gnomon_test_support import DIALECTS, own_shards, running_suite, serving, wait_for, wait_until
+from gnomon_test_support import (
+    DIALECTS,
+    job_service,
+    own_shards,
+    running_suite,
+    serving,
+    wait_for,
+    wait_until,
+)
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = 8
@@ -50,12 +57,7 @@ async def env(engine):
     through both dialects, PostgreSQL and the production ``cockroachdb+psycopg`` (which also runs
     against PostgreSQL, as in test_fencing.py)."""
     await own_shards(engine, TOKEN, range(SHARDS), owner="D")
-    job_service = (
-        jg.add_JobServiceServicer_to_server,
-        JobServicer(engine, region="local", shards=SHARDS, hints=None),
-        "gnomon.v1.JobService",
-    )
-    async with serving(job_service) as (channel, address):
+    async with serving(job_service(engine, SHARDS)) as (channel, address):
         yield jg.JobServiceStub(channel), engine, address
 
 

@@ -17,22 +17,19 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from sqlalchemy import func, select, update
 
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
-from gnomon._proto.gnomon.v1 import job_pb2, job_service_pb2_grpc
+from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon.api.dead_letters import DeadLetterServicer, _fingerprint
-from gnomon.api.servicer import JobServicer
 from gnomon.cli.main import app as cli
 from gnomon.common.storage import dead_letters as dlq
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import audit_log, dlq_replays, jobs
-from gnomon_test_support import open_engine, own_shards, serving, wait_until
+from gnomon_test_support import decode, job_service, open_engine, own_shards, serving, wait_until
 
 TOKEN = 7
 SHARDS = 64
@@ -70,11 +67,7 @@ async def _serve(engine):
             DeadLetterServicer(engine, shards=SHARDS),
             "gnomon.v1.DeadLetterService",
         ),
-        (
-            job_service_pb2_grpc.add_JobServiceServicer_to_server,  # GetJob, for the CLI's progress display
-            JobServicer(engine, region="local", shards=SHARDS, hints=None),
-            "gnomon.v1.JobService",
-        ),
+        job_service(engine, SHARDS),  # GetJob, for the CLI's progress display
     ) as (channel, address):
         yield pb_grpc.DeadLetterServiceStub(channel), engine, address
 
@@ -151,20 +144,6 @@ async def rows(engine, q):
 async def db_now(engine) -> datetime:
     async with engine.connect() as c:
         return (await c.execute(select(func.now()))).scalar_one()
-
-
-def decode(err: grpc.aio.AioRpcError):
-    """(status, ErrorInfo, BadRequest) of a failed call."""
-    status = rpc_status.from_call(err)
-    info = bad = None
-    for d in status.details:
-        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            d.Unpack(info)
-        elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            d.Unpack(bad)
-    return status, info, bad
 
 
 def ts(dt: datetime) -> timestamp_pb2.Timestamp:

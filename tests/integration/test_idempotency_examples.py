@@ -20,7 +20,7 @@ import pytest
 
 from gnomon.cli.suite import Suite
 from gnomon.sdk import Client, JobContext, PermanentError
-from gnomon_test_support import running_suite, wait_for
+from gnomon_test_support import FAST_REAPING, running_suite, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS_DIR)
@@ -144,11 +144,7 @@ def suite(pg_server, migrated_template, tmp_path_factory):
         pg_server,
         migrated_template,
         tmp_path_factory.mktemp("idem"),
-        env={
-            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
-            "GNOMON_REAPER_INTERVAL_S": "0.2",
-            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
-        },
+        env=FAST_REAPING,
     ) as s:
         yield s
 

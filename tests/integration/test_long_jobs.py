@@ -20,7 +20,7 @@ import time
 import pytest
 
 from gnomon.sdk import Client
-from gnomon_test_support import records, running_suite, sql, wait_for
+from gnomon_test_support import FAST_REAPING, records, running_suite, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS_DIR)
@@ -34,11 +34,7 @@ def suite(pg_server, migrated_template, tmp_path_factory):
         pg_server,
         migrated_template,
         tmp_path_factory.mktemp("long"),
-        env={
-            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
-            "GNOMON_REAPER_INTERVAL_S": "0.2",
-            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
-        },
+        env=FAST_REAPING,
     ) as s:
         yield s
 

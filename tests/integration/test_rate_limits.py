@@ -9,9 +9,8 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.storage import rate_limits
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.sdk import Client, GnomonError
 from gnomon_test_support import records, running_suite, sql, wait_for
 
@@ -19,34 +18,28 @@ pytestmark = pytest.mark.integration
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-async def test_token_bucket_grants_burst_then_rate_and_takes_back_unused(db_url):
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    try:
-        kw = dict(region="local", namespace="default", queue="q")
-        assert await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw)) == (
-            5,
-            0.0,
-        )  # no limit
-        lim = await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=10.0, burst=3, **kw))
-        assert (lim.rate, lim.burst, lim.tokens) == (10.0, 3, 3.0)
+async def test_token_bucket_grants_burst_then_rate_and_takes_back_unused(engine):
+    kw = dict(region="local", namespace="default", queue="q")
+    assert await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw)) == (
+        5,
+        0.0,
+    )  # no limit
+    lim = await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=10.0, burst=3, **kw))
+    assert (lim.rate, lim.burst, lim.tokens) == (10.0, 3, 3.0)
 
-        async def take_then(conn, want, back):
-            got = await rate_limits.take(conn, want=want, **kw)
-            await rate_limits.give_back(conn, n=back, **kw)
-            return got
+    async def take_then(conn, want, back):
+        got = await rate_limits.take(conn, want=want, **kw)
+        await rate_limits.give_back(conn, n=back, **kw)
+        return got
 
-        granted, wait = await run_transaction(engine, lambda c: take_then(c, 5, 1))
-        assert (granted, wait) == (3, 0.0)
-        granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
-        assert granted == 1  # the one given back
-        granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
-        assert granted == 0 and 0 < wait <= 0.1 + 1e-9  # next token in at most 1/rate s
-        assert (
-            await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=0, burst=1, **kw)) is None
-        )
-        assert await run_transaction(engine, lambda c: rate_limits.take(c, want=7, **kw)) == (7, 0.0)
-    finally:
-        await engine.dispose()
+    granted, wait = await run_transaction(engine, lambda c: take_then(c, 5, 1))
+    assert (granted, wait) == (3, 0.0)
+    granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
+    assert granted == 1  # the one given back
+    granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
+    assert granted == 0 and 0 < wait <= 0.1 + 1e-9  # next token in at most 1/rate s
+    assert await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=0, burst=1, **kw)) is None
+    assert await run_transaction(engine, lambda c: rate_limits.take(c, want=7, **kw)) == (7, 0.0)
 
 
 @pytest.fixture(scope="module")

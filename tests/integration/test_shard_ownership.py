@@ -7,10 +7,8 @@ import time
 
 import pytest
 
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.embedded import EtcdCluster
-from gnomon.common.storage.engine import make_engine
 from gnomon.dispatcher.shards import ShardOwnership
 from gnomon_test_support import wait_until
 
@@ -22,9 +20,8 @@ def own_etcd(tmp_path):
     cluster.stop()
 
 
-async def test_lost_lease_stops_claims_before_expiry_and_reacquires_with_larger_tokens(own_etcd, db_url):
+async def test_lost_lease_stops_claims_before_expiry_and_reacquires_with_larger_tokens(own_etcd, engine):
     ttl = 3
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
     etcd = EtcdClient(own_etcd.endpoints, timeout=1.0)
     own = ShardOwnership(
         etcd,
@@ -56,4 +53,3 @@ async def test_lost_lease_stops_claims_before_expiry_and_reacquires_with_larger_
         own_etcd.resume_member(0)
         await own.stop()
         await etcd.close()
-        await engine.dispose()
