@@ -459,7 +459,7 @@ def known_variables() -> dict[str, type[BaseSettings]]:
 
 def _did_you_mean(name: str, known: list[str]) -> str:
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else f" (known: see {__name__}.SETTINGS_CLASSES)"
+    return f"; did you mean {close[0]}?" if close else " (see docs/operations.md, Settings)"
 
 
 def _first_error(cls: type[BaseSettings], err: ValidationError) -> str:
