@@ -47,7 +47,8 @@ def test_a_misspelt_prefix_is_refused_too(env):
 def test_a_name_like_nothing_known_is_refused_without_a_guess(env):
     env.setenv("GNOMON_ZZZZZZZZZZZZZZZZZZ", "1")
     with pytest.raises(
-        ConfigError, match=r"^unknown environment variable GNOMON_ZZZZZZZZZZZZZZZZZZ \(see docs/operations.md, Settings\)$"
+        ConfigError,
+        match=r"^unknown environment variable GNOMON_ZZZZZZZZZZZZZZZZZZ \(see docs/operations.md, Settings\)$",
     ):
         check_environment()
 
