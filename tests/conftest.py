@@ -10,6 +10,12 @@ with the server's log tail, because an integration test that silently does not r
     db_url             SQLAlchemy URL of a fresh per-test copy of the template, dropped afterwards
     etcd_endpoints     ["127.0.0.1:PORT"]
     etcd_prefix        unique bytes key prefix, e.g. b"/gnomon-test-<hex>/", deleted afterwards
+    dialect            "postgresql"; a module overrides it to run through both (gnomon_test_support.DIALECTS)
+    engine             the async SQLAlchemy engine on db_url through ``dialect``, disposed afterwards
+
+The suite as processes: ``gnomon_test_support.running_suite``; a servicer in-process:
+``gnomon_test_support.serving``. Tests under ``tests/integration`` are marked ``integration`` and those
+under ``tests/faults`` ``faults`` (and ``integration``) by :func:`pytest_collection_modifyitems`.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import base64
 import json
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from gnomon.devservers import EtcdCluster, PostgresServer
+from gnomon_test_support import open_engine
 
 TEMPLATE_DB = "gnomon_template"
 
@@ -123,3 +131,37 @@ def etcd_prefix(etcd_cluster: EtcdCluster) -> Iterator[bytes]:
         opener.open(req, timeout=2).read()
     except OSError:
         pass  # a test that broke etcd fails on its own; cleanup must not mask that
+
+
+@pytest.fixture
+def dialect() -> str:
+    """The SQLAlchemy dialect of ``engine``. A module whose statements must compile for both overrides
+    it: ``dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)``."""
+    return "postgresql"
+
+
+@pytest.fixture
+async def engine(db_url: str, dialect: str) -> AsyncIterator:
+    """An async engine on this test's fresh database (``db_url``) through ``dialect``; disposed after the
+    test. A module that needs more (e.g. shard ownership recorded) overrides it with a fixture of the
+    same name that takes this one."""
+    e = open_engine(db_url, dialect)
+    try:
+        yield e
+    finally:
+        await e.dispose()
+
+
+_FOLDER_MARKS = {"integration": ("integration",), "faults": ("integration", "faults")}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks every test by its folder, and every test that uses the real servers ``integration``, so
+    ``-m "not integration"`` runs exactly the tests that need no PostgreSQL or etcd."""
+    for item in items:
+        marks = set(_FOLDER_MARKS.get(Path(str(item.path)).parent.name, ()))
+        if {"pg_server", "etcd_cluster"} & set(getattr(item, "fixturenames", ())):
+            marks.add("integration")
+        have = {m.name for m in item.iter_markers()}
+        for mark in sorted(marks - have):
+            item.add_marker(mark)

@@ -1,12 +1,47 @@
 """Helpers shared by the process-level tests (imported as ``gnomon_test_support``: pytest puts
-``tests/`` on ``sys.path`` for its conftest)."""
+``tests/`` on ``sys.path`` for its conftest).
+
+The one way tests start the suite is :func:`running_suite` (processes); the one way they serve a
+servicer in-process is :func:`serving`; the one engine on a test database is the ``engine`` fixture of
+``tests/conftest.py`` (built by :func:`open_engine`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
 
 import psycopg
+
+DIALECTS = ("postgresql", "cockroachdb")
+"""The two SQLAlchemy dialects every statement runs through (the ``cockroachdb+psycopg`` dialect
+runs against PostgreSQL as well)."""
+
+
+FAST_REAPING = {
+    "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
+    "GNOMON_REAPER_INTERVAL_S": "0.2",
+    "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
+}
+"""Suite settings under which a lost lease is noticed and retried within about a second."""
+
+
+def fast_failover(ttl_s: int) -> dict[str, str]:
+    """Suite settings for fault scenarios: etcd lease ``ttl_s`` and quick scans, heartbeats, reaping."""
+    return {
+        "GNOMON_ETCD_LEASE_TTL_S": str(ttl_s),
+        "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3",
+        "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
+        "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
+        "GNOMON_REAPER_INTERVAL_S": "0.3",
+        "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
+    }
 
 
 def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.1):
@@ -18,6 +53,21 @@ def wait_for(cond, timeout_s: float, what: str, interval_s: float = 0.1):
         if v:
             return v
         time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+async def wait_until(
+    cond: Callable[[], Any | Awaitable[Any]], timeout_s: float, what: str, interval_s: float = 0.02
+):
+    """:func:`wait_for` for the event loop: ``cond`` may be a plain or an async callable."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = cond()
+        if asyncio.iscoroutine(v):
+            v = await v
+        if v:
+            return v
+        await asyncio.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
@@ -33,3 +83,109 @@ def sql(url: str, query: str, *args):
     """Runs one query on the database at ``url`` (a SQLAlchemy URL) and returns all rows."""
     with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as c:
         return c.execute(query, args).fetchall()
+
+
+def dialect_url(url: str, dialect: str) -> str:
+    """``url`` (``postgresql+psycopg://``) for SQLAlchemy dialect ``dialect`` (one of :data:`DIALECTS`)."""
+    assert dialect in DIALECTS, dialect
+    return url.replace("postgresql+psycopg://", f"{dialect}+psycopg://")
+
+
+def open_engine(url: str, dialect: str = "postgresql", pool_size: int = 4):
+    """The async engine tests use on a test database, through ``dialect``."""
+    from gnomon.common.config import DatabaseSettings
+    from gnomon.common.storage.engine import make_engine
+
+    engine = make_engine(DatabaseSettings(url=dialect_url(url, dialect)), pool_size=pool_size)
+    assert engine.dialect.name == dialect
+    return engine
+
+
+async def own_shards(engine, token: int, shards=(0,), owner: str = "A", region: str = "local") -> None:
+    """Records ``owner`` as the owner of ``shards`` of ``region`` with fencing ``token`` (what a
+    dispatcher does on taking a shard), so storage calls fenced with ``token`` pass."""
+    from gnomon.common.storage import dispatch
+    from gnomon.common.storage.engine import run_transaction
+
+    for s in shards:
+        await run_transaction(engine, lambda c, s=s: dispatch.record_ownership(c, region, s, token, owner))
+
+
+@contextmanager
+def running_suite(pg_server, template: str | None, work_dir: Path | str | None, **kw) -> Iterator:
+    """The whole suite as processes (:class:`gnomon.cli.suite.Suite`, not yet started if
+    ``start=False``), its API on a free loopback port; stopped (and its database dropped) on exit.
+
+    With ``pg_server``: on a fresh copy of the migrated ``template``, logs under ``work_dir/suite``.
+    With ``pg_server=None``: the suite starts its own PostgreSQL in a temp dir it owns (which the
+    postgres OS user can traverse; pytest's tmp dirs are private). ``suite.work_dir`` is ``work_dir``,
+    a place for the test's record files. ``suite_cls`` replaces :class:`Suite`; other keywords go to it.
+    """
+    from gnomon.cli.suite import Suite
+    from gnomon.devservers import free_port
+
+    start = kw.pop("start", True)
+    suite_cls = kw.pop("suite_cls", Suite)
+    name = None
+    if pg_server is not None:
+        name = f"suite_{uuid.uuid4().hex[:12]}"
+        kw["database_url"] = pg_server.create_database(name, template=template)
+        kw.setdefault("base_dir", str(Path(work_dir) / "suite"))
+    s = suite_cls(api_listen=f"127.0.0.1:{free_port()}", **kw)
+    s.work_dir = str(work_dir) if work_dir is not None else None
+    try:
+        if start:
+            s.start()
+        yield s
+    finally:
+        s.stop()
+        if name:
+            pg_server.drop_database(name)
+
+
+def job_service(engine, shards: int = 64) -> tuple:
+    """The API's JobService on ``engine`` (region "local", no dispatcher hints), for :func:`serving`."""
+    from gnomon._proto.gnomon.v1 import job_service_pb2_grpc
+    from gnomon.api.servicer import JobServicer
+
+    return (
+        job_service_pb2_grpc.add_JobServiceServicer_to_server,
+        JobServicer(engine, region="local", shards=shards, hints=None),
+        "gnomon.v1.JobService",
+    )
+
+
+def decode(err) -> tuple:
+    """``(status, ErrorInfo or None, BadRequest or None)`` of a failed gRPC call."""
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    status = rpc_status.from_call(err)
+    info = bad = None
+    for d in status.details:
+        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            d.Unpack(info)
+        elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            d.Unpack(bad)
+    return status, info, bad
+
+
+@asynccontextmanager
+async def serving(*services) -> AsyncIterator:
+    """Serves ``(add_to_server, servicer, service name)`` triples in this event loop on a free port and
+    yields ``(channel, address)``: an open ``grpc.aio`` channel to it and its host:port."""
+    import grpc
+
+    from gnomon.common.rpc.server import GrpcServer
+
+    server = GrpcServer("127.0.0.1:0", list(services))
+    await server.start()
+    await server.set_serving(True)
+    channel = grpc.aio.insecure_channel(server.address)
+    try:
+        yield channel, server.address
+    finally:
+        await channel.close()
+        await server.stop(0)

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import collections
 import os
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from gnomon.cli.suite import Suite, wait_healthy
-from gnomon.devservers import free_port
+from gnomon.cli.suite import wait_healthy
 from gnomon.sdk import Client
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import records, running_suite, sql, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,18 +35,13 @@ def skewed(offset: str) -> dict:
 
 @pytest.fixture
 def suite(pg_server, migrated_template, tmp_path):
-    name = f"skew_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
         env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1", "GNOMON_REAPER_INTERVAL_S": "0.5"},
-    )
-    s.start()
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    ) as s:
+        yield s
 
 
 def test_skewed_dispatchers_and_reaper_never_dispatch_early_nor_expire_leases_early(suite):

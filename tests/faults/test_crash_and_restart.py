@@ -14,22 +14,20 @@ import random
 import sys
 import threading
 import time
-import uuid
 from datetime import timedelta
 
 import pytest
 
-from gnomon.cli.suite import Suite, wait_healthy
-from gnomon.devservers import free_port
+from gnomon.cli.suite import wait_healthy
 from gnomon.sdk import Client, GnomonError
-from gnomon_test_support import sql, wait_for
+from gnomon_test_support import running_suite, sql, wait_for
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from history import History, check, worker_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-SEED = int(os.environ.get("GNOMON_FAULT_SEED", "7"))
-ROUNDS = int(os.environ.get("GNOMON_FAULT_ROUNDS", "1"))
+SEED = int(os.environ.get("GNOMON_TEST_FAULT_SEED", "7"))
+ROUNDS = int(os.environ.get("GNOMON_TEST_FAULT_ROUNDS", "1"))
 
 
 def _all_terminal(url: str, h: History) -> bool:
@@ -45,16 +43,13 @@ def _all_terminal(url: str, h: History) -> bool:
 @pytest.mark.parametrize("round_", range(ROUNDS))
 def test_dispatcher_killed_mid_claim_loses_nothing(pg_server, migrated_template, tmp_path, round_):
     rng = random.Random(SEED + round_)
-    name = f"mid_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
         env={"GNOMON_ETCD_LEASE_TTL_S": "3", "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3"},
-    )
-    try:
-        s.start()
+    ) as s:
+        url = s.database_url
         doomed = s.start_service("dispatcher", env={"GNOMON_FAULTS": "crash_mid_claim"})
         wait_healthy(doomed.address)
         wait_for(lambda: sql(url, "SELECT count(DISTINCT owner) FROM shard_owners") == [(2,)], 20, "2 owners")
@@ -76,47 +71,47 @@ def test_dispatcher_killed_mid_claim_loses_nothing(pg_server, migrated_template,
         assert sql(
             url, "SELECT count(*) FROM attempts WHERE dispatcher_id LIKE %s", f"%-{doomed.popen.pid}-%"
         ) == [(0,)]
-    finally:
-        s.stop()
-        pg_server.drop_database(name)
 
 
 def test_postgres_immediate_restart_under_load(tmp_path):
     rng = random.Random(SEED)
     # the suite owns its PostgreSQL (in its own temp dir, traversable by the postgres OS user)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"})
-    record = str(tmp_path / "pg.txt")
-    h, errors, stop = History(), [], threading.Event()
-    try:
-        s.start()
-        url = s.database_url
-        w = s.start_worker(["pg"], "history:run", concurrency=32, env=worker_env(record))
+    with running_suite(
+        None, None, tmp_path, start=False, env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"}
+    ) as s:
+        record = str(tmp_path / "pg.txt")
+        h, errors, stop = History(), [], threading.Event()
+        try:
+            s.start()
+            url = s.database_url
+            w = s.start_worker(["pg"], "history:run", concurrency=32, env=worker_env(record))
 
-        def produce():
-            with Client(api=s.api_address, timeout=5) as c:
-                while not stop.is_set():
-                    try:
-                        h.created(
-                            c.create_job("pg", b'{"sleep": 0.2}', delay=timedelta(seconds=rng.uniform(0, 1)))
-                        )
-                    except GnomonError as e:  # refused while the database is down: never acknowledged
-                        errors.append(e.code.name)
-                        time.sleep(0.05)
+            def produce():
+                with Client(api=s.api_address, timeout=5) as c:
+                    while not stop.is_set():
+                        try:
+                            h.created(
+                                c.create_job(
+                                    "pg", b'{"sleep": 0.2}', delay=timedelta(seconds=rng.uniform(0, 1))
+                                )
+                            )
+                        except GnomonError as e:  # refused while the database is down: never acknowledged
+                            errors.append(e.code.name)
+                            time.sleep(0.05)  # the load's pace while refused, not a wait
 
-        t = threading.Thread(target=produce)
-        t.start()
-        wait_for(lambda: len(h.created_jobs) >= 100, 30, "load before the restart")
-        s.pg.stop_server("immediate")
-        time.sleep(1.5)
-        s.pg.start_again()
-        wait_for(lambda: len(h.created_jobs) >= 250, 60, "load after the restart")
-        stop.set()
-        t.join(30)
-        wait_for(lambda: _all_terminal(url, h), 90, "every acknowledged job to finish")
-        s.stop_proc(w)
-        report = check(h.collect(url, record))
-        assert report.ok, report
-        assert errors and set(errors) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}  # refused, not lost
-    finally:
-        stop.set()
-        s.stop()
+            t = threading.Thread(target=produce)
+            t.start()
+            wait_for(lambda: len(h.created_jobs) >= 100, 30, "load before the restart")
+            s.pg.stop_server("immediate")
+            time.sleep(1.5)  # the behaviour under test: the database stays down this long under load
+            s.pg.start_again()
+            wait_for(lambda: len(h.created_jobs) >= 250, 60, "load after the restart")
+            stop.set()
+            t.join(30)
+            wait_for(lambda: _all_terminal(url, h), 90, "every acknowledged job to finish")
+            s.stop_proc(w)
+            report = check(h.collect(url, record))
+            assert report.ok, report
+            assert errors and set(errors) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"}  # refused, not lost
+        finally:
+            stop.set()

@@ -99,14 +99,9 @@ def injected(url: str, which: str = "") -> int:
 
 
 @pytest.fixture
-async def faulty(db_url):
-    from gnomon.common.config import DatabaseSettings
-    from gnomon.common.storage.engine import make_engine
-
+def faulty(db_url, engine):
     install_faults(db_url, 0.0)
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    yield db_url, engine
-    await engine.dispose()
+    return db_url, engine
 
 
 def _new_job(queue: str):
@@ -211,22 +206,19 @@ def _worker_env(record: str, **extra) -> dict:
 def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(
     pg_server, migrated_template, tmp_path
 ):
-    from gnomon.cli.suite import Suite
-    from gnomon.devservers import free_port
     from gnomon.sdk import Client
-    from gnomon_test_support import records, sql, wait_for
+    from gnomon_test_support import records, running_suite, sql, wait_for
 
-    name = f"f40001_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    install_faults(url, 0.2, seed=7)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
+        start=False,
         env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"},
-    )
-    record = str(tmp_path / "r40001.txt")
-    try:
+    ) as s:
+        url = s.database_url
+        install_faults(url, 0.2, seed=7)
+        record = str(tmp_path / "r40001.txt")
         s.start()
         s.start_worker(["r40001"], "gnomon_test_handlers:record", concurrency=32, env=_worker_env(record))
         with Client(api=s.api_address) as c:
@@ -258,9 +250,6 @@ def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(
         assert all(per_op.values()), per_op
         for p in s.procs:  # no service died of a 40001
             assert p.popen.poll() is None, f"{p.role} exited: see {p.log_path}"
-    finally:
-        s.stop()
-        pg_server.drop_database(name)
 
 
 def _health(address: str) -> int | None:
@@ -277,90 +266,91 @@ def _health(address: str) -> int | None:
 def test_database_outage_fails_fast_turns_not_serving_and_recovers(tmp_path):
     from grpc_health.v1 import health_pb2
 
-    from gnomon.cli.suite import Suite
-    from gnomon.devservers import free_port
     from gnomon.sdk import Client, GnomonError
-    from gnomon_test_support import records, sql, wait_for
+    from gnomon_test_support import records, running_suite, sql, wait_for
 
     SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-    # base_dir=None: the suite makes its own temp dir, traversable by OS user postgres (tmp_path is not)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"})
-    record = str(tmp_path / "outage.txt")
-    figures = {}
-    try:
-        s.start()
-        url = s.database_url
-        s.start_worker(
-            ["outage"],
-            "test_database_faults:slow_record",
-            concurrency=16,
-            env=_worker_env(record, GNOMON_TEST_HOLD_S="3"),
-        )
-        with Client(api=s.api_address, timeout=10) as c:
-            held = [c.create_job("outage", b"").name for _ in range(5)]  # running during the outage
-            later = [
-                c.create_job("outage", b"", delay=timedelta(seconds=4)).name for _ in range(5)
-            ]  # due during it
-            wait_for(
-                lambda: (
-                    sql(url, "SELECT count(*) FROM jobs WHERE queue = 'outage' AND state = 'RUNNING'")[0][0]
-                    == 5
-                ),
-                15,
-                "5 jobs held by the worker",
+    # no pg_server: the suite runs its own PostgreSQL (in a temp dir the postgres OS user can traverse)
+    with running_suite(
+        None, None, tmp_path, start=False, env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"}
+    ) as s:
+        record = str(tmp_path / "outage.txt")
+        figures = {}
+        try:
+            s.start()
+            url = s.database_url
+            s.start_worker(
+                ["outage"],
+                "test_database_faults:slow_record",
+                concurrency=16,
+                env=_worker_env(record, GNOMON_TEST_HOLD_S="3"),
             )
+            with Client(api=s.api_address, timeout=10) as c:
+                held = [c.create_job("outage", b"").name for _ in range(5)]  # running during the outage
+                later = [
+                    c.create_job("outage", b"", delay=timedelta(seconds=4)).name for _ in range(5)
+                ]  # due during it
+                wait_for(
+                    lambda: (
+                        sql(url, "SELECT count(*) FROM jobs WHERE queue = 'outage' AND state = 'RUNNING'")[0][
+                            0
+                        ]
+                        == 5
+                    ),
+                    15,
+                    "5 jobs held by the worker",
+                )
 
-            t_down = time.monotonic()
-            s.pg.stop_server("immediate")
-            figures["pg_stop_s"] = round(time.monotonic() - t_down, 3)
-            # CreateJob fails fast with UNAVAILABLE, every time (never accepted into memory)
-            for _ in range(3):
-                t0 = time.monotonic()
+                t_down = time.monotonic()
+                s.pg.stop_server("immediate")
+                figures["pg_stop_s"] = round(time.monotonic() - t_down, 3)
+                # CreateJob fails fast with UNAVAILABLE, every time (never accepted into memory)
+                for _ in range(3):
+                    t0 = time.monotonic()
+                    with pytest.raises(GnomonError) as ei:
+                        c.create_job("outage", b"")
+                    took = time.monotonic() - t0
+                    assert ei.value.code == grpc.StatusCode.UNAVAILABLE, ei.value
+                    assert took < 6.0, took
+                    figures.setdefault("create_unavailable_s", []).append(round(took, 3))
                 with pytest.raises(GnomonError) as ei:
-                    c.create_job("outage", b"")
-                took = time.monotonic() - t0
-                assert ei.value.code == grpc.StatusCode.UNAVAILABLE, ei.value
-                assert took < 6.0, took
-                figures.setdefault("create_unavailable_s", []).append(round(took, 3))
-            with pytest.raises(GnomonError) as ei:
-                c.get_job(held[0])
-            assert ei.value.code == grpc.StatusCode.UNAVAILABLE
-            wait_for(lambda: _health(s.api_address) == NOT_SERVING, 8, "api NOT_SERVING")
-            figures["not_serving_after_s"] = round(time.monotonic() - t_down, 3)
-            for p in s.procs:
-                if p.role in ("planner", "reaper"):
-                    wait_for(lambda p=p: _health(p.address) == NOT_SERVING, 8, f"{p.role} NOT_SERVING")
-            # workers finish what they hold: the handlers complete while the database is down
-            wait_for(lambda: len(records(record)) >= 5, 10, "held jobs finished by the worker")
-            time.sleep(1.0)  # keep the database down a little after the results were produced
+                    c.get_job(held[0])
+                assert ei.value.code == grpc.StatusCode.UNAVAILABLE
+                wait_for(lambda: _health(s.api_address) == NOT_SERVING, 8, "api NOT_SERVING")
+                figures["not_serving_after_s"] = round(time.monotonic() - t_down, 3)
+                for p in s.procs:
+                    if p.role in ("planner", "reaper"):
+                        wait_for(lambda p=p: _health(p.address) == NOT_SERVING, 8, f"{p.role} NOT_SERVING")
+                # workers finish what they hold: the handlers complete while the database is down
+                wait_for(lambda: len(records(record)) >= 5, 10, "held jobs finished by the worker")
+                time.sleep(1.0)  # keep the database down a little after the results were produced
 
-            s.pg.start_again()
-            t_up = time.monotonic()
-            wait_for(lambda: _health(s.api_address) == SERVING, 15, "api SERVING again")
-            figures["serving_again_after_s"] = round(time.monotonic() - t_up, 3)
-            t0 = time.monotonic()
-            new = wait_for(lambda: _try_create(c, "outage"), 15, "CreateJob to succeed again")
-            figures["create_ok_after_s"] = round(time.monotonic() - t_up, 3)
-            done = wait_for(
-                lambda: (j := c.get_job(new.name)).state == "SUCCEEDED" and j, 30, "new job SUCCEEDED"
-            )
-            figures["new_job_succeeded_after_s"] = round(time.monotonic() - t_up, 3)
-            assert done.attempt == 1
-            for n in held + later:
-                wait_for(lambda n=n: c.get_job(n).state == "SUCCEEDED", 45, f"{n} SUCCEEDED")
-            figures["all_succeeded_after_s"] = round(time.monotonic() - t_up, 3)
-        counts = collections.Counter(r[0] for r in records(record))
-        assert set(counts) == set(held + later + [new.name])  # nothing lost, nothing extra
-        figures["executions"] = dict(collections.Counter(counts.values()))
-        assert max(counts[n] for n in later + [new.name]) == 1
-        # the 3 rejected creates left no rows
-        assert sql(url, "SELECT count(*) FROM jobs WHERE queue = 'outage'")[0][0] == 11
-        for p in s.procs:
-            assert p.popen.poll() is None, f"{p.role} exited during the outage: see {p.log_path}"
-    finally:
-        print("database outage figures:", figures)
-        s.pg and s.pg.start_again()
-        s.stop()
+                s.pg.start_again()
+                t_up = time.monotonic()
+                wait_for(lambda: _health(s.api_address) == SERVING, 15, "api SERVING again")
+                figures["serving_again_after_s"] = round(time.monotonic() - t_up, 3)
+                t0 = time.monotonic()
+                new = wait_for(lambda: _try_create(c, "outage"), 15, "CreateJob to succeed again")
+                figures["create_ok_after_s"] = round(time.monotonic() - t_up, 3)
+                done = wait_for(
+                    lambda: (j := c.get_job(new.name)).state == "SUCCEEDED" and j, 30, "new job SUCCEEDED"
+                )
+                figures["new_job_succeeded_after_s"] = round(time.monotonic() - t_up, 3)
+                assert done.attempt == 1
+                for n in held + later:
+                    wait_for(lambda n=n: c.get_job(n).state == "SUCCEEDED", 45, f"{n} SUCCEEDED")
+                figures["all_succeeded_after_s"] = round(time.monotonic() - t_up, 3)
+            counts = collections.Counter(r[0] for r in records(record))
+            assert set(counts) == set(held + later + [new.name])  # nothing lost, nothing extra
+            figures["executions"] = dict(collections.Counter(counts.values()))
+            assert max(counts[n] for n in later + [new.name]) == 1
+            # the 3 rejected creates left no rows
+            assert sql(url, "SELECT count(*) FROM jobs WHERE queue = 'outage'")[0][0] == 11
+            for p in s.procs:
+                assert p.popen.poll() is None, f"{p.role} exited during the outage: see {p.log_path}"
+        finally:
+            print("database outage figures:", figures)
+            s.pg and s.pg.start_again()
 
 
 def _try_create(c, queue):

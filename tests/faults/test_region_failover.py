@@ -12,21 +12,18 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import uuid
 from datetime import timedelta
 
 import pytest
 
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
-from gnomon.cli.suite import Suite, wait_healthy
-from gnomon.common.config import DatabaseSettings
+from gnomon.cli.suite import wait_healthy
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import regions
-from gnomon.common.storage.engine import make_engine, run_transaction
-from gnomon.devservers import free_port
+from gnomon.common.storage.engine import run_transaction
 from gnomon.sdk import Client
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import open_engine, records, running_suite, sql, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,19 +37,14 @@ FAST = {
 
 @pytest.fixture
 def suite(pg_server, migrated_template, tmp_path):
-    name = f"rg_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
         regions=["a", "b"],
         env=FAST,
-    )
-    s.start()
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    ) as s:
+        yield s
 
 
 def owner(url: str, region: str):
@@ -142,7 +134,7 @@ def test_region_failover_and_fail_back_late_not_lost_and_fenced(suite):
     )
     assert back[1] > token_b
     # the standby's token is refused by the region fence from now on
-    engine = make_engine(DatabaseSettings(url=url), pool_size=1)
+    engine = open_engine(url, pool_size=1)
     try:
         import asyncio
 

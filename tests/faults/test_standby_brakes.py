@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
 from datetime import timedelta
 
 import pytest
 
-from gnomon.cli.suite import Suite
-from gnomon.common.embedded import free_port
 from gnomon.sdk import Client, RetryPolicy
-from gnomon_test_support import sql, wait_for
+from gnomon_test_support import running_suite, sql, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -43,19 +40,8 @@ ALLOWED_RETRIES = 3  # floor(max(0 * first attempts, 0.05/s * 60 s))
 
 @pytest.fixture
 def suite(pg_server, migrated_template, tmp_path):
-    name = f"sb_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
-        regions=["a", "b"],
-        env=ENV,
-    )
-    s.start()
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    with running_suite(pg_server, migrated_template, tmp_path, regions=["a", "b"], env=ENV) as s:
+        yield s
 
 
 def ids(names: list[str]) -> list[str]:

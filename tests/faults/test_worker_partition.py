@@ -21,8 +21,8 @@ import random
 import subprocess
 import sys
 import time
-import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -39,13 +39,14 @@ def start_static_worker(suite, queue: str, dispatcher: str, record: str, events:
     n = sum(1 for p in suite.procs if p.role == "worker")
     log_path = os.path.join(suite.log_dir, f"worker-{n}.log")
     e = dict(os.environ, PYTHONUNBUFFERED="1", **worker_env(record))
-    popen = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), queue, dispatcher, events, worker_id],
-        env=e,
-        stdout=open(log_path, "ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(log_path, "ab") as log:  # the child keeps its own descriptor
+        popen = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), queue, dispatcher, events, worker_id],
+            env=e,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     from gnomon.cli.suite import Proc
 
     p = Proc("worker", "", popen, log_path)
@@ -100,117 +101,123 @@ def test_blackholed_worker_loses_its_lease_and_its_late_result_is_refused(
 ):
     from faultproxy import FaultProxy
 
-    from gnomon.cli.suite import Suite
-    from gnomon.devservers import free_port
     from gnomon.sdk import Client
-    from gnomon_test_support import records, sql, wait_for
+    from gnomon_test_support import records, running_suite, sql, wait_for
 
     rng = random.Random(seed)
-    name = f"part_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
+        start=False,
         env={
             "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
             "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
             "GNOMON_REAPER_INTERVAL_S": "0.3",
             "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
         },
-    )
-    record, ev1, ev2 = (str(tmp_path / f) for f in ("runs.txt", "events-w1.txt", "events-w2.txt"))
-    proxy = None
-    try:
-        s.start()
-        disp = next(p for p in s.procs if p.role == "dispatcher")
-        proxy = FaultProxy(disp.address).start()
-        start_static_worker(s, "part", proxy.address, record, ev1, "w1")
-        h = History()
-        lease = timedelta(seconds=2)
-        # a seeded handful of quick jobs first (all through W1 while the link is healthy), then the victim
-        with Client(api=s.api_address) as c:
-            quick = [
-                c.create_job(
+    ) as s:
+        url = s.database_url
+        record, ev1, ev2 = (str(tmp_path / f) for f in ("runs.txt", "events-w1.txt", "events-w2.txt"))
+        proxy = None
+        try:
+            s.start()
+            disp = next(p for p in s.procs if p.role == "dispatcher")
+            proxy = FaultProxy(disp.address).start()
+            start_static_worker(s, "part", proxy.address, record, ev1, "w1")
+            h = History()
+            lease = timedelta(seconds=2)
+            # a seeded handful of quick jobs first (all through W1 while the link is healthy), then the victim
+            with Client(api=s.api_address) as c:
+                quick = [
+                    c.create_job(
+                        "part",
+                        b"{}",
+                        delay=timedelta(seconds=rng.uniform(0, 0.5)),
+                        idempotent=True,
+                        lease_duration=lease,
+                    )
+                    for _ in range(rng.randint(3, 8))
+                ]
+                for j in quick:
+                    h.created(j, idempotent=True)
+                wait_for(
+                    lambda: all(c.get_job(j.name).state == "SUCCEEDED" for j in quick), 20, "quick jobs done"
+                )
+                job = c.create_job(
                     "part",
-                    b"{}",
-                    delay=timedelta(seconds=rng.uniform(0, 0.5)),
+                    json.dumps({"sleep": 20, "sleep_attempts": [1]}).encode(),
                     idempotent=True,
                     lease_duration=lease,
+                    max_attempts=3,
                 )
-                for _ in range(rng.randint(3, 8))
-            ]
-            for j in quick:
-                h.created(j, idempotent=True)
-            wait_for(
-                lambda: all(c.get_job(j.name).state == "SUCCEEDED" for j in quick), 20, "quick jobs done"
+                h.created(job, idempotent=True)
+                wait_for(
+                    lambda: any(r[0] == job.name and r[1] == "1" for r in records(record)),
+                    20,
+                    "attempt 1 running on W1",
+                )
+                proxy.set_mode("blackhole")
+                cut = time.monotonic()
+                start_static_worker(s, "part", disp.address, record, ev2, "w2")
+                jid = job.name.rsplit("/", 1)[1]
+                wait_for(
+                    lambda: (
+                        sql(url, "SELECT state FROM attempts WHERE job_id = %s AND attempt = 1", jid)[0][0]
+                        == "LOST"
+                    ),
+                    15,
+                    "attempt 1 LOST",
+                )
+                lost_s = time.monotonic() - cut
+                done = wait_for(
+                    lambda: (x := c.get_job(job.name)).state == "SUCCEEDED" and x, 20, "attempt 2 to succeed"
+                )
+                recovered_s = time.monotonic() - cut
+                dropped = wait_for(
+                    lambda: (
+                        [
+                            ln
+                            for ln in Path(ev1).read_text().splitlines()
+                            if job.name in ln and "dropped" in ln
+                        ]
+                        if os.path.exists(ev1)
+                        else None
+                    ),
+                    10,
+                    "W1 to drop attempt 1 locally",
+                )
+                proxy.set_mode("pass")
+                [(version, token)] = sql(
+                    url, "SELECT version, token FROM attempts WHERE job_id = %s AND attempt = 1", jid
+                )
+                ok, reason = late_result(proxy.address, job.name, 1, version, token)
+                time.sleep(0.3)  # an observation window: a wrongly accepted late result would land in it
+                final = c.get_job(job.name)
+            rows = sql(
+                url, "SELECT attempt, state, worker_id FROM attempts WHERE job_id = %s ORDER BY attempt", jid
             )
-            job = c.create_job(
-                "part",
-                json.dumps({"sleep": 20, "sleep_attempts": [1]}).encode(),
-                idempotent=True,
-                lease_duration=lease,
-                max_attempts=3,
+            h.collect(url, record)
+            report = check(h)
+            print(
+                f"\nseed {seed}: lease LOST {lost_s:.2f} s after the cut, job SUCCEEDED {recovered_s:.2f} s after, "
+                f"late result -> ok={ok} reason={reason}; W1 {dropped}; attempts {rows}; proxy {dict(proxy.stats)}\n{report}"
             )
-            h.created(job, idempotent=True)
-            wait_for(
-                lambda: any(r[0] == job.name and r[1] == "1" for r in records(record)),
-                20,
-                "attempt 1 running on W1",
+            assert done.attempt == 2
+            assert [(a, st) for a, st, _ in rows] == [(1, "LOST"), (2, "SUCCEEDED")]
+            assert rows[0][2] != rows[1][2]  # another worker ran the retry
+            assert not ok and reason in ("LEASE_EXPIRED", "STALE_ATTEMPT", "STALE_FENCING_TOKEN"), (
+                ok,
+                reason,
             )
-            proxy.set_mode("blackhole")
-            cut = time.monotonic()
-            start_static_worker(s, "part", disp.address, record, ev2, "w2")
-            jid = job.name.rsplit("/", 1)[1]
-            wait_for(
-                lambda: (
-                    sql(url, "SELECT state FROM attempts WHERE job_id = %s AND attempt = 1", jid)[0][0]
-                    == "LOST"
-                ),
-                15,
-                "attempt 1 LOST",
-            )
-            lost_s = time.monotonic() - cut
-            done = wait_for(
-                lambda: (x := c.get_job(job.name)).state == "SUCCEEDED" and x, 20, "attempt 2 to succeed"
-            )
-            recovered_s = time.monotonic() - cut
-            dropped = wait_for(
-                lambda: (
-                    [ln for ln in open(ev1).read().splitlines() if job.name in ln and "dropped" in ln]
-                    if os.path.exists(ev1)
-                    else None
-                ),
-                10,
-                "W1 to drop attempt 1 locally",
-            )
-            proxy.set_mode("pass")
-            [(version, token)] = sql(
-                url, "SELECT version, token FROM attempts WHERE job_id = %s AND attempt = 1", jid
-            )
-            ok, reason = late_result(proxy.address, job.name, 1, version, token)
-            time.sleep(0.3)
-            final = c.get_job(job.name)
-        rows = sql(
-            url, "SELECT attempt, state, worker_id FROM attempts WHERE job_id = %s ORDER BY attempt", jid
-        )
-        h.collect(url, record)
-        report = check(h)
-        print(
-            f"\nseed {seed}: lease LOST {lost_s:.2f} s after the cut, job SUCCEEDED {recovered_s:.2f} s after, "
-            f"late result -> ok={ok} reason={reason}; W1 {dropped}; attempts {rows}; proxy {dict(proxy.stats)}\n{report}"
-        )
-        assert done.attempt == 2
-        assert [(a, st) for a, st, _ in rows] == [(1, "LOST"), (2, "SUCCEEDED")]
-        assert rows[0][2] != rows[1][2]  # another worker ran the retry
-        assert not ok and reason in ("LEASE_EXPIRED", "STALE_ATTEMPT", "STALE_FENCING_TOKEN"), (ok, reason)
-        assert final.state == "SUCCEEDED" and final.version == done.version  # the late result changed nothing
-        assert report.ok, report
-    finally:
-        s.stop()
-        if proxy is not None:
-            proxy.stop()
-        pg_server.drop_database(name)
+            assert (
+                final.state == "SUCCEEDED" and final.version == done.version
+            )  # the late result changed nothing
+            assert report.ok, report
+        finally:
+            s.stop()  # before the proxy goes (running_suite stops it again: a no-op)
+            if proxy is not None:
+                proxy.stop()
 
 
 def _worker_main(queue: str, dispatcher: str, events: str, worker_id: str) -> None:

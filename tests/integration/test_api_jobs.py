@@ -12,60 +12,24 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from sqlalchemy import func, select
 
 from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
-from gnomon.api.servicer import JobServicer
-from gnomon.common.config import DatabaseSettings
-from gnomon.common.rpc.server import GrpcServer
-from gnomon.common.storage.engine import make_engine
 from gnomon.common.storage.schema import jobs
+from gnomon_test_support import decode, job_service, serving
 
 
 @pytest.fixture
-async def api(db_url):
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    server = GrpcServer(
-        "127.0.0.1:0",
-        [
-            (
-                jg.add_JobServiceServicer_to_server,
-                JobServicer(engine, region="local", shards=64, hints=None),
-                "gnomon.v1.JobService",
-            )
-        ],
-    )
-    await server.start()
-    await server.set_serving(True)
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
+async def api(engine):
+    async with serving(job_service(engine)) as (channel, _):
         yield jg.JobServiceStub(channel), engine
-    finally:
-        await channel.close()
-        await server.stop(0)
-        await engine.dispose()
 
 
 async def count_jobs(engine) -> int:
     async with engine.connect() as c:
         return (await c.execute(select(func.count()).select_from(jobs))).scalar_one()
-
-
-def decode(err: grpc.aio.AioRpcError):
-    status = rpc_status.from_call(err)
-    info = bad = None
-    for d in status.details:
-        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            d.Unpack(info)
-        elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            d.Unpack(bad)
-    return status, info, bad
 
 
 def ts(seconds: int) -> timestamp_pb2.Timestamp:

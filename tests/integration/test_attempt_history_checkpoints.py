@@ -19,52 +19,33 @@ from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
-from gnomon.api.servicer import JobServicer
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.domain import jobs as domain_jobs
-from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import checkpoints as cps
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.dispatcher.relay import assignment
 from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.writes import WriteBatcher
+from gnomon_test_support import job_service, own_shards, serving
 
 TOKEN = 11
 
 
 @pytest.fixture
-async def engine(db_url):
-    e = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    await run_transaction(e, lambda c: store.record_ownership(c, "local", 0, TOKEN, "A"))
-    yield e
-    await e.dispose()
+async def engine(engine):
+    """The test database's engine (conftest), shard 0 owned by "A" with fencing token ``TOKEN``."""
+    await own_shards(engine, TOKEN)
+    return engine
 
 
 @pytest.fixture
 async def api(engine):
-    server = GrpcServer(
-        "127.0.0.1:0",
-        [
-            (
-                jg.add_JobServiceServicer_to_server,
-                JobServicer(engine, region="local", shards=64, hints=None),
-                "gnomon.v1.JobService",
-            )
-        ],
-    )
-    await server.start()
-    await server.set_serving(True)
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
+    async with serving(job_service(engine)) as (channel, _):
         yield jg.JobServiceStub(channel)
-    finally:
-        await channel.close()
-        await server.stop(0)
 
 
 async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=5) -> uuid.UUID:

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 import pytest
 
-from gnomon.cli.suite import Suite
-from gnomon.devservers import free_port
 from gnomon.sdk import Client, RetryPolicy
-from gnomon_test_support import sql, wait_for
+from gnomon_test_support import running_suite, sql, wait_for
 
 pytestmark = pytest.mark.integration
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,12 +23,10 @@ OPEN_S = 3
 
 @pytest.fixture
 def suite(pg_server, migrated_template, tmp_path):
-    name = f"prb_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
         env={
             "GNOMON_BREAKER_WINDOW_S": "10",
             "GNOMON_BREAKER_MIN_RESULTS": "5",
@@ -43,11 +38,8 @@ def suite(pg_server, migrated_template, tmp_path):
             "GNOMON_RETRY_BUDGET_MIN_PER_S": "0.1",
             "GNOMON_RETRY_BUDGET_WINDOW_S": "60",
         },
-    )
-    s.start()
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    ) as s:
+        yield s
 
 
 def test_half_open_probes_pass_an_exhausted_retry_budget(suite):

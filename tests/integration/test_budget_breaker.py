@@ -12,33 +12,31 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select, update
 
-from gnomon.common.config import BreakerSettings, DatabaseSettings, RetryBudgetSettings
+from gnomon.common.config import BreakerSettings, RetryBudgetSettings
 from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import queues as qstore
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.dispatcher.breaker import Breakers
 from gnomon.dispatcher.budget import RetryBudget
+from gnomon_test_support import DIALECTS, own_shards
 
 TOKEN = 3
 Q = ("default", "q")
 
 
-@pytest.fixture(params=["postgresql", "cockroachdb"])
-async def engine(request, db_url):
-    """Every statement runs through both dialects (the cockroachdb+psycopg dialect runs against
-    PostgreSQL as well)."""
-    url = (
-        db_url
-        if request.param == "postgresql"
-        else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
-    )
-    e = make_engine(DatabaseSettings(url=url), pool_size=4)
-    await run_transaction(e, lambda c: store.record_ownership(c, "local", 0, TOKEN, "A"))
-    yield e
-    await e.dispose()
+# Every statement runs through both dialects (the cockroachdb+psycopg dialect runs against PostgreSQL
+# as well).
+dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)
+
+
+@pytest.fixture
+async def engine(engine):
+    """The test database's engine (conftest), shard 0 owned by "A" with fencing token ``TOKEN``."""
+    await own_shards(engine, TOKEN)
+    return engine
 
 
 async def new_jobs(engine, n, queue="q") -> list[uuid.UUID]:

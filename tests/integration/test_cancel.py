@@ -14,6 +14,7 @@ import os
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import grpc
 import pytest
@@ -25,14 +26,20 @@ from sqlalchemy import func, select, text
 from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
-from gnomon.api.servicer import JobServicer
 from gnomon.common import states as S
-from gnomon.common.config import DatabaseSettings
-from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import dispatch as store
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox
+from gnomon_test_support import (
+    DIALECTS,
+    job_service,
+    own_shards,
+    running_suite,
+    serving,
+    wait_for,
+    wait_until,
+)
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARDS = 8
@@ -41,39 +48,17 @@ TOKENS = {s: TOKEN for s in range(SHARDS)}
 OUT = js.CancelOutcome
 
 
-@pytest.fixture(params=["postgresql", "cockroachdb"])
-async def env(db_url, request):
+dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)
+
+
+@pytest.fixture
+async def env(engine):
     """(stub, engine, address): JobService in this event loop, and an engine owning every shard;
     through both dialects, PostgreSQL and the production ``cockroachdb+psycopg`` (which also runs
     against PostgreSQL, as in test_fencing.py)."""
-    url = (
-        db_url
-        if request.param == "postgresql"
-        else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
-    )
-    engine = make_engine(DatabaseSettings(url=url), pool_size=4)
-    assert engine.dialect.name == request.param
-    for s in range(SHARDS):
-        await run_transaction(engine, lambda c, s=s: store.record_ownership(c, "local", s, TOKEN, "D"))
-    server = GrpcServer(
-        "127.0.0.1:0",
-        [
-            (
-                jg.add_JobServiceServicer_to_server,
-                JobServicer(engine, region="local", shards=SHARDS, hints=None),
-                "gnomon.v1.JobService",
-            )
-        ],
-    )
-    await server.start()
-    await server.set_serving(True)
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
-        yield jg.JobServiceStub(channel), engine, server.address
-    finally:
-        await channel.close()
-        await server.stop(0)
-        await engine.dispose()
+    await own_shards(engine, TOKEN, range(SHARDS), owner="D")
+    async with serving(job_service(engine, SHARDS)) as (channel, address):
+        yield jg.JobServiceStub(channel), engine, address
 
 
 def decode(err: grpc.aio.AioRpcError):
@@ -86,15 +71,6 @@ def decode(err: grpc.aio.AioRpcError):
             bad = error_details_pb2.BadRequest()
             d.Unpack(bad)
     return info, bad
-
-
-def wait_for(cond, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if v := cond():
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def job_id(job: job_pb2.Job) -> uuid.UUID:
@@ -317,13 +293,12 @@ async def wait_blocked(engine, n: int = 1) -> None:
     q = text(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
     )
-    deadline = time.monotonic() + 10
-    while True:
+
+    async def blocked() -> bool:
         async with engine.connect() as c:
-            if (await c.execute(q)).scalar_one() >= n:
-                return
-        assert time.monotonic() < deadline, "the cancel never blocked on the open transaction"
-        await asyncio.sleep(0.01)
+            return (await c.execute(q)).scalar_one() >= n
+
+    await wait_until(blocked, 10, "the cancel to block on the open transaction", interval_s=0.01)
 
 
 async def test_cancel_racing_an_accept_retries_its_compare_and_set_and_requests_cancellation(env):
@@ -561,20 +536,9 @@ def test_cancel_reaches_a_running_handler_through_real_processes(
 ):
     """api, dispatcher, planner, reaper and a worker as processes; the handler loops until
     ``ctx.cancelled`` and raises Cancelled: the job ends CANCELLED within 10 s of CancelJob."""
-    from gnomon.cli.suite import Suite
-    from gnomon.devservers import free_port
     from gnomon.sdk import Client
 
-    name = f"cancel_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
-        env=DELIVERY[delivery],
-    )
-    try:
-        s.start()
+    with running_suite(pg_server, migrated_template, tmp_path, env=DELIVERY[delivery]) as s:
         s.start_worker(
             ["cancelme"],
             "gnomon_test_handlers:wait_for_cancel",
@@ -591,9 +555,5 @@ def test_cancel_reaches_a_running_handler_through_real_processes(
             assert time.monotonic() - t0 < 10
             assert done.attempt == 1 and done.failure_class == "PERMANENT"
             assert c.cancel_job(job.name)[0] == "ALREADY_FINISHED"
-        with open(os.path.join(s.log_dir, "dispatcher-0.log")) as f:
-            log = f.read()
+        log = Path(os.path.join(s.log_dir, "dispatcher-0.log")).read_text()
         assert ("pushing cancellation of 1 attempt(s)" in log) == (delivery == "push")
-    finally:
-        s.stop()
-        pg_server.drop_database(name)

@@ -13,23 +13,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from gnomon.cli.suite import Suite
-from gnomon.devservers import free_port
 from gnomon.sdk import AsyncClient, GnomonError
+from gnomon_test_support import running_suite
 
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"cli_sched_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("cli_sched")
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(base / "suite"))
-    try:
-        s.start()
+    with running_suite(pg_server, migrated_template, tmp_path_factory.mktemp("cli_sched")) as s:
         yield s
-    finally:
-        s.stop()
-        pg_server.drop_database(name)
 
 
 def gnomon(suite, *args: str) -> subprocess.CompletedProcess:

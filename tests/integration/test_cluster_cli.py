@@ -16,10 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gnomon.cli.suite import Suite
 from gnomon.devservers import free_port
 from gnomon.sdk import Client, Shard
-from gnomon_test_support import wait_for
+from gnomon_test_support import running_suite, wait_for
 
 SHARDS = 64
 GNOMON = [sys.executable, "-m", "gnomon.cli.main"]
@@ -44,21 +43,14 @@ def balanced(shards: Sequence[Shard | SimpleNamespace], owners: set[str]) -> boo
 
 @pytest.fixture
 def suite(pg_server, migrated_template, tmp_path):
-    name = f"shards_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
         dispatchers=3,
         env={"GNOMON_ETCD_LEASE_TTL_S": "2", "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.3"},
-    )
-    try:
-        s.start()
+    ) as s:
         yield s
-    finally:
-        s.stop()
-        pg_server.drop_database(name)
 
 
 def test_list_shards_shows_owners_and_tokens_and_the_hand_over_after_kill_9(suite):

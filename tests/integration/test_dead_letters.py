@@ -17,38 +17,34 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
 from sqlalchemy import func, select, update
 
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
-from gnomon._proto.gnomon.v1 import job_pb2, job_service_pb2_grpc
+from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon.api.dead_letter_servicer import DeadLetterServicer, _fingerprint
-from gnomon.api.servicer import JobServicer
 from gnomon.cli.main import app as cli
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.domain import jobs as domain_jobs
-from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import dead_letters as dlq
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import audit_log, dlq_replays, jobs
+from gnomon_test_support import decode, job_service, open_engine, own_shards, serving, wait_until
 
 TOKEN = 7
 SHARDS = 64
 
 
 @pytest.fixture
-async def api(db_url):
-    async for stub, engine, _ in _serve(db_url):
+async def api(engine):
+    async for stub, _, _ in _serve(engine):
         yield stub, engine
 
 
 @pytest.fixture
-async def api_address(db_url):
-    async for x in _serve(db_url):
+async def api_address(engine):
+    async for x in _serve(engine):
         yield x
 
 
@@ -56,38 +52,25 @@ async def api_address(db_url):
 async def crdb_api(db_url):
     """The same servicer through the production ``cockroachdb+psycopg`` dialect (which also runs
     against PostgreSQL), so every DLQ statement compiles for it."""
-    async for stub, engine, _ in _serve(db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")):
-        assert engine.dialect.name == "cockroachdb"
-        yield stub, engine
-
-
-async def _serve(url):
-    engine = make_engine(DatabaseSettings(url=url), pool_size=4)
-    await run_transaction(engine, lambda c: store.record_ownership(c, "local", 0, TOKEN, "test"))
-    server = GrpcServer(
-        "127.0.0.1:0",
-        [
-            (
-                pb_grpc.add_DeadLetterServiceServicer_to_server,
-                DeadLetterServicer(engine, shards=SHARDS),
-                "gnomon.v1.DeadLetterService",
-            ),
-            (
-                job_service_pb2_grpc.add_JobServiceServicer_to_server,  # GetJob, for the CLI's progress display
-                JobServicer(engine, region="local", shards=SHARDS, hints=None),
-                "gnomon.v1.JobService",
-            ),
-        ],
-    )
-    await server.start()
-    await server.set_serving(True)
-    channel = grpc.aio.insecure_channel(server.address)
+    engine = open_engine(db_url, "cockroachdb")
     try:
-        yield pb_grpc.DeadLetterServiceStub(channel), engine, server.address
+        async for stub, _, _ in _serve(engine):
+            yield stub, engine
     finally:
-        await channel.close()
-        await server.stop(0)
         await engine.dispose()
+
+
+async def _serve(engine):
+    await own_shards(engine, TOKEN, owner="test")
+    async with serving(
+        (
+            pb_grpc.add_DeadLetterServiceServicer_to_server,
+            DeadLetterServicer(engine, shards=SHARDS),
+            "gnomon.v1.DeadLetterService",
+        ),
+        job_service(engine, SHARDS),  # GetJob, for the CLI's progress display
+    ) as (channel, address):
+        yield pb_grpc.DeadLetterServiceStub(channel), engine, address
 
 
 async def make_dead(
@@ -162,20 +145,6 @@ async def rows(engine, q):
 async def db_now(engine) -> datetime:
     async with engine.connect() as c:
         return (await c.execute(select(func.now()))).scalar_one()
-
-
-def decode(err: grpc.aio.AioRpcError):
-    """(status, ErrorInfo, BadRequest) of a failed call."""
-    status = rpc_status.from_call(err)
-    info = bad = None
-    for d in status.details:
-        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
-            d.Unpack(info)
-        elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            d.Unpack(bad)
-    return status, info, bad
 
 
 def ts(dt: datetime) -> timestamp_pb2.Timestamp:
@@ -633,9 +602,11 @@ async def test_sdk_and_cli_list_replay_follow_and_audit(api_address):
     assert r.exit_code == 1 and "max_rate" in r.stderr
 
     async def finish_replays():  # plays the dispatcher and worker for the progress display
-        while await count(engine, jobs, jobs.c.replay_of.is_not(None)) < 3:  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
+        async def replayed() -> bool:
+            return await count(engine, jobs, jobs.c.replay_of.is_not(None)) >= 3
+
+        await wait_until(replayed, 30, "3 replay jobs", interval_s=0.05)
+        await asyncio.sleep(0.5)  # the behaviour played: the jobs take a while, so the display shows progress
         async with engine.begin() as c:
             await c.execute(
                 update(jobs)

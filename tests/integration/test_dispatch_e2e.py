@@ -12,35 +12,26 @@ import os
 import signal
 import time
 import urllib.request
-import uuid
 from datetime import timedelta
 
 import pytest
 
 from gnomon.cli.suite import Suite
 from gnomon.sdk import Client
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import records, running_suite, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"e2e_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("suite")
-    s = Suite(
-        api_listen="127.0.0.1:0",
-        database_url=url,
-        base_dir=str(base),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path_factory.mktemp("suite"),
         env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"},
-    )
-    s.api_listen = f"127.0.0.1:{__import__('gnomon.devservers', fromlist=['free_port']).free_port()}"
-    s.start()
-    s.record_dir = str(base)
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    ) as s:
+        yield s
 
 
 def start_workers(suite: Suite, queue: str, n: int, record: str, concurrency: int = 32):
@@ -52,7 +43,7 @@ def start_workers(suite: Suite, queue: str, n: int, record: str, concurrency: in
 
 
 def test_job_due_in_one_second_is_not_dispatched_early_and_finishes(suite):
-    record = os.path.join(suite.record_dir, "due1s.txt")
+    record = os.path.join(suite.work_dir, "due1s.txt")
     workers = start_workers(suite, "due1s", 1, record)
     try:
         with Client(api=suite.api_address) as c:
@@ -80,7 +71,7 @@ def test_job_due_in_one_second_is_not_dispatched_early_and_finishes(suite):
 @pytest.mark.parametrize("n_workers", [1, 3])
 def test_thousand_jobs_due_now_finish_exactly_once(suite, n_workers):
     queue = f"bulk{n_workers}"
-    record = os.path.join(suite.record_dir, f"{queue}.txt")
+    record = os.path.join(suite.work_dir, f"{queue}.txt")
     workers = start_workers(suite, queue, n_workers, record)
     try:
         with Client(api=suite.api_address) as c:
@@ -124,23 +115,21 @@ def test_thousand_jobs_due_now_finish_exactly_once(suite, n_workers):
 def test_kill_9_between_claim_commit_and_delivery_redelivers_under_the_next_owner(
     pg_server, migrated_template, tmp_path
 ):
-    name = f"kill_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    from gnomon.devservers import free_port
-
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
+        start=False,
         dispatchers=0,
         env={
             "GNOMON_ETCD_LEASE_TTL_S": "2",
             "GNOMON_DISPATCHER_RELAY_INTERVAL_S": "0.5",
             "GNOMON_DISPATCHER_SHARD_SCAN_S": "0.5",
         },
-    )
-    record = str(tmp_path / "kill.txt")
-    try:
+    ) as s:
+        url = s.database_url
+
+        record = str(tmp_path / "kill.txt")
         s.start()
         first = s.start_service("dispatcher", env={"GNOMON_FAULTS": "crash_after_claim"})
         from gnomon.cli.suite import wait_healthy
@@ -167,6 +156,3 @@ def test_kill_9_between_claim_commit_and_delivery_redelivers_under_the_next_owne
         assert second.popen.poll() is None
         for w in workers:
             s.stop_proc(w)
-    finally:
-        s.stop()
-        pg_server.drop_database(name)

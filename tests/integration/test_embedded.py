@@ -212,7 +212,7 @@ def test_servers_do_not_outlive_a_killed_parent() -> None:
     finally:
         proc.send_signal(signal.SIGKILL)  # no atexit, no finally: only the watchdog can clean up
         proc.wait()
-        proc.stdout.close()
+        proc.stdout.close()  # an unclosed pipe is a ResourceWarning, an error under -W error
     _wait(lambda: not _alive(info["etcd_pid"]), 10, "etcd outlived its parent")
     _wait(lambda: not _alive(info["pg_pid"]), 10, "postgres outlived its parent")
     _wait(

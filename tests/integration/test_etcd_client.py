@@ -31,6 +31,7 @@ from gnomon.common.coordination.etcd import (
     LeaseKeeper,
     prefix_range_end,
 )
+from gnomon_test_support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -127,18 +128,6 @@ async def client(etcd_server: EtcdServer) -> AsyncIterator[EtcdClient]:
 @pytest.fixture
 def prefix() -> bytes:
     return f"/gnomon-test/{uuid.uuid4().hex}/".encode()
-
-
-async def _eventually(pred, timeout: float, interval: float = 0.05):
-    """Poll the async predicate until it returns a truthy value; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        await asyncio.sleep(interval)
 
 
 # -- KV basics ---------------------------------------------------------------------------------
@@ -252,7 +241,9 @@ async def test_lease_expiry_without_keepalive_removes_key(client: EtcdClient, pr
     acquired, kv = await client.create_if_absent(key, b"v", lease)
     assert acquired and kv.lease == lease
     t0 = time.monotonic()
-    await _eventually(lambda: _is_absent(client, key), timeout=6.0)
+    await wait_until(
+        lambda: _is_absent(client, key), 6.0, "the key to expire with its lease", interval_s=0.05
+    )
     assert time.monotonic() - t0 >= 0.5  # it did not vanish at once
     assert await client.lease_keepalive(lease) == 0  # lease gone
     await client.lease_revoke(lease)  # unknown lease: not an error
@@ -292,7 +283,7 @@ async def test_lease_keeper_keeps_ttl2_key_alive(client: EtcdClient, prefix: byt
             assert keeper.valid(), keeper.remaining()
             assert not keeper.lost.is_set()
             assert await client.get(key) == kv
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.25)  # samples of an observation window (the behaviour: 5 s of renewals)
     finally:
         await keeper.stop(revoke=True)
     assert keeper.lost.is_set() and not keeper.valid() and keeper.remaining() <= 0
@@ -327,8 +318,11 @@ async def test_lease_keeper_invalid_and_lost_when_etcd_paused(etcd_server: EtcdS
         ka_lease = await c.lease_grant(30)
         assert await c.lease_keepalive(ka_lease) == 30  # opens the cached keepalive stream
 
-        # let at least one background renewal succeed, so the deadline comes from a keepalive
-        await asyncio.sleep(0.8)
+        # at least one background renewal succeeds, so the deadline comes from a keepalive
+        first_deadline = time.monotonic() + keeper.remaining()
+        await wait_until(
+            lambda: time.monotonic() + keeper.remaining() > first_deadline + 0.01, 3.0, "a background renewal"
+        )
         assert keeper.valid()
 
         os.kill(etcd_server.proc.pid, signal.SIGSTOP)
@@ -362,9 +356,9 @@ async def test_lease_keeper_invalid_and_lost_when_etcd_paused(etcd_server: EtcdS
             except EtcdError:
                 return False
 
-        await _eventually(keepalive_ok, timeout=5.0, interval=0.1)
+        await wait_until(keepalive_ok, 5.0, "a keepalive to succeed again", interval_s=0.1)
         # ...but the keeper does not: lost is never cleared
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # an observation window: a keeper that wrongly recovered would do so in it
         assert keeper.lost.is_set() and not keeper.valid()
         await keeper.stop(revoke=True)
         await c.lease_revoke(ka_lease)
@@ -384,7 +378,7 @@ async def test_lease_keeper_rides_out_short_pause(etcd_server: EtcdServer, prefi
             while time.monotonic() < end:
                 assert keeper.valid() and not keeper.lost.is_set(), keeper.remaining()
                 min_remaining = min(min_remaining, keeper.remaining())
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # samples of the paused window (the behaviour under test)
         finally:
             os.kill(etcd_server.proc.pid, signal.SIGCONT)
         assert min_remaining < 1.5, min_remaining  # renewal really was blocked
@@ -393,7 +387,7 @@ async def test_lease_keeper_rides_out_short_pause(etcd_server: EtcdServer, prefi
             assert keeper.valid() and not keeper.lost.is_set(), keeper.remaining()
             return keeper.remaining() > 2.5
 
-        await _eventually(renewed, timeout=3.0)
+        await wait_until(renewed, 3.0, "a renewal after the pause", interval_s=0.05)
         assert (await c.get(prefix + b"k")).lease == lease
         await keeper.stop()
         assert await c.get(prefix + b"k") is None
@@ -508,7 +502,7 @@ async def test_close_ends_open_watch_with_etcd_error(etcd_server: EtcdServer, pr
     kind, kv = await asyncio.wait_for(gen.__anext__(), 5.0)  # the stream is open
     assert (kind, kv.key) == ("PUT", prefix + b"a")
     waiting = asyncio.create_task(gen.__anext__())
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # lets the task block on the open stream (no event marks that it has)
     await c.close()
     with pytest.raises(EtcdError) as ei:
         await asyncio.wait_for(waiting, 5.0)

@@ -11,32 +11,22 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.registry import shard_key
 from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox
+from gnomon_test_support import DIALECTS
 
 SHARDS = 4
 
 
-@pytest.fixture(params=["postgresql", "cockroachdb"])
-async def engine(db_url, request):
-    """The same queries through both dialects: PostgreSQL (default) and the production
-    ``cockroachdb+psycopg`` dialect (which also runs against PostgreSQL)."""
-    url = (
-        db_url
-        if request.param == "postgresql"
-        else db_url.replace("postgresql+psycopg://", "cockroachdb+psycopg://")
-    )
-    e = make_engine(DatabaseSettings(url=url), pool_size=2)
-    assert e.dialect.name == request.param
-    yield e
-    await e.dispose()
+# The same queries through both dialects (conftest's ``engine``): PostgreSQL (default) and the
+# production ``cockroachdb+psycopg`` dialect (which also runs against PostgreSQL).
+dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)
 
 
 async def make_job(engine, shard: int) -> uuid.UUID:

@@ -13,15 +13,14 @@ import os
 import sqlite3
 import sys
 import threading
-import time
 import uuid
 
 import psycopg
 import pytest
 
 from gnomon.cli.suite import Suite
-from gnomon.devservers import free_port
 from gnomon.sdk import Client, JobContext, PermanentError
+from gnomon_test_support import FAST_REAPING, running_suite, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS_DIR)
@@ -141,36 +140,13 @@ def test_external_api_deduplicates_on_the_idempotency_key():
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"idem_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("idem")
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(base / "suite"),
-        env={
-            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
-            "GNOMON_REAPER_INTERVAL_S": "0.2",
-            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
-        },
-    )
-    try:
-        s.start()
-        s.work_dir = str(base)
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path_factory.mktemp("idem"),
+        env=FAST_REAPING,
+    ) as s:
         yield s
-    finally:
-        s.stop()
-        pg_server.drop_database(name)
-
-
-def wait_for(cond, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def attempt_rows(url: str, job_name: str):

@@ -17,14 +17,11 @@ import json
 import os
 import signal
 import time
-import uuid
 
 import pytest
 
-from gnomon.cli.suite import Suite
-from gnomon.devservers import free_port
 from gnomon.sdk import Client
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import FAST_REAPING, records, running_suite, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(TESTS_DIR)
@@ -34,26 +31,13 @@ LEASE_S = 2
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"long_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("long")
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(base / "suite"),
-        env={
-            "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "0.5",
-            "GNOMON_REAPER_INTERVAL_S": "0.2",
-            "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
-        },
-    )
-    try:
-        s.start()
-        s.work_dir = str(base)
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path_factory.mktemp("long"),
+        env=FAST_REAPING,
+    ) as s:
         yield s
-    finally:
-        s.stop()
-        pg_server.drop_database(name)
 
 
 def worker_env(record: str) -> dict:

@@ -6,14 +6,12 @@ from __future__ import annotations
 import collections
 import os
 import time
-import uuid
 
 import pytest
 
-from gnomon.cli.suite import Suite, wait_healthy
-from gnomon.devservers import free_port
+from gnomon.cli.suite import wait_healthy
 from gnomon.sdk import Client
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import records, running_suite, sql, wait_for
 
 pytestmark = pytest.mark.integration
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -21,19 +19,14 @@ TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture
 def suite(pg_server, migrated_template, tmp_path):
-    name = f"md_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
         dispatchers=1,
         env={"GNOMON_DISPATCHER_SHARD_SCAN_S": "0.2"},
-    )
-    s.start()
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    ) as s:
+        yield s
 
 
 def _streams(metrics_address: str) -> float:
@@ -75,7 +68,7 @@ def test_uneven_workers_get_jobs_of_every_shard_from_three_dispatchers(suite):
         with Client(api=suite.api_address) as c:
             names = {c.create_job("uneven", b"").name for _ in range(300)}
         wait_for(lambda: len(records(record)) >= 300, 90, "300 executions")
-        time.sleep(0.5)
+        time.sleep(0.5)  # an observation window: a duplicate execution would show up in it
         counts = collections.Counter(r[0] for r in records(record))
         assert set(counts) == names and set(counts.values()) == {1}  # every job once
         per_dispatcher = dict(

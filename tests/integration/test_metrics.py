@@ -9,40 +9,30 @@ from __future__ import annotations
 import os
 import signal
 import urllib.request
-import uuid
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gnomon.cli.suite import Suite
-from gnomon.devservers import free_port
 from gnomon.sdk import Client
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import records, running_suite, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"metrics_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("suite")
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(base),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path_factory.mktemp("suite"),
         env={
             "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1",
             "GNOMON_METRICS_BACKLOG_INTERVAL_S": "0.3",
             "GNOMON_REAPER_INTERVAL_S": "0.2",
             "GNOMON_REAPER_SKEW_MARGIN_S": "0.5",
         },
-    )
-    s.start()
-    s.record_dir = str(base)
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    ) as s:
+        yield s
 
 
 def scrape(proc) -> dict[tuple[str, frozenset], float]:
@@ -90,8 +80,8 @@ def test_every_service_serves_metrics(suite):
 
 
 def test_dispatch_publication_and_throttling_metrics(suite):
-    ok_rec = os.path.join(suite.record_dir, "m_ok.txt")
-    thr_rec = os.path.join(suite.record_dir, "m_thr.txt")
+    ok_rec = os.path.join(suite.work_dir, "m_ok.txt")
+    thr_rec = os.path.join(suite.work_dir, "m_thr.txt")
     workers = [
         worker(suite, "m_ok", "record", ok_rec),
         worker(suite, "m_thr", "throttle_first_attempt", thr_rec),
@@ -152,7 +142,7 @@ def test_backlog_in_flight_and_lease_expiry_metrics(suite):
     """One worker with one credit hangs in attempt 1 of the first job: the next 5 due jobs wait
     (queue depth 5, oldest due age growing, 1 attempt in flight); SIGKILL of the worker lets the
     lease expire and the reaper count it."""
-    rec = os.path.join(suite.record_dir, "m_held.txt")
+    rec = os.path.join(suite.work_dir, "m_held.txt")
     w = worker(suite, "m_held", "hang_on_first_attempt", rec, concurrency=1)
     d, reaper = proc(suite, "dispatcher"), proc(suite, "reaper")
     with Client(api=suite.api_address) as c:

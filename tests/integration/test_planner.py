@@ -16,8 +16,7 @@ from sqlalchemy import text
 from gnomon._proto.gnomon.v1 import schedule_pb2
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
 from gnomon.api.schedule_servicer import ScheduleServicer
-from gnomon.common.config import DatabaseSettings, PlannerSettings
-from gnomon.common.storage.engine import make_engine
+from gnomon.common.config import PlannerSettings
 from gnomon.planner.planning import Planner
 
 pytestmark = pytest.mark.integration
@@ -29,11 +28,8 @@ def T(s: str) -> datetime:
 
 
 @pytest.fixture
-async def env(db_url):
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=4)
-    api = ScheduleServicer(engine, region="local", shards=8, catchup_rate=50.0, catchup_burst=10)
-    yield engine, api
-    await engine.dispose()
+def env(engine):
+    return engine, ScheduleServicer(engine, region="local", shards=8, catchup_rate=50.0, catchup_burst=10)
 
 
 def planner(engine, **kw) -> Planner:

@@ -4,70 +4,53 @@ real processes with two dispatchers sharing one limit while a backlog waits SCHE
 from __future__ import annotations
 
 import os
-import uuid
 from datetime import timedelta
 
 import grpc
 import pytest
 
-from gnomon.cli.suite import Suite
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.storage import rate_limits
-from gnomon.common.storage.engine import make_engine, run_transaction
-from gnomon.devservers import free_port
+from gnomon.common.storage.engine import run_transaction
 from gnomon.sdk import Client, GnomonError
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import records, running_suite, sql, wait_for
 
 pytestmark = pytest.mark.integration
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-async def test_token_bucket_grants_burst_then_rate_and_takes_back_unused(db_url):
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    try:
-        kw = dict(region="local", namespace="default", queue="q")
-        assert await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw)) == (
-            5,
-            0.0,
-        )  # no limit
-        lim = await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=10.0, burst=3, **kw))
-        assert (lim.rate, lim.burst, lim.tokens) == (10.0, 3, 3.0)
+async def test_token_bucket_grants_burst_then_rate_and_takes_back_unused(engine):
+    kw = dict(region="local", namespace="default", queue="q")
+    assert await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw)) == (
+        5,
+        0.0,
+    )  # no limit
+    lim = await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=10.0, burst=3, **kw))
+    assert (lim.rate, lim.burst, lim.tokens) == (10.0, 3, 3.0)
 
-        async def take_then(conn, want, back):
-            got = await rate_limits.take(conn, want=want, **kw)
-            await rate_limits.give_back(conn, n=back, **kw)
-            return got
+    async def take_then(conn, want, back):
+        got = await rate_limits.take(conn, want=want, **kw)
+        await rate_limits.give_back(conn, n=back, **kw)
+        return got
 
-        granted, wait = await run_transaction(engine, lambda c: take_then(c, 5, 1))
-        assert (granted, wait) == (3, 0.0)
-        granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
-        assert granted == 1  # the one given back
-        granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
-        assert granted == 0 and 0 < wait <= 0.1 + 1e-9  # next token in at most 1/rate s
-        assert (
-            await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=0, burst=1, **kw)) is None
-        )
-        assert await run_transaction(engine, lambda c: rate_limits.take(c, want=7, **kw)) == (7, 0.0)
-    finally:
-        await engine.dispose()
+    granted, wait = await run_transaction(engine, lambda c: take_then(c, 5, 1))
+    assert (granted, wait) == (3, 0.0)
+    granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
+    assert granted == 1  # the one given back
+    granted, wait = await run_transaction(engine, lambda c: rate_limits.take(c, want=5, **kw))
+    assert granted == 0 and 0 < wait <= 0.1 + 1e-9  # next token in at most 1/rate s
+    assert await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=0, burst=1, **kw)) is None
+    assert await run_transaction(engine, lambda c: rate_limits.take(c, want=7, **kw)) == (7, 0.0)
 
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"rl_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("rl-suite")
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(base), dispatchers=2)
-    s.start()
-    s.record_dir = str(base)
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    with running_suite(pg_server, migrated_template, tmp_path_factory.mktemp("rl-suite"), dispatchers=2) as s:
+        yield s
 
 
 def test_two_dispatchers_share_one_limit_and_the_backlog_waits(suite):
     rate, burst, n = 20.0, 5, 150
-    record = os.path.join(suite.record_dir, "limited.txt")
+    record = os.path.join(suite.work_dir, "limited.txt")
     with Client(api=suite.api_address) as c:
         with pytest.raises(GnomonError) as e:
             c.set_queue_rate_limit("limited", -1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -13,23 +12,22 @@ import psycopg
 import pytest
 from sqlalchemy import select, update
 
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon_test_support import own_shards, running_suite, wait_for
 
 TOKEN = 9
 
 
 @pytest.fixture
-async def engine(db_url):
-    e = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    await run_transaction(e, lambda c: store.record_ownership(c, "local", 0, TOKEN, "A"))
-    yield e
-    await e.dispose()
+async def engine(engine):
+    """The test database's engine (conftest), shard 0 owned by "A" with fencing token ``TOKEN``."""
+    await own_shards(engine, TOKEN)
+    return engine
 
 
 async def new_job(engine, *, idempotent=False, max_attempts=3, deadline=None, schedule_at=None) -> uuid.UUID:
@@ -207,36 +205,30 @@ async def test_prune_deletes_only_terminal_jobs_past_retention(engine):
 def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(
     pg_server, migrated_template, tmp_path
 ):
-    from gnomon.cli.suite import Suite
-    from gnomon.devservers import free_port
     from gnomon.sdk import Client
 
     tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    name = f"reap_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    record = str(tmp_path / "runs.txt")
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(tmp_path / "suite"),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path,
+        start=False,
         env={"GNOMON_REAPER_INTERVAL_S": "0.2", "GNOMON_REAPER_SKEW_MARGIN_S": "0.5"},
-    )
-    try:
+    ) as s:
+        url = s.database_url
+        record = str(tmp_path / "runs.txt")
         s.start()
         env = {"GNOMON_TEST_RECORD": record, "PYTHONPATH": tests_dir}
         first = s.start_worker(["reap"], "gnomon_test_handlers:hang_on_first_attempt", env=env)
         with Client(api=s.api_address) as c:
             job = c.create_job("reap", b"", lease_duration=2, idempotent=True)
-            deadline = time.monotonic() + 30
-            while c.get_job(job.name).state != "RUNNING":
-                assert time.monotonic() < deadline, "job never started"
-                time.sleep(0.05)
+            wait_for(lambda: c.get_job(job.name).state == "RUNNING", 30, "the job to start")
             first.popen.send_signal(signal.SIGKILL)
             first.popen.wait(10)
             s.start_worker(["reap"], "gnomon_test_handlers:hang_on_first_attempt", env=env)
-            while (j := c.get_job(job.name)).state != "SUCCEEDED":
-                assert time.monotonic() < deadline + 30, f"not retried: {j.state}"
-                time.sleep(0.1)
+            j = wait_for(
+                lambda: (j := c.get_job(job.name)).state == "SUCCEEDED" and j, 30, "the retry to succeed"
+            )
         assert j.attempt == 2
         job_id = job.name.rsplit("/", 1)[1]
         with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
@@ -246,9 +238,6 @@ def test_worker_killed_mid_job_is_retried_by_the_reaper_and_finished_by_another(
                 (job_id,),
             ).fetchall()
         assert hist == [(1, "LOST", True), (2, "SUCCEEDED", True)]  # exactly one accepted result
-    finally:
-        s.stop()
-        pg_server.drop_database(name)
 
 
 async def test_an_attempt_past_its_start_to_close_is_timed_out_like_a_lost_lease(engine):
@@ -270,27 +259,15 @@ async def test_an_attempt_past_its_start_to_close_is_timed_out_like_a_lost_lease
 
 
 def test_handler_is_cancelled_at_start_to_close(pg_server, migrated_template, tmp_path):
-    from gnomon.cli.suite import Suite
-    from gnomon.devservers import free_port
     from gnomon.sdk import Client
 
     tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    name = f"stc_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    s = Suite(api_listen=f"127.0.0.1:{free_port()}", database_url=url, base_dir=str(tmp_path / "suite"))
-    try:
-        s.start()
+    with running_suite(pg_server, migrated_template, tmp_path) as s:
         s.start_worker(["stc"], "gnomon_test_handlers:wait_for_cancel", env={"PYTHONPATH": tests_dir})
         with Client(api=s.api_address) as c:
             job = c.create_job("stc", b"", start_to_close=1, lease_duration=30, max_attempts=1)
-            deadline = time.monotonic() + 30
-            while not (j := c.get_job(job.name)).terminal:
-                assert time.monotonic() < deadline, f"not stopped: {j.state}"
-                time.sleep(0.1)
+            j = wait_for(lambda: (j := c.get_job(job.name)).terminal and j, 30, "the handler to be stopped")
         # the SDK cancelled the handler after ~1 s (not after the 30 s lease) and reported the failure
         assert (j.state, j.attempt) == ("DEAD", 1)
         ran = (j.finish_time - j.start_time).total_seconds()
         assert 1.0 <= ran < 10, ran
-    finally:
-        s.stop()
-        pg_server.drop_database(name)

@@ -14,15 +14,13 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
-from gnomon.cli.suite import Suite
-from gnomon.devservers import free_port
 from gnomon.sdk import Client, RetryPolicy
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import records, running_suite, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,13 +31,10 @@ PROBES = 3
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"brk_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("suite")
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(base),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path_factory.mktemp("suite"),
         env={
             "GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1",
             "GNOMON_BREAKER_WINDOW_S": "10",
@@ -49,12 +44,8 @@ def suite(pg_server, migrated_template, tmp_path_factory):
             "GNOMON_BREAKER_PROBES": str(PROBES),
             "GNOMON_BREAKER_EVAL_INTERVAL_S": "0.2",
         },
-    )
-    s.start()
-    s.record_dir = str(base)
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    ) as s:
+        yield s
 
 
 def worker(suite, queue, handler, record, concurrency=8, **env):
@@ -76,8 +67,8 @@ def attempts_of(suite, job_name):
 
 
 def test_breaker_opens_stops_dispatch_then_half_opens_and_closes(suite):
-    record = os.path.join(suite.record_dir, "brk.txt")
-    fail_file = os.path.join(suite.record_dir, "brk.down")
+    record = os.path.join(suite.work_dir, "brk.txt")
+    fail_file = os.path.join(suite.work_dir, "brk.down")
     open(fail_file, "w").close()
     w = worker(suite, "brk", "fail_while_file", record, GNOMON_TEST_FAIL_FILE=fail_file)
     try:
@@ -134,8 +125,7 @@ def test_breaker_opens_stops_dispatch_then_half_opens_and_closes(suite):
             closed_at,
         )[0][0]
         assert 1 <= probes <= PROBES  # HALF_OPEN let only the probes through
-        with open(next(p.log_path for p in suite.procs if p.role == "dispatcher")) as f:
-            log = f.read()
+        log = Path(next(p.log_path for p in suite.procs if p.role == "dispatcher")).read_text()
         for change in ("CLOSED -> OPEN", "OPEN -> HALF_OPEN", "HALF_OPEN -> CLOSED"):
             assert f"queue default/brk: {change}" in log
     finally:
@@ -143,7 +133,7 @@ def test_breaker_opens_stops_dispatch_then_half_opens_and_closes(suite):
 
 
 def test_permanent_and_non_retryable_failures_go_dead_after_exactly_one_attempt(suite):
-    record = os.path.join(suite.record_dir, "perm.txt")
+    record = os.path.join(suite.work_dir, "perm.txt")
     workers = [
         worker(suite, "perm", "permanent_failure", record),
         worker(suite, "valerr", "value_error", record),
@@ -171,7 +161,7 @@ def test_permanent_and_non_retryable_failures_go_dead_after_exactly_one_attempt(
 
 
 def test_throttled_retry_waits_for_retry_after(suite):
-    record = os.path.join(suite.record_dir, "thr.txt")
+    record = os.path.join(suite.work_dir, "thr.txt")
     w = worker(suite, "thr", "throttle_first_attempt", record)
     try:
         with Client(api=suite.api_address) as c:

@@ -12,24 +12,23 @@ import pytest
 from sqlalchemy import select, text, update
 
 from gnomon.api.convert import job_to_proto
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.retry import RetryPolicy
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon_test_support import own_shards
 
 TOKEN = 5
 
 
 @pytest.fixture
-async def engine(db_url):
-    e = make_engine(DatabaseSettings(url=db_url), pool_size=2)
-    await run_transaction(e, lambda c: store.record_ownership(c, "local", 0, TOKEN, "A"))
-    yield e
-    await e.dispose()
+async def engine(engine):
+    """The test database's engine (conftest), shard 0 owned by "A" with fencing token ``TOKEN``."""
+    await own_shards(engine, TOKEN)
+    return engine
 
 
 async def new_job(engine, policy=RetryPolicy(), *, queue="q", max_attempts=5, idempotent=False) -> uuid.UUID:

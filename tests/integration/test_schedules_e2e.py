@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 from datetime import UTC, datetime
 
 import grpc
@@ -18,9 +17,7 @@ from grpc_status import rpc_status
 
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
-from gnomon.cli.suite import Suite
-from gnomon.devservers import free_port
-from gnomon_test_support import records, sql, wait_for
+from gnomon_test_support import records, running_suite, sql, wait_for
 
 pytestmark = pytest.mark.integration
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,20 +25,13 @@ TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def suite(pg_server, migrated_template, tmp_path_factory):
-    name = f"sched_{uuid.uuid4().hex[:8]}"
-    url = pg_server.create_database(name, template=migrated_template)
-    base = tmp_path_factory.mktemp("sched-suite")
-    s = Suite(
-        api_listen=f"127.0.0.1:{free_port()}",
-        database_url=url,
-        base_dir=str(base),
+    with running_suite(
+        pg_server,
+        migrated_template,
+        tmp_path_factory.mktemp("sched-suite"),
         env={"GNOMON_PLANNER_LOOKAHEAD_S": "2", "GNOMON_PLANNER_IDLE_IN_TRANSACTION_TIMEOUT_MS": "2000"},
-    )
-    s.start()
-    s.record_dir = str(base)
-    yield s
-    s.stop()
-    pg_server.drop_database(name)
+    ) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +51,7 @@ def every_second(queue: str, **kw) -> schedule_pb2.Schedule:
 
 
 def test_every_second_schedule_runs_on_workers_never_early(suite, stub):
-    record = os.path.join(suite.record_dir, "tick.txt")
+    record = os.path.join(suite.work_dir, "tick.txt")
     worker = suite.start_worker(
         ["tick"],
         "gnomon_test_handlers:record_occurrence",
@@ -302,17 +292,22 @@ def test_planner_sigstop_and_kill9_neither_duplicate_nor_drop_occurrences(suite,
 
     wait_healthy(second.address)
     stub.CreateSchedule(pb.CreateScheduleRequest(schedule_id="faults", schedule=every_second("nobody")))
+
+    def planned() -> int:
+        return sql(suite.database_url, "SELECT count(*) FROM jobs WHERE schedule_id = 'faults'")[0][0]
+
     try:
-        time.sleep(2)
+        wait_for(lambda: planned() >= 2, 10, "the planners to plan the schedule")
         os.kill(first.popen.pid, signal.SIGSTOP)  # paused, maybe inside a transaction
-        time.sleep(4)  # past its idle-in-transaction timeout (2 s)
+        time.sleep(4)  # the fault under test: paused past its idle-in-transaction timeout (2 s)
         os.kill(first.popen.pid, signal.SIGCONT)
-        time.sleep(2)
+        time.sleep(2)  # the fault under test: both planners run side by side for a while
         os.kill(second.popen.pid, signal.SIGKILL)  # the other one dies mid-flight
         second.popen.wait()
         third = suite.start_service("planner")
         wait_healthy(third.address)
-        time.sleep(3)
+        before = planned()
+        wait_for(lambda: planned() >= before + 3, 15, "the planners to plan on after the kill")
         n = _assert_exactly_once_consecutive(suite.database_url, "faults")
         assert n >= 10
     finally:

@@ -3,16 +3,14 @@ claiming before the lease could expire, and comes back with larger fencing token
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.coordination.etcd import EtcdClient
-from gnomon.common.storage.engine import make_engine
 from gnomon.devservers import EtcdCluster
 from gnomon.dispatcher.shards import ShardOwnership
+from gnomon_test_support import wait_until
 
 
 @pytest.fixture
@@ -22,18 +20,8 @@ def own_etcd(tmp_path):
     cluster.stop()
 
 
-async def wait_until(cond, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-async def test_lost_lease_stops_claims_before_expiry_and_reacquires_with_larger_tokens(own_etcd, db_url):
+async def test_lost_lease_stops_claims_before_expiry_and_reacquires_with_larger_tokens(own_etcd, engine):
     ttl = 3
-    engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
     etcd = EtcdClient(own_etcd.endpoints, timeout=1.0)
     own = ShardOwnership(
         etcd,
@@ -65,4 +53,3 @@ async def test_lost_lease_stops_claims_before_expiry_and_reacquires_with_larger_
         own_etcd.resume_member(0)
         await own.stop()
         await etcd.close()
-        await engine.dispose()

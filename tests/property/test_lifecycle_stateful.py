@@ -19,15 +19,15 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from sqlalchemy import select, update
 
 from gnomon.common import states as S
-from gnomon.common.config import DatabaseSettings
 from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import dispatch as store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
-from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon_test_support import open_engine
 
 CLASSES = ["TRANSIENT", "THROTTLED", "PERMANENT", "AMBIGUOUS"]
 
@@ -37,7 +37,7 @@ def make_machine(db_url: str):
         def __init__(self):
             super().__init__()
             self.loop = asyncio.new_event_loop()
-            self.engine = make_engine(DatabaseSettings(url=db_url), pool_size=2)
+            self.engine = open_engine(db_url, pool_size=2)
             self.shard = 0
             self.token = self.run(self._next_token())
             self.deliveries: list[store.AttemptKey] = []

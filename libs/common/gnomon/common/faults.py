@@ -1,4 +1,4 @@
-"""Test-only fault injection points, driven by the ``GNOMON_FAULTS`` environment variable.
+"""Test-only fault injection points, driven by ``GNOMON_FAULTS`` (:class:`~gnomon.common.config.FaultSettings`).
 
 ``GNOMON_FAULTS=crash_after_claim`` makes a dispatcher SIGKILL itself right after its first claim
 transaction commits and before it delivers anything (the kill -9 scenario of the fault tests);
@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import signal
 
-_ARMED = frozenset(f for f in os.environ.get("GNOMON_FAULTS", "").split(",") if f)
+from gnomon.common.config import FaultSettings
+
+_ARMED = FaultSettings().armed
 
 
 def point(name: str) -> None:

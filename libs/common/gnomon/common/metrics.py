@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable, Iterable
 
@@ -30,6 +29,8 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import start_http_server
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gnomon.common.config import MetricsSettings, TelemetrySettings
+
 log = logging.getLogger(__name__)
 
 _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -38,17 +39,16 @@ _LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 def _readers() -> list[MetricReader]:
     # scope_info off: no otel_scope_* labels on every series; target_info off: no extra family.
     readers: list[MetricReader] = [PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False)]
-    endpoint = os.environ.get("GNOMON_OTLP_ENDPOINT", "").strip()
+    otlp = TelemetrySettings()
+    endpoint = otlp.endpoint.strip()
     if endpoint:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
-        insecure = os.environ.get("GNOMON_OTLP_INSECURE", "1").lower() not in ("0", "false", "no")
-        interval_ms = float(os.environ.get("GNOMON_OTLP_INTERVAL_S", "10")) * 1000
         readers.append(
             PeriodicExportingMetricReader(
-                OTLPMetricExporter(endpoint=endpoint, insecure=insecure, timeout=5),
-                export_interval_millis=interval_ms,
+                OTLPMetricExporter(endpoint=endpoint, insecure=otlp.insecure, timeout=5),
+                export_interval_millis=otlp.interval_s * 1000,
             )
         )
     return readers
@@ -187,11 +187,7 @@ class BacklogSampler:
         interval_s: float | None = None,
     ) -> None:
         self.engine, self.region, self.targets = engine, region, targets
-        self.interval_s = (
-            interval_s
-            if interval_s is not None
-            else float(os.environ.get("GNOMON_METRICS_BACKLOG_INTERVAL_S", "5"))
-        )
+        self.interval_s = interval_s if interval_s is not None else MetricsSettings().backlog_interval_s
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:

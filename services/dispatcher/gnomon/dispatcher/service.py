@@ -205,17 +205,14 @@ def build(
 
 async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
     """Runs a dispatcher until SIGTERM/SIGINT (or ``stop``); ``ready`` is set once it serves."""
-    srv = ServerSettings()
-    dispatcher_id = (
-        os.environ.get("GNOMON_DISPATCHER_ID")
-        or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    )
+    srv, settings = ServerSettings(), DispatcherSettings()
+    dispatcher_id = settings.id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     service = build(
         db=DatabaseSettings(),
         cluster=ClusterSettings(),
         srv=srv,
         etcd_s=EtcdSettings(),
-        settings=DispatcherSettings(),
+        settings=settings,
         budget=RetryBudgetSettings(),
         breaker=BreakerSettings(),
         dispatcher_id=dispatcher_id,

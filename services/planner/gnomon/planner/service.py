@@ -171,16 +171,14 @@ def build(
 
 async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
     """Runs the planner until SIGTERM/SIGINT (or ``stop``); ``ready`` is set once it serves."""
-    srv = ServerSettings()
-    planner_id = (
-        os.environ.get("GNOMON_PLANNER_ID") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    )
+    srv, settings = ServerSettings(), PlannerSettings()
+    planner_id = settings.id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     service = build(
         db=DatabaseSettings(),
         cluster=ClusterSettings(),
         srv=srv,
         etcd_s=EtcdSettings(),
-        settings=PlannerSettings(),
+        settings=settings,
         planner_id=planner_id,
     )
     await run_service(service, grace_s=srv.drain_timeout_s, ready=ready, stop=stop)

@@ -9,11 +9,11 @@ import signal
 
 
 def configure_logging(service: str, level: str = "INFO") -> None:
-    """One-line log format with the service name; level from ``GNOMON_LOG_LEVEL``."""
-    import os
+    """One-line log format with the service name; level ``GNOMON_LOG_LEVEL`` if set, else ``level``."""
+    from gnomon.common.config import LogSettings
 
     logging.basicConfig(
-        level=os.environ.get("GNOMON_LOG_LEVEL", level),
+        level=LogSettings().level or level,
         format=f"%(asctime)s {service} %(levelname)s %(name)s: %(message)s",
     )
 
