@@ -35,6 +35,7 @@ import psycopg
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.cli.suite import Suite
+from gnomon.common.config import DevServerSettings
 from gnomon.devservers import PostgresServer, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -232,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     pg = None
     if args.dsn is None:
-        pg = PostgresServer(durable=not args.fast).start()
+        pg = PostgresServer(durable=not args.fast, **DevServerSettings().model_dump()).start()
     try:
         for run in range(1, args.runs + 1):
             print(json.dumps(one_run(args, run, pg)), flush=True)

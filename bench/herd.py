@@ -46,9 +46,10 @@ from bench.drain import ROOT, peak_rss_mb, q
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon.api.validation import validate_create
 from gnomon.cli.suite import Suite
+from gnomon.common.config import DevServerSettings
 from gnomon.common.domain.jobs import ms as _ms
 from gnomon.common.domain.jobs import policy_columns, shard_of
-from gnomon.common.states import SCHEDULED
+from gnomon.common.domain.states import JobState
 from gnomon.devservers import PostgresServer, free_port
 
 QUEUE = "herd"
@@ -70,7 +71,7 @@ def herd_row_template(due) -> tuple[list[str], dict]:
         shard=None,
         queue=n.queue,
         payload=n.payload,
-        state=SCHEDULED,
+        state=JobState.SCHEDULED,
         version=1,
         scheduled_at=n.schedule_at,
         deadline=n.deadline,
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     pg = None
     if args.dsn is None:
-        pg = PostgresServer(durable=not args.fast).start()
+        pg = PostgresServer(durable=not args.fast, **DevServerSettings().model_dump()).start()
     try:
         print(json.dumps(run(args, pg)), flush=True)
     finally:

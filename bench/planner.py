@@ -332,11 +332,12 @@ def main(argv: list[str] | None = None) -> int:
         "--fast", action="store_true", help="Embedded PostgreSQL without fsync (reported as durable=false)."
     )
     args = ap.parse_args(argv)
+    from gnomon.common.config import DevServerSettings
     from gnomon.devservers import PostgresServer
 
     pg = None
     if args.dsn is None:
-        pg = PostgresServer(durable=not args.fast).start()
+        pg = PostgresServer(durable=not args.fast, **DevServerSettings().model_dump()).start()
     try:
         if pg:
             db = f"bench_{uuid.uuid4().hex[:8]}"

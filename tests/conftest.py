@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from gnomon.common.config import DevServerSettings
 from gnomon.devservers import EtcdCluster, PostgresServer
 from gnomon_test_support import open_engine
 
@@ -38,7 +39,7 @@ TEMPLATE_DB = "gnomon_template"
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
     """One non-durable PostgreSQL for the whole session (fsync/synchronous_commit/full_page_writes off)."""
-    server = PostgresServer(durable=False).start()
+    server = PostgresServer(durable=False, **DevServerSettings().model_dump()).start()
     try:
         yield server
     finally:

@@ -104,11 +104,11 @@ def open_engine(url: str, dialect: str = "postgresql", pool_size: int = 4):
 async def own_shards(engine, token: int, shards=(0,), owner: str = "A", region: str = "local") -> None:
     """Records ``owner`` as the owner of ``shards`` of ``region`` with fencing ``token`` (what a
     dispatcher does on taking a shard), so storage calls fenced with ``token`` pass."""
-    from gnomon.common.storage import dispatch
+    from gnomon.common.storage import fencing
     from gnomon.common.storage.engine import run_transaction
 
     for s in shards:
-        await run_transaction(engine, lambda c, s=s: dispatch.record_ownership(c, region, s, token, owner))
+        await run_transaction(engine, lambda c, s=s: fencing.record_ownership(c, region, s, token, owner))
 
 
 @contextmanager

@@ -20,7 +20,7 @@ Invariants checked (numbers as in docs/concepts.md, "Invariants"):
   attempts; never two attempts live (accepted and not LOST) at overlapping times; at most one
   attempt QUEUED or RUNNING at the end.
 * **legal transitions** (the job lifecycle): the job's path derived from its attempts (SCHEDULED -> QUEUED
-  -> RUNNING -> SCHEDULED (retry) ... -> final state) follows ``gnomon.common.states.TRANSITIONS``;
+  -> RUNNING -> SCHEDULED (retry) ... -> final state) follows ``gnomon.common.domain.states.TRANSITIONS``;
   attempt numbers are 1..n with no gaps; non-final attempts are ended; the job's state agrees with
   its last attempt.
 
@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 import psycopg
 from psycopg.rows import dict_row
 
-from gnomon.common import states as S
+from gnomon.common.domain.states import TERMINAL, AttemptState, JobState, is_legal
 
 # -- the handler -------------------------------------------------------------------------------
 
@@ -151,20 +151,20 @@ class Report:
 
 def _path(job: dict, atts: list[dict]) -> list[str]:
     """The job-state path implied by its attempts (what can be observed after the fact)."""
-    path = [S.SCHEDULED]
+    path = [JobState.SCHEDULED]
     for i, a in enumerate(atts):
         last = i == len(atts) - 1
-        path.append(S.QUEUED)
+        path.append(JobState.QUEUED)
         if a["accepted_at"] is not None:
-            path.append(S.RUNNING)
+            path.append(JobState.RUNNING)
         st = a["state"]
-        if st in (S.A_QUEUED, S.A_RUNNING):
+        if st in (AttemptState.QUEUED, AttemptState.RUNNING):
             continue  # still live: the job is QUEUED / RUNNING
-        if not last or job["state"] == S.SCHEDULED:
-            path.append(S.SCHEDULED)  # a retry (after FAILED/LOST)
+        if not last or job["state"] == JobState.SCHEDULED:
+            path.append(JobState.SCHEDULED)  # a retry (after FAILED/LOST)
         else:
             path.append(job["state"])
-    if not atts and job["state"] != S.SCHEDULED:
+    if not atts and job["state"] != JobState.SCHEDULED:
         path.append(job["state"])
     return path
 
@@ -190,8 +190,12 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
         atts = h.attempts.get(c.job_id, [])
         stats["attempts"] += len(atts)
         # never lost
-        if job["state"] not in S.TERMINAL:
-            if require_terminal or job["state"] not in (S.SCHEDULED, S.QUEUED, S.RUNNING):
+        if job["state"] not in TERMINAL:
+            if require_terminal or job["state"] not in (
+                JobState.SCHEDULED,
+                JobState.QUEUED,
+                JobState.RUNNING,
+            ):
                 v.append(f"NOT DONE: {c.name} is {job['state']} (attempt {job['attempt']})")
         # attempt numbering and per-attempt sanity
         if [a["attempt"] for a in atts] != list(range(1, len(atts) + 1)) or job["attempt"] != len(atts):
@@ -211,32 +215,37 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
                 )
             if a["accepted_at"] is not None and a["accepted_at"] < a["claimed_at"]:
                 v.append(f"ORDER: {tag} accepted before claimed")
-            if i < len(atts) - 1 and a["state"] not in (S.A_FAILED, S.A_LOST):
+            if i < len(atts) - 1 and a["state"] not in (AttemptState.FAILED, AttemptState.LOST):
                 v.append(f"ILLEGAL: {tag} is {a['state']} but a later attempt exists")
-        if atts and job["state"] != S.SCHEDULED:
+        if atts and job["state"] != JobState.SCHEDULED:
             last = atts[-1]
             if last["claimed_at"] < job["scheduled_at"]:
                 v.append(
                     f"EARLY: {c.name} last attempt claimed {last['claimed_at']} < scheduled {job['scheduled_at']}"
                 )
             want = {
-                S.SUCCEEDED: {S.A_SUCCEEDED},
-                S.QUEUED: {S.A_QUEUED},
-                S.RUNNING: {S.A_RUNNING},
-                S.CANCELLED: {S.A_CANCELLED, S.A_FAILED, S.A_LOST, S.A_SUCCEEDED},
-                S.FAILED: {S.A_FAILED},
-                S.DEAD: {S.A_FAILED, S.A_LOST},
+                JobState.SUCCEEDED: {AttemptState.SUCCEEDED},
+                JobState.QUEUED: {AttemptState.QUEUED},
+                JobState.RUNNING: {AttemptState.RUNNING},
+                JobState.CANCELLED: {
+                    AttemptState.CANCELLED,
+                    AttemptState.FAILED,
+                    AttemptState.LOST,
+                    AttemptState.SUCCEEDED,
+                },
+                JobState.FAILED: {AttemptState.FAILED},
+                JobState.DEAD: {AttemptState.FAILED, AttemptState.LOST},
             }.get(job["state"])
             if want is not None and last["state"] not in want:
                 v.append(f"MISMATCH: {c.name} is {job['state']} but its last attempt is {last['state']}")
-        if sum(1 for a in atts if a["state"] == S.A_SUCCEEDED) > 1:
+        if sum(1 for a in atts if a["state"] == AttemptState.SUCCEEDED) > 1:
             v.append(f"DUPLICATE: {c.name} has two SUCCEEDED attempts")
-        if sum(1 for a in atts if a["state"] in (S.A_QUEUED, S.A_RUNNING)) > 1:
+        if sum(1 for a in atts if a["state"] in (AttemptState.QUEUED, AttemptState.RUNNING)) > 1:
             v.append(
                 f"DUPLICATE: {c.name} has two live attempts {[(a['attempt'], a['state']) for a in atts]}"
             )
         live = sorted(
-            (a for a in atts if a["accepted_at"] is not None and a["state"] != S.A_LOST),
+            (a for a in atts if a["accepted_at"] is not None and a["state"] != AttemptState.LOST),
             key=lambda a: a["accepted_at"],
         )
         for x, y in zip(live, live[1:]):
@@ -245,7 +254,7 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
         # legal transitions
         path = _path(job, atts)
         for src, dst in zip(path, path[1:]):
-            if not S.is_legal(src, dst):
+            if not is_legal(src, dst):
                 v.append(f"TRANSITION: {c.name} {src} -> {dst} in {path}")
                 break
         # executions
@@ -276,12 +285,16 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
             stats["jobs_executed_more_than_once"] += 1
             for n in per_attempt:
                 a = by_att.get(n)
-                if a is not None and n != max(per_attempt) and a["state"] not in (S.A_LOST, S.A_FAILED):
+                if (
+                    a is not None
+                    and n != max(per_attempt)
+                    and a["state"] not in (AttemptState.LOST, AttemptState.FAILED)
+                ):
                     v.append(
                         f"DUPLICATE: {c.name} re-executed although attempt {n} is {a['state']} (not LOST/FAILED)"
                     )
         if (
-            job["state"] == S.SUCCEEDED
+            job["state"] == JobState.SUCCEEDED
             and not ex
             and h.executions is not None
             and h.notes.get("expect_executions", True)

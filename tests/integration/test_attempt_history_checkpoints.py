@@ -20,10 +20,13 @@ from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.common.domain import jobs as domain_jobs
+from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
 from gnomon.common.storage import checkpoints as cps
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import reaping
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.dispatcher.relay import assignment
@@ -71,10 +74,10 @@ async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=
     return jid
 
 
-async def claim(engine, jid, namespace="default") -> store.Claimed:
+async def claim(engine, jid, namespace="default") -> Claimed:
     claimed = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c,
             region="local",
             tokens={0: TOKEN},
@@ -87,19 +90,19 @@ async def claim(engine, jid, namespace="default") -> store.Claimed:
     return got
 
 
-async def start(engine, jid, worker="w1", namespace="default") -> tuple[store.Claimed, store.AttemptKey]:
+async def start(engine, jid, worker="w1", namespace="default") -> tuple[Claimed, AttemptKey]:
     c1 = await claim(engine, jid, namespace)
-    key = store.AttemptKey(jid, c1.attempt, c1.version, c1.token)
-    assert (jid, c1.attempt) in await run_transaction(engine, lambda c: store.accept(c, [key], worker))
+    key = AttemptKey(jid, c1.attempt, c1.version, c1.token)
+    assert (jid, c1.attempt) in await run_transaction(engine, lambda c: lease_store.accept(c, [key], worker))
     return c1, key
 
 
 async def finish(engine, key, ok: bool, failure_class="TRANSIENT", error=""):
     res = await run_transaction(
         engine,
-        lambda c: store.complete(
+        lambda c: result_store.complete(
             c,
-            [store.Result(key=key, succeeded=ok, failure_class=failure_class, error=error)],
+            [Result(key=key, succeeded=ok, failure_class=failure_class, error=error)],
             retry_delay_s=lambda r, a: 0,
         ),
     )
@@ -255,8 +258,8 @@ async def test_checkpoint_is_saved_only_for_the_running_attempt_under_its_token(
     assert c2.attempt == 2 and c2.checkpoint == b"b"  # handed to the next attempt
     assert assignment(c2).checkpoint == b"b"
     assert await save(engine, cps.CheckpointWrite(jid, 2, TOKEN, b"queued")) == set()  # not accepted yet
-    key2 = store.AttemptKey(jid, 2, c2.version, c2.token)
-    await run_transaction(engine, lambda c: store.accept(c, [key2], "w2"))
+    key2 = AttemptKey(jid, 2, c2.version, c2.token)
+    await run_transaction(engine, lambda c: lease_store.accept(c, [key2], "w2"))
     assert await save(engine, cps.CheckpointWrite(jid, 1, TOKEN, b"old attempt")) == set()
     assert await save(engine, cps.CheckpointWrite(jid, 2, TOKEN, b"")) == {(jid, 2, TOKEN)}
     assert await saved(engine, jid) is None  # empty clears it

@@ -14,9 +14,12 @@ from sqlalchemy import func, select, update
 
 from gnomon.common.config import BreakerSettings, RetryBudgetSettings
 from gnomon.common.domain import jobs as domain_jobs
-from gnomon.common.storage import dispatch as store
+from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
+from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import queues as qstore
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.dispatcher.breaker import Breakers
@@ -65,24 +68,24 @@ async def new_jobs(engine, n, queue="q") -> list[uuid.UUID]:
     return [b.id for b in batch]
 
 
-async def claim(engine, limit=1000, **kw) -> list[store.Claimed]:
+async def claim(engine, limit=1000, **kw) -> list[Claimed]:
     return await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens={0: TOKEN}, targets=[Q], limit=limit, dispatcher_id="A", **kw
         ),
     )
 
 
 async def run_and_finish(engine, claimed, *, ok: bool, failure_class="TRANSIENT"):
-    keys = [store.AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed]
-    await run_transaction(engine, lambda c: store.accept(c, keys, "w1"))
+    keys = [AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed]
+    await run_transaction(engine, lambda c: lease_store.accept(c, keys, "w1"))
     res = await run_transaction(
         engine,
-        lambda c: store.complete(
+        lambda c: result_store.complete(
             c,
             [
-                store.Result(key=k, succeeded=ok, failure_class=failure_class, error="RuntimeError: down")
+                Result(key=k, succeeded=ok, failure_class=failure_class, error="RuntimeError: down")
                 for k in keys
             ],
             retry_delay_s=lambda r, a: 0,
@@ -203,7 +206,7 @@ async def test_half_open_lets_the_probes_through_then_closes(engine):
     async def probe_claim(conn):
         n = await br.probe_allowance(conn, Q)
         return (
-            await store.claim_due(
+            await claim_store.claim_due(
                 conn,
                 region="local",
                 tokens={0: TOKEN},
@@ -258,7 +261,7 @@ async def test_a_failed_probe_reopens_and_permanent_failures_do_not_count(engine
     assert [t.to_state for t in await br.evaluate_once()] == ["HALF_OPEN"]
     probes = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c,
             region="local",
             tokens={0: TOKEN},

@@ -26,9 +26,13 @@ from sqlalchemy import func, select, text
 from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
-from gnomon.common import states as S
+from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
+from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage import cancel as cancel_store
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import claims as claim_store
+from gnomon.common.storage import leases as lease_store
+from gnomon.common.storage import outbox as outbox_store
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox
 from gnomon_test_support import (
@@ -81,25 +85,25 @@ async def create(stub, **kw) -> job_pb2.Job:
     return (await stub.CreateJob(js.CreateJobRequest(queue="q", **kw))).job
 
 
-async def claim(engine, limit: int = 100) -> list[store.Claimed]:
+async def claim(engine, limit: int = 100) -> list[Claimed]:
     return await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens=TOKENS, targets=[("default", "q")], limit=limit, dispatcher_id="D"
         ),
     )
 
 
-def key(c: store.Claimed) -> store.AttemptKey:
-    return store.AttemptKey(c.job_id, c.attempt, c.version, c.token)
+def key(c: Claimed) -> AttemptKey:
+    return AttemptKey(c.job_id, c.attempt, c.version, c.token)
 
 
-async def running(stub, engine, n: int) -> tuple[list[job_pb2.Job], list[store.AttemptKey]]:
+async def running(stub, engine, n: int) -> tuple[list[job_pb2.Job], list[AttemptKey]]:
     """``n`` jobs created, claimed and accepted by worker W (RUNNING, version 3)."""
     created = [await create(stub) for _ in range(n)]
     by_id = {c.job_id: c for c in await claim(engine)}
     keys = [key(by_id[job_id(j)]) for j in created]
-    assert len(await run_transaction(engine, lambda c: store.accept(c, keys, "W"))) == n
+    assert len(await run_transaction(engine, lambda c: lease_store.accept(c, keys, "W"))) == n
     return created, keys
 
 
@@ -134,7 +138,7 @@ async def rpc_error(coro) -> tuple[grpc.StatusCode, str, list[str]]:
 
 
 def complete(engine, results):
-    return run_transaction(engine, lambda c: store.complete(c, results, retry_delay_s=lambda r, a: 0))
+    return run_transaction(engine, lambda c: result_store.complete(c, results, retry_delay_s=lambda r, a: 0))
 
 
 # -- cancel, state by state -------------------------------------------------------------------------
@@ -158,10 +162,11 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
     job, other = await create(stub), await create(stub)
     claimed = {c.job_id: c for c in await claim(engine)}
     c1 = claimed[job_id(job)]
-    assert (await row(engine, c1.job_id))["state"] == S.QUEUED
+    assert (await row(engine, c1.job_id))["state"] == JobState.QUEUED
     # before the cancel the relay's recovery scan would re-deliver both unaccepted attempts
     before = await run_transaction(
-        engine, lambda c: store.pending_outbox(c, region="local", tokens=TOKENS, exclude=set(), limit=10)
+        engine,
+        lambda c: outbox_store.pending_outbox(c, region="local", tokens=TOKENS, exclude=set(), limit=10),
     )
     assert {c.job_id for c in before} == set(claimed)
 
@@ -169,7 +174,7 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
     assert resp.outcome == OUT.CANCEL_OUTCOME_CANCELLED
     assert resp.job.state == job_pb2.JOB_STATE_CANCELLED and resp.job.version == 3
     a = await attempt_row(engine, c1.job_id)
-    assert a["state"] == S.A_CANCELLED and a["finished_at"] is not None
+    assert a["state"] == AttemptState.CANCELLED and a["finished_at"] is not None
     async with engine.connect() as c:
         published = (
             await c.execute(select(outbox.c.published_at).where(outbox.c.job_id == c1.job_id))
@@ -177,15 +182,16 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
     assert published is not None
 
     # a worker accepting the message already in flight is refused, and so is its heartbeat
-    assert await run_transaction(engine, lambda c: store.accept(c, [key(c1)], "W")) == {}
-    assert await run_transaction(engine, lambda c: store.heartbeat(c, [key(c1)])) == {}
+    assert await run_transaction(engine, lambda c: lease_store.accept(c, [key(c1)], "W")) == {}
+    assert await run_transaction(engine, lambda c: lease_store.heartbeat(c, [key(c1)])) == {}
     # the relay re-delivers only the other job
     pending = await run_transaction(
-        engine, lambda c: store.pending_outbox(c, region="local", tokens=TOKENS, exclude=set(), limit=10)
+        engine,
+        lambda c: outbox_store.pending_outbox(c, region="local", tokens=TOKENS, exclude=set(), limit=10),
     )
     assert [c.job_id for c in pending] == [job_id(other)]
     r = await row(engine, c1.job_id)
-    assert (r["state"], r["version"], r["started_at"]) == (S.CANCELLED, 3, None)
+    assert (r["state"], r["version"], r["started_at"]) == (JobState.CANCELLED, 3, None)
 
 
 async def test_cancel_running_requests_it_then_no_retry_whatever_the_failure_class(env):
@@ -203,7 +209,7 @@ async def test_cancel_running_requests_it_then_no_retry_whatever_the_failure_cla
     assert (await attempt_row(engine, keys[0].job_id))["cancel_requested"] is True
 
     # heartbeats renew the lease and say which attempts are to stop; so does the push query
-    hb = await run_transaction(engine, lambda c: store.heartbeat(c, keys))
+    hb = await run_transaction(engine, lambda c: lease_store.heartbeat(c, keys))
     assert {k.job_id: hb[(k.job_id, 1)][1] for k in keys} == {k.job_id: k is not keys[-1] for k in keys}
     pairs = [(k.job_id, k.attempt) for k in keys]
     assert await run_transaction(engine, lambda c: cancel_store.cancel_requested_attempts(c, pairs)) == set(
@@ -212,27 +218,26 @@ async def test_cancel_running_requests_it_then_no_retry_whatever_the_failure_cla
 
     # every failure class (all retryable here but PERMANENT, max_attempts 3) ends CANCELLED
     results = [
-        store.Result(key=k, succeeded=False, failure_class=cls, error="stopped")
-        for k, cls in zip(keys, classes)
+        Result(key=k, succeeded=False, failure_class=cls, error="stopped") for k, cls in zip(keys, classes)
     ]
-    results.append(store.Result(key=keys[len(classes)], succeeded=True))
+    results.append(Result(key=keys[len(classes)], succeeded=True))
     assert set((await complete(engine, results)).values()) == {""}
     for k, cls in zip(keys, classes):
         r = await row(engine, k.job_id)
-        assert (r["state"], r["version"], r["failure_class"]) == (S.CANCELLED, 5, cls)
+        assert (r["state"], r["version"], r["failure_class"]) == (JobState.CANCELLED, 5, cls)
         assert r["finished_at"] is not None and r["attempt"] == 1
     # a success after the request is the real outcome
-    assert (await row(engine, keys[len(classes)].job_id))["state"] == S.SUCCEEDED
+    assert (await row(engine, keys[len(classes)].job_id))["state"] == JobState.SUCCEEDED
     # and the untouched job still retries after a transient failure
-    assert await complete(engine, [store.Result(key=keys[-1], succeeded=False)]) == {(keys[-1].job_id, 1): ""}
-    assert (await row(engine, keys[-1].job_id))["state"] == S.SCHEDULED
+    assert await complete(engine, [Result(key=keys[-1], succeeded=False)]) == {(keys[-1].job_id, 1): ""}
+    assert (await row(engine, keys[-1].job_id))["state"] == JobState.SCHEDULED
     assert await run_transaction(engine, lambda c: cancel_store.cancel_requested_attempts(c, pairs)) == set()
 
 
 async def test_cancel_of_a_terminal_job_is_already_finished_and_changes_nothing(env):
     stub, engine, _ = env
     [job], [k] = await running(stub, engine, 1)
-    await complete(engine, [store.Result(key=k, succeeded=True)])
+    await complete(engine, [Result(key=k, succeeded=True)])
     before = await row(engine, k.job_id)
     resp = await cancel(stub, job)
     assert resp.outcome == OUT.CANCEL_OUTCOME_ALREADY_FINISHED
@@ -307,7 +312,7 @@ async def test_cancel_racing_an_accept_retries_its_compare_and_set_and_requests_
     [c1] = await claim(engine)
     async with engine.connect() as held:
         tx = await held.begin()
-        assert await store.accept(held, [key(c1)], "W")  # QUEUED -> RUNNING, not committed
+        assert await lease_store.accept(held, [key(c1)], "W")  # QUEUED -> RUNNING, not committed
         task = asyncio.create_task(cancel(stub, job))  # reads QUEUED v2, blocks on the row
         await wait_blocked(engine)
         await tx.commit()
@@ -322,7 +327,7 @@ async def test_cancel_racing_a_failed_result_cancels_the_retry_instead(env):
     [job], [k] = await running(stub, engine, 1)
     async with engine.connect() as held:
         tx = await held.begin()
-        await store.complete(held, [store.Result(key=k, succeeded=False)], retry_delay_s=lambda r, a: 0)
+        await result_store.complete(held, [Result(key=k, succeeded=False)], retry_delay_s=lambda r, a: 0)
         task = asyncio.create_task(cancel(stub, job))  # reads RUNNING v3, blocks on the attempt
         await wait_blocked(engine)
         await tx.commit()  # -> SCHEDULED v4 (a retry)
@@ -341,9 +346,9 @@ async def test_concurrent_cancels_and_worker_writes_agree_and_never_retry_a_canc
 
     async def worker(j):
         k = key(by_id[job_id(j)])
-        ok = await run_transaction(engine, lambda c: store.accept(c, [k], "W"))
+        ok = await run_transaction(engine, lambda c: lease_store.accept(c, [k], "W"))
         if ok:
-            await complete(engine, [store.Result(key=k, succeeded=False)])
+            await complete(engine, [Result(key=k, succeeded=False)])
         return bool(ok)
 
     async def try_cancel(j):
@@ -358,11 +363,11 @@ async def test_concurrent_cancels_and_worker_writes_agree_and_never_retry_a_canc
         r = await row(engine, job_id(j))
         if not accepted:  # the cancel won: the message was refused, never started
             assert outcome == OUT.CANCEL_OUTCOME_CANCELLED and r["started_at"] is None
-            assert (await attempt_row(engine, job_id(j)))["state"] == S.A_CANCELLED
+            assert (await attempt_row(engine, job_id(j)))["state"] == AttemptState.CANCELLED
         if outcome is None:
-            assert r["state"] == S.SCHEDULED and r["cancel_requested_at"] is None  # an ordinary retry
+            assert r["state"] == JobState.SCHEDULED and r["cancel_requested_at"] is None  # an ordinary retry
         else:  # cancelled or requested: a failed attempt is never retried
-            assert r["state"] == S.CANCELLED
+            assert r["state"] == JobState.CANCELLED
 
 
 # -- reschedule -------------------------------------------------------------------------------------

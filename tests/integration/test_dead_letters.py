@@ -25,9 +25,13 @@ from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon.api.dead_letter_servicer import DeadLetterServicer, _fingerprint
 from gnomon.cli.main import app as cli
 from gnomon.common.domain import jobs as domain_jobs
+from gnomon.common.domain.attempts import AttemptKey, Result
+from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import dead_letters as dlq
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import fencing as fencing_store
 from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import leases as lease_store
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import audit_log, dlq_replays, jobs
 from gnomon_test_support import decode, job_service, open_engine, own_shards, serving, wait_until
@@ -112,7 +116,7 @@ async def make_dead(
     ids = {b.id for b in batch}
     claimed = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c,
             region="local",
             tokens={0: TOKEN},
@@ -121,11 +125,11 @@ async def make_dead(
             dispatcher_id="d1",
         ),
     )
-    keys = [store.AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed if c.job_id in ids]
+    keys = [AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed if c.job_id in ids]
     assert len(keys) == n
-    await run_transaction(engine, lambda c: store.accept(c, keys, "w1"))
-    results = [store.Result(k, succeeded=False, failure_class=failure_class, error=error) for k in keys]
-    await run_transaction(engine, lambda c: store.complete(c, results, retry_delay_s=lambda r, a: 0))
+    await run_transaction(engine, lambda c: lease_store.accept(c, keys, "w1"))
+    results = [Result(k, succeeded=False, failure_class=failure_class, error=error) for k in keys]
+    await run_transaction(engine, lambda c: result_store.complete(c, results, retry_delay_s=lambda r, a: 0))
     async with engine.connect() as c:
         states = (await c.execute(select(jobs.c.state).where(jobs.c.id.in_(list(ids))))).scalars().all()
     assert set(states) == {"DEAD"}, states
@@ -529,21 +533,23 @@ async def test_a_replay_that_dies_again_is_a_new_dead_letter_linked_to_the_first
     new_id = uuid.UUID(r.replayed_jobs[0].rsplit("/", 1)[1])
     shard = domain_jobs.shard_of(new_id, SHARDS)
     if shard != 0:
-        await run_transaction(engine, lambda c: store.record_ownership(c, "local", shard, TOKEN, "test"))
+        await run_transaction(
+            engine, lambda c: fencing_store.record_ownership(c, "local", shard, TOKEN, "test")
+        )
     claimed = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens={shard: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="d1"
         ),
     )
     [c1] = [c for c in claimed if c.job_id == new_id]  # due at once (first of the replay)
-    key = store.AttemptKey(c1.job_id, c1.attempt, c1.version, c1.token)
-    await run_transaction(engine, lambda c: store.accept(c, [key], "w2"))
+    key = AttemptKey(c1.job_id, c1.attempt, c1.version, c1.token)
+    await run_transaction(engine, lambda c: lease_store.accept(c, [key], "w2"))
     await run_transaction(
         engine,
-        lambda c: store.complete(
+        lambda c: result_store.complete(
             c,
-            [store.Result(key, succeeded=False, failure_class="PERMANENT", error="second death")],
+            [Result(key, succeeded=False, failure_class="PERMANENT", error="second death")],
             retry_delay_s=lambda r, a: 0,
         ),
     )

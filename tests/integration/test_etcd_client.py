@@ -24,13 +24,9 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from gnomon.common.coordination.etcd import (
-    EtcdClient,
-    EtcdError,
-    KeyValue,
-    LeaseKeeper,
-    prefix_range_end,
-)
+from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.coordination.etcd_types import EtcdError, KeyValue, prefix_range_end
+from gnomon.common.coordination.lease_keeper import LeaseKeeper
 from gnomon_test_support import wait_until
 
 pytestmark = pytest.mark.integration

@@ -14,9 +14,13 @@ from sqlalchemy import func, select
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.registry import shard_key
 from gnomon.common.domain import jobs as domain_jobs
+from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.errors import StaleFencingToken
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import claims as claim_store
+from gnomon.common.storage import fencing as fencing_store
 from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import leases as lease_store
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox
 from gnomon_test_support import DIALECTS
@@ -65,7 +69,7 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
         ok, kv_a = await etcd.create_if_absent(key, b"A", lease_a)
         assert ok
         token_a = kv_a.create_revision
-        await run_transaction(engine, lambda c: store.record_ownership(c, "local", 0, token_a, "A"))
+        await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 0, token_a, "A"))
         # A loses its lease (paused past it); B takes the shard with a larger token.
         await etcd.lease_revoke(lease_a)
         lease_b = await etcd.lease_grant(5)
@@ -73,7 +77,7 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
         assert ok
         token_b = kv_b.create_revision
         assert token_b > token_a
-        await run_transaction(engine, lambda c: store.record_ownership(c, "local", 0, token_b, "B"))
+        await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 0, token_b, "B"))
         await etcd.lease_revoke(lease_b)
 
     jid = await make_job(engine, 0)
@@ -81,7 +85,7 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
     with pytest.raises(StaleFencingToken) as e:
         await run_transaction(
             engine,
-            lambda c: store.claim_due(
+            lambda c: claim_store.claim_due(
                 c,
                 region="local",
                 tokens={0: token_a},
@@ -97,11 +101,11 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
         assert (await c.execute(select(func.count()).select_from(outbox))).scalar_one() == 0
     # A can no longer record its old token either.
     with pytest.raises(StaleFencingToken):
-        await run_transaction(engine, lambda c: store.record_ownership(c, "local", 0, token_a, "A"))
+        await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 0, token_a, "A"))
     # B's claim with the current token commits: state, attempt and outbox row together.
     claimed = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens={0: token_b}, targets=[("default", "q")], limit=10, dispatcher_id="B"
         ),
     )
@@ -115,7 +119,7 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
 
 
 async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):
-    await run_transaction(engine, lambda c: store.record_ownership(c, "local", 1, 7, "A"))
+    await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 1, 7, "A"))
     jid = uuid.uuid4()
     new = domain_jobs.NewJob(
         id=jid,
@@ -136,20 +140,22 @@ async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     claimed = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens={1: 7}, targets=[("default", "q")], limit=10, dispatcher_id="A"
         ),
     )
     assert claimed == []
     wait = await run_transaction(
         engine,
-        lambda c: store.next_due_in(c, region="local", shards=[1], targets=[("default", "q")], horizon_s=60),
+        lambda c: claim_store.next_due_in(
+            c, region="local", shards=[1], targets=[("default", "q")], horizon_s=60
+        ),
     )
     assert 25 < wait <= 30
     assert (
         await run_transaction(
             engine,
-            lambda c: store.next_due_in(
+            lambda c: claim_store.next_due_in(
                 c, region="local", shards=[1], targets=[("default", "q")], horizon_s=10
             ),
         )
@@ -158,30 +164,30 @@ async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):
 
 
 async def test_completion_is_idempotent_per_attempt_and_token_and_stale_token_is_refused(engine):
-    await run_transaction(engine, lambda c: store.record_ownership(c, "local", 2, 11, "A"))
+    await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 2, 11, "A"))
     jid = await make_job(engine, 2)
     [c1] = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens={2: 11}, targets=[("default", "q")], limit=1, dispatcher_id="A"
         ),
     )
-    key = store.AttemptKey(jid, c1.attempt, c1.version, c1.token)
-    accepted = await run_transaction(engine, lambda c: store.accept(c, [key], "w1"))
+    key = AttemptKey(jid, c1.attempt, c1.version, c1.token)
+    accepted = await run_transaction(engine, lambda c: lease_store.accept(c, [key], "w1"))
     assert set(accepted) == {(jid, 1)} and accepted[(jid, 1)] > c1.dispatched_at
     # the same worker re-sending its accept (lost ack) is accepted again: idempotent
-    assert set(await run_transaction(engine, lambda c: store.accept(c, [key], "w1"))) == {(jid, 1)}
+    assert set(await run_transaction(engine, lambda c: lease_store.accept(c, [key], "w1"))) == {(jid, 1)}
     # a duplicate delivery accepted by another worker is refused: the attempt is already RUNNING
-    assert await run_transaction(engine, lambda c: store.accept(c, [key], "w2")) == {}
-    ok = store.Result(key=key, succeeded=True)
-    stale = store.Result(key=store.AttemptKey(jid, 1, c1.version, 10), succeeded=True)
+    assert await run_transaction(engine, lambda c: lease_store.accept(c, [key], "w2")) == {}
+    ok = Result(key=key, succeeded=True)
+    stale = Result(key=AttemptKey(jid, 1, c1.version, 10), succeeded=True)
     assert await run_transaction(
-        engine, lambda c: store.complete(c, [stale], retry_delay_s=lambda r, a: 1)
+        engine, lambda c: result_store.complete(c, [stale], retry_delay_s=lambda r, a: 1)
     ) == {(jid, 1): "STALE_FENCING_TOKEN"}
-    assert await run_transaction(engine, lambda c: store.complete(c, [ok], retry_delay_s=lambda r, a: 1)) == {
-        (jid, 1): ""
-    }
-    assert await run_transaction(engine, lambda c: store.complete(c, [ok], retry_delay_s=lambda r, a: 1)) == {
-        (jid, 1): ""
-    }
+    assert await run_transaction(
+        engine, lambda c: result_store.complete(c, [ok], retry_delay_s=lambda r, a: 1)
+    ) == {(jid, 1): ""}
+    assert await run_transaction(
+        engine, lambda c: result_store.complete(c, [ok], retry_delay_s=lambda r, a: 1)
+    ) == {(jid, 1): ""}
     assert tuple(await state_of(engine, jid)) == ("SUCCEEDED", 4)

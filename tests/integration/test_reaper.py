@@ -13,9 +13,12 @@ import pytest
 from sqlalchemy import select, update
 
 from gnomon.common.domain import jobs as domain_jobs
-from gnomon.common.storage import dispatch as store
+from gnomon.common.domain.attempts import AttemptKey, Result
+from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import reaping
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon_test_support import own_shards, running_suite, wait_for
@@ -53,16 +56,16 @@ async def new_job(engine, *, idempotent=False, max_attempts=3, deadline=None, sc
     return jid
 
 
-async def start_running(engine, jid) -> store.AttemptKey:
+async def start_running(engine, jid) -> AttemptKey:
     claimed = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=100, dispatcher_id="A"
         ),
     )
     [c1] = [c for c in claimed if c.job_id == jid]
-    key = store.AttemptKey(jid, c1.attempt, c1.version, c1.token)
-    assert (jid, c1.attempt) in await run_transaction(engine, lambda c: store.accept(c, [key], "w1"))
+    key = AttemptKey(jid, c1.attempt, c1.version, c1.token)
+    assert (jid, c1.attempt) in await run_transaction(engine, lambda c: lease_store.accept(c, [key], "w1"))
     return key
 
 
@@ -154,7 +157,7 @@ async def test_a_result_after_the_reap_is_refused(engine):
     await reap(engine)
     res = await run_transaction(
         engine,
-        lambda c: store.complete(c, [store.Result(key=key, succeeded=True)], retry_delay_s=lambda r, a: 0),
+        lambda c: result_store.complete(c, [Result(key=key, succeeded=True)], retry_delay_s=lambda r, a: 0),
     )
     assert res == {(jid, 1): "STALE_ATTEMPT"}
     assert (await job_row(engine, jid))["state"] == "SCHEDULED"
@@ -171,7 +174,7 @@ async def test_deadline_passed_undispatched_becomes_expired_and_is_never_claimed
     assert (j["state"], j["version"]) == ("EXPIRED", 2) and j["finished_at"] is not None
     claimed = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="A"
         ),
     )

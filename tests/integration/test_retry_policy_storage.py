@@ -13,10 +13,13 @@ from sqlalchemy import select, text, update
 
 from gnomon.api.convert import job_to_proto
 from gnomon.common.domain import jobs as domain_jobs
+from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.retry import RetryPolicy
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import reaping
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon_test_support import own_shards
@@ -55,16 +58,16 @@ async def new_job(engine, policy=RetryPolicy(), *, queue="q", max_attempts=5, id
     return jid
 
 
-async def run_all(engine, queue="q") -> dict[uuid.UUID, store.AttemptKey]:
+async def run_all(engine, queue="q") -> dict[uuid.UUID, AttemptKey]:
     """Claims every due job of the queue and accepts it: job id -> attempt key."""
     claimed = await run_transaction(
         engine,
-        lambda c: store.claim_due(
+        lambda c: claim_store.claim_due(
             c, region="local", tokens={0: TOKEN}, targets=[("default", queue)], limit=1000, dispatcher_id="A"
         ),
     )
-    keys = {c.job_id: store.AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed}
-    accepted = await run_transaction(engine, lambda c: store.accept(c, list(keys.values()), "w1"))
+    keys = {c.job_id: AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed}
+    accepted = await run_transaction(engine, lambda c: lease_store.accept(c, list(keys.values()), "w1"))
     assert len(accepted) == len(keys)
     return keys
 
@@ -72,10 +75,10 @@ async def run_all(engine, queue="q") -> dict[uuid.UUID, store.AttemptKey]:
 async def fail(engine, keys, failure_class="TRANSIENT", error="RuntimeError: down", retry_after_s=0.0):
     res = await run_transaction(
         engine,
-        lambda c: store.complete(
+        lambda c: result_store.complete(
             c,
             [
-                store.Result(
+                Result(
                     key=k,
                     succeeded=False,
                     failure_class=failure_class,

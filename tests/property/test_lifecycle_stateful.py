@@ -2,7 +2,7 @@
 
 Hypothesis interleaves create / claim / accept (also duplicate and stale deliveries) / heartbeat /
 result / cancel / lease loss + reap / fencing-token hand-over, and after every step checks:
-every observed state change is a legal transition (gnomon.common.states) with a larger version;
+every observed state change is a legal transition (gnomon.common.domain.states) with a larger version;
 a job never has two live (QUEUED or RUNNING) attempts; a SUCCEEDED job has exactly one SUCCEEDED
 attempt and no job has two; no attempt is accepted by two workers.
 """
@@ -18,13 +18,17 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from sqlalchemy import select, update
 
-from gnomon.common import states as S
 from gnomon.common.domain import jobs as domain_jobs
+from gnomon.common.domain.attempts import AttemptKey, Result
+from gnomon.common.domain.states import is_legal
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import cancel as cancel_store
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import claims as claim_store
+from gnomon.common.storage import fencing as fencing_store
 from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import reaping
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon_test_support import open_engine
@@ -40,7 +44,7 @@ def make_machine(db_url: str):
             self.engine = open_engine(db_url, pool_size=2)
             self.shard = 0
             self.token = self.run(self._next_token())
-            self.deliveries: list[store.AttemptKey] = []
+            self.deliveries: list[AttemptKey] = []
             self.seen: dict[uuid.UUID, tuple[str, int]] = {}
 
         def run(self, coro):
@@ -58,7 +62,9 @@ def make_machine(db_url: str):
                     )
                 ).scalar()
             tok = (cur or 0) + 1
-            await run_transaction(self.engine, lambda c: store.record_ownership(c, "local", 0, tok, "prop"))
+            await run_transaction(
+                self.engine, lambda c: fencing_store.record_ownership(c, "local", 0, tok, "prop")
+            )
             return tok
 
         def teardown(self):
@@ -95,7 +101,7 @@ def make_machine(db_url: str):
                 got = self.run(
                     run_transaction(
                         self.engine,
-                        lambda c: store.claim_due(
+                        lambda c: claim_store.claim_due(
                             c,
                             region="local",
                             tokens={0: tok},
@@ -110,7 +116,7 @@ def make_machine(db_url: str):
                 return
             assert not stale or not got, "a stale token claimed jobs"
             # make retried jobs due at once (retry backoff would otherwise hide them)
-            self.deliveries += [store.AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in got]
+            self.deliveries += [AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in got]
 
         @rule()
         def hand_over(self):
@@ -120,22 +126,22 @@ def make_machine(db_url: str):
         def accept(self, data, worker):
             if self.deliveries:
                 k = data.draw(st.sampled_from(self.deliveries))
-                self.run(run_transaction(self.engine, lambda c: store.accept(c, [k], worker)))
+                self.run(run_transaction(self.engine, lambda c: lease_store.accept(c, [k], worker)))
 
         @rule(data=st.data())
         def heartbeat(self, data):
             if self.deliveries:
                 k = data.draw(st.sampled_from(self.deliveries))
-                self.run(run_transaction(self.engine, lambda c: store.heartbeat(c, [k])))
+                self.run(run_transaction(self.engine, lambda c: lease_store.heartbeat(c, [k])))
 
         @rule(data=st.data(), ok=st.booleans(), cls=st.sampled_from(CLASSES))
         def result(self, data, ok, cls):
             if self.deliveries:
                 k = data.draw(st.sampled_from(self.deliveries))
-                r = store.Result(key=k, succeeded=ok, failure_class=cls, error="boom")
+                r = Result(key=k, succeeded=ok, failure_class=cls, error="boom")
                 self.run(
                     run_transaction(
-                        self.engine, lambda c: store.complete(c, [r], retry_delay_s=lambda r, a: 0)
+                        self.engine, lambda c: result_store.complete(c, [r], retry_delay_s=lambda r, a: 0)
                     )
                 )
 
@@ -197,7 +203,7 @@ def make_machine(db_url: str):
                     # a change of state is a legal transition and bumps the version (a cancel request
                     # on a RUNNING job bumps the version without changing the state)
                     assert version > prev_version, (jid, prev_state, state, prev_version, version)
-                    assert S.is_legal(prev_state, state), f"illegal {prev_state} -> {state}"
+                    assert is_legal(prev_state, state), f"illegal {prev_state} -> {state}"
                 self.seen[jid] = (state, version)
             by_job: dict = {}
             for jid, att, st_, worker in ats:

@@ -12,9 +12,9 @@ from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon.api.validation import QUEUE_RE, validate_create
 from gnomon.cli.durations import parse_duration
 from gnomon.common.domain.jobs import shard_of
+from gnomon.common.domain.states import JOB_STATES, TERMINAL, TRANSITIONS
 from gnomon.common.errors import InvalidArgument
 from gnomon.common.retry import backoff_s
-from gnomon.common.states import JOB_STATES, TERMINAL, TRANSITIONS
 
 
 @given(

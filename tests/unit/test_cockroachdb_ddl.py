@@ -20,8 +20,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.schema import CreateColumn
 
+from gnomon.common.storage import claims, planning
 from gnomon.common.storage import dialect as D
-from gnomon.common.storage import dispatch, planning
 from gnomon.common.storage.schema import metadata
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,7 +303,7 @@ async def test_planner_claims_compile_with_skip_locked():
 
 
 def test_dispatcher_claim_compiles_with_skip_locked():
-    sql = _sql(dispatch.CLAIM)
+    sql = _sql(claims.CLAIM)
     assert "FOR UPDATE SKIP LOCKED" in sql
     due = sql[sql.index("due AS (") :]
     assert "jobs.region = %(p_region)s" in due and "ORDER BY jobs.scheduled_at LIMIT %(p_limit)s" in due

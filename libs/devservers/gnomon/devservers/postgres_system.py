@@ -65,17 +65,16 @@ def find_system_pg_bindir() -> str | None:
     return None
 
 
-def temp_root(in_memory: bool) -> str:
+def temp_root(in_memory: bool, override: str = "") -> str:
     """Parent directory (absolute path) for temporary server directories.
 
-    ``GNOMON_EMBEDDED_TMPDIR`` if set; else, for non-durable servers (``in_memory``), ``/dev/shm``
+    ``override`` if not empty (``GNOMON_EMBEDDED_TMPDIR``, passed by the caller); else, for non-durable servers (``in_memory``), ``/dev/shm``
     when it is a writable tmpfs with at least 1 GiB free (a cold PostgreSQL start there is ~0.3 s
     instead of ~1-2 s on this machine's disk; Docker's default 64 MB /dev/shm is skipped); else the
     system temp dir.
     """
-    env = os.environ.get("GNOMON_EMBEDDED_TMPDIR")
-    if env:
-        return env
+    if override:
+        return override
     if in_memory and os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
         try:
             st = os.statvfs("/dev/shm")
@@ -121,10 +120,11 @@ def check_reachable_as(os_user: str, path: str) -> None:
     )
 
 
-def _initdb_cache_path(bindir: str, os_user: str | None, args: list[str]) -> str | None:
-    """Where a pristine initdb result for this binary/user/arguments is cached, or None if disabled
-    (``GNOMON_PG_INITDB_CACHE=0``). initdb is ~0.8 s (several s on a busy box); a copy ~0.1 s."""
-    if os.environ.get("GNOMON_PG_INITDB_CACHE", "1") == "0":
+def _initdb_cache_path(bindir: str, os_user: str | None, args: list[str], enabled: bool) -> str | None:
+    """Where a pristine initdb result for this binary/user/arguments is cached, or None if not
+    ``enabled`` (``GNOMON_PG_INITDB_CACHE=false``). initdb is ~0.8 s (several s on a busy box); a
+    copy ~0.1 s."""
+    if not enabled:
         return None
     try:
         st = os.stat(os.path.join(bindir, "postgres"))
@@ -220,7 +220,7 @@ class SystemBackend(PostgresBase):
             *("-D", self.data_dir, "-U", PG_USER, "--auth=trust", "-E", "UTF8"),
             *("--no-locale", "--no-sync", "--no-instructions"),
         ]
-        cache = _initdb_cache_path(bindir, self._os_user, initdb[3:])
+        cache = _initdb_cache_path(bindir, self._os_user, initdb[3:], self.pg_initdb_cache)
         if cache is None or not _copy_tree(cache, self.data_dir):
             try:
                 run(self._as_os_user(initdb), what="initdb", timeout=120, cwd=self.base_dir)

@@ -18,7 +18,8 @@ from gnomon.api.convert import attempt_to_proto, job_to_proto
 from gnomon.api.jobs import JobEngine
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common import pagination
-from gnomon.common.coordination.etcd import EtcdClient, EtcdError
+from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.coordination.etcd_types import EtcdError
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.coordination.registry import list_dispatchers, shards_prefix
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument

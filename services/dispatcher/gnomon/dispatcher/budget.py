@@ -7,7 +7,7 @@ range per queue, :func:`gnomon.common.storage.queues.budget_counts`), cached her
 ``GNOMON_RETRY_BUDGET_CACHE_S`` so the claim path pays one small query per queue and second; this
 dispatcher's own retries since the last read are added locally.
 
-Enforcement is in the claim (:func:`gnomon.common.storage.dispatch.claim_due`): each claim may take at
+Enforcement is in the claim (:func:`gnomon.common.storage.claims.claim_due`): each claim may take at
 most :meth:`RetryBudget.caps` retries of a queue; the due retries beyond that are pushed back by
 multiples of the budget's spacing (``window / allowed``), so they wait SCHEDULED without using an
 attempt and without blocking the first attempts queued behind them. Approximate across dispatchers:

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon.common import faults, metrics
 from gnomon.common.config import DispatcherSettings
 from gnomon.common.errors import StaleFencingToken, Unavailable
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import regions
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
@@ -126,7 +126,7 @@ class ClaimLoop:
                         waits.append(wait)
                         continue
                 c = caps.get(target)
-                got = await store.claim_due(
+                got = await claim_store.claim_due(
                     conn,
                     region=self.region,
                     tokens=tokens,
@@ -150,7 +150,7 @@ class ClaimLoop:
                 return out, 0.0
             live = [t for t in limits if t not in idle]
             delay = (
-                await store.next_due_in(
+                await claim_store.next_due_in(
                     conn,
                     region=self.region,
                     shards=list(tokens),

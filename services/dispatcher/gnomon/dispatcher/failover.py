@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 
-from gnomon.common.coordination.etcd import EtcdError
+from gnomon.common.coordination.etcd_types import EtcdError
 from gnomon.common.coordination.registry import home_alive, region_key
 from gnomon.dispatcher.region import DispatcherContext, RegionStack
 

@@ -21,9 +21,10 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.common.domain.attempts import Claimed
 from gnomon.common.errors import GnomonError, StaleFencingToken
 from gnomon.common.names import job_name, schedule_name
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import outbox as outbox_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_duration, to_timestamp
 from gnomon.dispatcher.sessions import SessionRegistry
@@ -32,7 +33,7 @@ from gnomon.dispatcher.shards import ShardOwnership
 log = logging.getLogger(__name__)
 
 
-def assignment(c: store.Claimed) -> wpb.Assignment:
+def assignment(c: Claimed) -> wpb.Assignment:
     """The wire form of a claimed attempt."""
     a = wpb.Assignment(
         attempt=wpb.AttemptRef(
@@ -69,7 +70,7 @@ def assignment(c: store.Claimed) -> wpb.Assignment:
 
 
 class Relay:
-    """Delivers :class:`store.Claimed` attempts to sessions and recovers undelivered outbox rows."""
+    """Delivers :class:`Claimed` attempts to sessions and recovers undelivered outbox rows."""
 
     def __init__(
         self,
@@ -86,7 +87,7 @@ class Relay:
         self.delivered = 0
         self._task: asyncio.Task | None = None
 
-    def deliver(self, claimed: list[store.Claimed]) -> int:
+    def deliver(self, claimed: list[Claimed]) -> int:
         """Hands attempts to sessions with credits; returns how many were delivered. The rest stay
         unpublished in the outbox for the recovery scan."""
         per_session = defaultdict(list)
@@ -131,7 +132,7 @@ class Relay:
         try:
             rows = await run_transaction(
                 self.engine,
-                lambda c: store.pending_outbox(
+                lambda c: outbox_store.pending_outbox(
                     c,
                     region=self.region,
                     tokens=tokens,

@@ -31,7 +31,9 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gnomon.common import metrics
-from gnomon.common.coordination.etcd import EtcdClient, EtcdError, LeaseKeeper
+from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.coordination.etcd_types import EtcdError
+from gnomon.common.coordination.lease_keeper import LeaseKeeper
 from gnomon.common.coordination.registry import (
     DispatcherInfo,
     encode_registration,

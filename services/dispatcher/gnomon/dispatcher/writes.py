@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common.storage import checkpoints as checkpoint_store
-from gnomon.common.storage import dispatch as store
+from gnomon.common.storage import leases as lease_store
+from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 
 log = logging.getLogger(__name__)
@@ -96,15 +97,17 @@ class WriteBatcher:
             for op in by_kind.get("accept", []):
                 by_worker[op.worker_id].append(op.item)
             for worker, keys in by_worker.items():
-                accepted.update(await store.accept(conn, keys, worker))
+                accepted.update(await lease_store.accept(conn, keys, worker))
             out["accept"] = accepted
-            out["heartbeat"] = await store.heartbeat(conn, [op.item for op in by_kind.get("heartbeat", [])])
+            out["heartbeat"] = await lease_store.heartbeat(
+                conn, [op.item for op in by_kind.get("heartbeat", [])]
+            )
             # after the heartbeats, before the results: a checkpoint sent before a result is saved first
             out["checkpoint"] = await checkpoint_store.save_checkpoints(
                 conn, [op.item for op in by_kind.get("checkpoint", [])]
             )
-            # retry or DEAD, and the retry delay, follow each job's retry policy (see store.complete)
-            out["result"] = await store.complete(conn, [op.item for op in by_kind.get("result", [])])
+            # retry or DEAD, and the retry delay, follow each job's retry policy (see result_store.complete)
+            out["result"] = await result_store.complete(conn, [op.item for op in by_kind.get("result", [])])
             return out
 
         t0 = time.perf_counter()

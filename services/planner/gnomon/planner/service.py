@@ -26,8 +26,10 @@ from gnomon.common.config import (
     PlannerSettings,
     ServerSettings,
 )
-from gnomon.common.coordination.etcd import EtcdClient, EtcdError, LeaseKeeper
+from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.coordination.etcd_types import EtcdError
 from gnomon.common.coordination.hints import DispatcherHints
+from gnomon.common.coordination.lease_keeper import LeaseKeeper
 from gnomon.common.coordination.registry import planners_prefix
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch

@@ -42,15 +42,6 @@ from gnomon.common.coordination.etcd_types import (
     task_cancelled,
 )
 
-__all__ = [
-    "EtcdClient",
-    "EtcdCompactedError",
-    "EtcdError",
-    "KeyValue",
-    "LeaseKeeper",
-    "prefix_range_end",
-]
-
 log = logging.getLogger(__name__)
 
 
@@ -460,7 +451,3 @@ class EtcdClient:
                 raise closed_error("Watch") from None
         finally:
             call.cancel()
-
-
-# LeaseKeeper lives in its own module; it is re-exported here (it needs EtcdClient, defined above).
-from gnomon.common.coordination.lease_keeper import LeaseKeeper  # noqa: E402

@@ -2,7 +2,7 @@
 
 An attempt row is written by the claim (``QUEUED``), moved by the worker's accept (``RUNNING``)
 and result (``SUCCEEDED``/``FAILED``), by the reaper (``LOST``) or by a cancellation
-(``CANCELLED``); see :mod:`gnomon.common.storage.dispatch`. Attempts carry no namespace column:
+(``CANCELLED``); see :mod:`gnomon.common.storage.results`. Attempts carry no namespace column:
 the history is read through the job row, so a caller only ever sees attempts of jobs in its own
 namespace.
 

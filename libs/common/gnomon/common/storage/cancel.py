@@ -7,7 +7,7 @@ update, the update changes nothing and the request is decided again from a fresh
 that second compare-and-set loses too, a last read decides what to report: a terminal job is
 ``ALREADY_FINISHED`` (cancel) or ``JOB_NOT_RESCHEDULABLE`` (reschedule), anything else is
 :class:`Aborted` (CONCURRENT_MODIFICATION) and nothing is written. So a cancel never produces a
-transition outside :data:`gnomon.common.states.TRANSITIONS`, whatever it races with:
+transition outside :data:`gnomon.common.domain.states.TRANSITIONS`, whatever it races with:
 
 * SCHEDULED -> CANCELLED: a later claim finds no SCHEDULED row.
 * QUEUED -> CANCELLED: the attempt row goes ``CANCELLED`` and its outbox row is marked published,
@@ -15,7 +15,7 @@ transition outside :data:`gnomon.common.states.TRANSITIONS`, whatever it races w
   by the accept's own compare-and-set (job no longer QUEUED at the dispatched version).
 * RUNNING: ``jobs.cancel_requested_at`` and ``attempts.cancel_requested`` are set; the state stays
   RUNNING. Heartbeat acks and the dispatcher's push (``gnomon.dispatcher.cancels``) tell the
-  worker; :func:`gnomon.common.storage.dispatch.complete` then ends the job SUCCEEDED (a success)
+  worker; :func:`gnomon.common.storage.results.complete` then ends the job SUCCEEDED (a success)
   or CANCELLED (any failure, never retried), and the reaper ends it CANCELLED if the lease is lost.
 
 Lock order matches the writers a cancel can race with, so they do not deadlock: job then attempt
@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Integer, Uuid, bindparam, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gnomon.common import states as S
+from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
 from gnomon.common.errors import Aborted, FailedPrecondition, FieldViolation, InvalidArgument
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.jobs import get_job
@@ -61,7 +61,7 @@ CANCEL_UNSTARTED = named(
     """SCHEDULED or QUEUED (``p_state``) at ``p_version`` -> CANCELLED.""",
     update(jobs)
     .where(jobs.c.id == _ID, jobs.c.state == bindparam("p_state"), jobs.c.version == _VERSION)
-    .values(state=S.CANCELLED, version=jobs.c.version + 1, finished_at=func.now())
+    .values(state=JobState.CANCELLED, version=jobs.c.version + 1, finished_at=func.now())
     .returning(*jobs.c),
 )
 CANCEL_QUEUED_ATTEMPT = named(
@@ -69,15 +69,15 @@ CANCEL_QUEUED_ATTEMPT = named(
     "CANCEL_QUEUED_ATTEMPT",
     """The QUEUED attempt of a cancelled job -> CANCELLED (never accepted, never re-delivered).""",
     update(attempts)
-    .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == S.A_QUEUED)
-    .values(state=S.A_CANCELLED, finished_at=func.now()),
+    .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == AttemptState.QUEUED)
+    .values(state=AttemptState.CANCELLED, finished_at=func.now()),
 )
 LOCK_RUNNING_ATTEMPT = named(
     __name__,
     "LOCK_RUNNING_ATTEMPT",
     """Locks the RUNNING attempt before the job row (the order of ``complete()`` and the reaper).""",
     select(attempts.c.attempt)
-    .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == S.A_RUNNING)
+    .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == AttemptState.RUNNING)
     .with_for_update(),
 )
 REQUEST_CANCEL = named(
@@ -86,7 +86,10 @@ REQUEST_CANCEL = named(
     """RUNNING at ``p_version`` and ``p_attempt``: record the cancellation request.""",
     update(jobs)
     .where(
-        jobs.c.id == _ID, jobs.c.state == S.RUNNING, jobs.c.version == _VERSION, jobs.c.attempt == _ATTEMPT
+        jobs.c.id == _ID,
+        jobs.c.state == JobState.RUNNING,
+        jobs.c.version == _VERSION,
+        jobs.c.attempt == _ATTEMPT,
     )
     .values(cancel_requested_at=func.now(), version=jobs.c.version + 1)
     .returning(*jobs.c),
@@ -96,7 +99,7 @@ FLAG_ATTEMPT = named(
     "FLAG_ATTEMPT",
     """Flags the running attempt, so heartbeat acks and the dispatcher push carry ``cancel_requested``.""",
     update(attempts)
-    .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == S.A_RUNNING)
+    .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == AttemptState.RUNNING)
     .values(cancel_requested=True),
 )
 RESCHEDULE = named(
@@ -104,7 +107,7 @@ RESCHEDULE = named(
     "RESCHEDULE",
     """SCHEDULED at ``p_version``: a new ``scheduled_at``.""",
     update(jobs)
-    .where(jobs.c.id == _ID, jobs.c.state == S.SCHEDULED, jobs.c.version == _VERSION)
+    .where(jobs.c.id == _ID, jobs.c.state == JobState.SCHEDULED, jobs.c.version == _VERSION)
     .values(scheduled_at=bindparam("p_at", type_=jobs.c.scheduled_at.type), version=jobs.c.version + 1)
     .returning(*jobs.c),
 )
@@ -163,23 +166,23 @@ async def cancel_job(
         row = await get_job(conn, namespace, job_id)
         _check_version(row, expected_version)
         state = row["state"]
-        if state in S.TERMINAL:
+        if state in TERMINAL:
             return CancelResult(ALREADY_FINISHED, row)
-        if state == S.RUNNING and row["cancel_requested_at"] is not None:
+        if state == JobState.RUNNING and row["cancel_requested_at"] is not None:
             return CancelResult(CANCEL_REQUESTED, row)
         if tries == CAS_TRIES:
             raise _lost_race(row)
         tries += 1
         params = {"p_id": job_id, "p_version": row["version"], "p_attempt": row["attempt"]}
-        if state in (S.SCHEDULED, S.QUEUED):
+        if state in (JobState.SCHEDULED, JobState.QUEUED):
             new = (await conn.execute(CANCEL_UNSTARTED, {**params, "p_state": state})).mappings().first()
             if new is None:
                 continue
-            if state == S.QUEUED:
+            if state == JobState.QUEUED:
                 await conn.execute(CANCEL_QUEUED_ATTEMPT, params)
                 await mark_published(conn, [(job_id, row["attempt"])])
             return CancelResult(CANCELLED, dict(new))
-        if state == S.RUNNING:
+        if state == JobState.RUNNING:
             if (await conn.execute(LOCK_RUNNING_ATTEMPT, params)).first() is None:
                 continue  # the attempt ended meanwhile: decide again from a fresh read
             new = (await conn.execute(REQUEST_CANCEL, params)).mappings().first()
@@ -223,7 +226,7 @@ async def reschedule_job(
     while True:
         row = await get_job(conn, namespace, job_id)
         _check_version(row, expected_version)
-        if row["state"] != S.SCHEDULED:
+        if row["state"] != JobState.SCHEDULED:
             raise FailedPrecondition(
                 f"job is {row['state']}: only a job not yet dispatched (SCHEDULED) can be rescheduled",
                 reason="JOB_NOT_RESCHEDULABLE",
@@ -257,7 +260,7 @@ CANCEL_REQUESTED_ATTEMPTS = named(
     select(attempts.c.job_id, attempts.c.attempt).where(
         attempts.c.job_id == _K.c.job_id,
         attempts.c.attempt == _K.c.attempt,
-        attempts.c.state == S.A_RUNNING,
+        attempts.c.state == AttemptState.RUNNING,
         attempts.c.cancel_requested == true(),
     ),
 )

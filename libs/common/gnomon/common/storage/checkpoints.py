@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from sqlalchemy import BigInteger, Integer, LargeBinary, Uuid, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gnomon.common import states as S
+from gnomon.common.domain.states import AttemptState
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
@@ -55,7 +55,7 @@ SAVE_CHECKPOINTS = named(
         attempts.c.job_id == _C.c.job_id,
         attempts.c.attempt == _C.c.attempt,
         attempts.c.token == _C.c.token,
-        attempts.c.state == S.A_RUNNING,
+        attempts.c.state == AttemptState.RUNNING,
     )
     .values(checkpoint=_C.c.data)
     .returning(jobs.c.id, jobs.c.attempt, attempts.c.token),

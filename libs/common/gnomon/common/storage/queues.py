@@ -18,8 +18,8 @@ from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gnomon.common import states as S
 from gnomon.common.domain.policies import BreakerState
+from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.common.storage.statements import named
 
@@ -102,10 +102,10 @@ async def budget_counts(
 
 # ---- circuit breaker -------------------------------------------------------------------------
 
-_FAILED = attempts.c.state.in_([S.A_FAILED, S.A_LOST]) & (
+_FAILED = attempts.c.state.in_([AttemptState.FAILED, AttemptState.LOST]) & (
     func.coalesce(attempts.c.failure_class, "") != "PERMANENT"
 )
-_COUNTED = (attempts.c.state == S.A_SUCCEEDED) | _FAILED
+_COUNTED = (attempts.c.state == AttemptState.SUCCEEDED) | _FAILED
 _finished = (
     select(_COUNTED.label("counted"), _FAILED.label("failed"))
     .where(
@@ -169,7 +169,7 @@ _probes = (
     .limit(_CAP)
     .subquery()
 )
-_pf = _probes.c.state.in_([S.A_FAILED, S.A_LOST]) & (
+_pf = _probes.c.state.in_([AttemptState.FAILED, AttemptState.LOST]) & (
     func.coalesce(_probes.c.failure_class, "") != "PERMANENT"
 )
 PROBE_STATS = named(
@@ -177,9 +177,11 @@ PROBE_STATS = named(
     "PROBE_STATS",
     """Attempts claimed since ``p_since`` (the HALF_OPEN transition): succeeded, failed, still live.""",
     select(
-        func.coalesce(func.sum(case((_probes.c.state == S.A_SUCCEEDED, 1), else_=0)), 0),
+        func.coalesce(func.sum(case((_probes.c.state == AttemptState.SUCCEEDED, 1), else_=0)), 0),
         func.coalesce(func.sum(case((_pf, 1), else_=0)), 0),
-        func.coalesce(func.sum(case((_probes.c.state.in_([S.A_QUEUED, S.A_RUNNING]), 1), else_=0)), 0),
+        func.coalesce(
+            func.sum(case((_probes.c.state.in_([AttemptState.QUEUED, AttemptState.RUNNING]), 1), else_=0)), 0
+        ),
     ),
 )
 
@@ -326,7 +328,7 @@ _due = (
         jobs.c.region == _REGION,
         jobs.c.namespace == _NS,
         jobs.c.queue == _QUEUE,
-        jobs.c.state == S.SCHEDULED,
+        jobs.c.state == JobState.SCHEDULED,
         jobs.c.scheduled_at <= func.now(),
     )
     .limit(_CAP)
@@ -347,7 +349,7 @@ OLDEST_DUE = named(
         jobs.c.region == _REGION,
         jobs.c.namespace == _NS,
         jobs.c.queue == _QUEUE,
-        jobs.c.state == S.SCHEDULED,
+        jobs.c.state == JobState.SCHEDULED,
         jobs.c.scheduled_at <= func.now(),
     )
     .order_by(jobs.c.scheduled_at)
