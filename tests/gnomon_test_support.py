@@ -189,3 +189,32 @@ async def serving(*services) -> AsyncIterator:
     finally:
         await channel.close()
         await server.stop(0)
+
+
+def new_job_spec(**fields):
+    """A :class:`gnomon.common.domain.jobs.NewJob` for storage-level tests: a fresh id, namespace
+    ``default``, region ``local``, shard 0, queue ``q``, empty payload, due now, 3 attempts, a 30 s lease,
+    its id as idempotency key; ``fields`` override any of them."""
+    from datetime import timedelta
+
+    from gnomon.common.domain.jobs import NewJob
+
+    job_id = fields.pop("id", None) or uuid.uuid4()
+    values = {
+        "id": job_id,
+        "namespace": "default",
+        "region": "local",
+        "shard": 0,
+        "queue": "q",
+        "payload": b"",
+        "schedule_at": None,
+        "delay": None,
+        "deadline": None,
+        "max_attempts": 3,
+        "idempotency_key": str(job_id),
+        "lease": timedelta(seconds=30),
+        "request_id": None,
+        "request_hash": None,
+    }
+    values.update(fields)
+    return NewJob(**values)

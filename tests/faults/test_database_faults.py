@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 import os
 import time
-import uuid
 from datetime import timedelta
 
 import grpc
@@ -105,25 +104,9 @@ def faulty(db_url, engine):
 
 
 def _new_job(queue: str):
-    from gnomon.common.domain import jobs as domain_jobs
+    from gnomon_test_support import new_job_spec
 
-    jid = uuid.uuid4()
-    return domain_jobs.NewJob(
-        id=jid,
-        namespace="default",
-        region="local",
-        shard=0,
-        queue=queue,
-        payload=b"",
-        schedule_at=None,
-        delay=None,
-        deadline=None,
-        max_attempts=3,
-        idempotency_key=str(jid),
-        lease=timedelta(seconds=30),
-        request_id=None,
-        request_hash=None,
-    )
+    return new_job_spec(queue=queue)
 
 
 async def test_run_transaction_retries_injected_40001_and_writes_exactly_once(faulty, monkeypatch):

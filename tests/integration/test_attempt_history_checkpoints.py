@@ -19,7 +19,6 @@ from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
 from gnomon.common.storage import checkpoints as cps
 from gnomon.common.storage import claims as claim_store
@@ -33,7 +32,7 @@ from gnomon.dispatcher.relay import assignment
 from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.writes import WriteBatcher
-from gnomon_test_support import job_service, own_shards, serving
+from gnomon_test_support import job_service, new_job_spec, own_shards, serving
 
 TOKEN = 11
 
@@ -53,23 +52,7 @@ async def api(engine):
 
 async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=5) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = domain_jobs.NewJob(
-        id=jid,
-        namespace=namespace,
-        region="local",
-        shard=0,
-        queue="q",
-        payload=b"",
-        schedule_at=None,
-        delay=None,
-        deadline=None,
-        max_attempts=max_attempts,
-        idempotency_key=str(jid),
-        lease=timedelta(seconds=30),
-        request_id=None,
-        request_hash=None,
-        idempotent=idempotent,
-    )
+    new = new_job_spec(id=jid, namespace=namespace, max_attempts=max_attempts, idempotent=idempotent)
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid
 

@@ -13,7 +13,6 @@ import pytest
 from sqlalchemy import func, select, update
 
 from gnomon.common.config import BreakerSettings, RetryBudgetSettings
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
@@ -24,7 +23,7 @@ from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.dispatcher.breaker import Breakers
 from gnomon.dispatcher.budget import RetryBudget
-from gnomon_test_support import DIALECTS, own_shards
+from gnomon_test_support import DIALECTS, new_job_spec, own_shards
 
 TOKEN = 3
 Q = ("default", "q")
@@ -46,24 +45,7 @@ async def new_jobs(engine, n, queue="q") -> list[uuid.UUID]:
     batch = []
     for _ in range(n):
         jid = uuid.uuid4()
-        batch.append(
-            domain_jobs.NewJob(
-                id=jid,
-                namespace="default",
-                region="local",
-                shard=0,
-                queue=queue,
-                payload=b"",
-                schedule_at=None,
-                delay=None,
-                deadline=None,
-                max_attempts=10,
-                idempotency_key=str(jid),
-                lease=timedelta(seconds=30),
-                request_id=None,
-                request_hash=None,
-            )
-        )
+        batch.append(new_job_spec(id=jid, queue=queue, max_attempts=10))
     await run_transaction(engine, lambda c: jobs_store.insert_jobs(c, batch))
     return [b.id for b in batch]
 

@@ -34,7 +34,15 @@ from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import audit_log, dlq_replays, jobs
-from gnomon_test_support import decode, job_service, open_engine, own_shards, serving, wait_until
+from gnomon_test_support import (
+    decode,
+    job_service,
+    new_job_spec,
+    open_engine,
+    own_shards,
+    serving,
+    wait_until,
+)
 
 TOKEN = 7
 SHARDS = 64
@@ -94,21 +102,14 @@ async def make_dead(
     for i in range(n):
         jid = uuid.uuid4()
         batch.append(
-            domain_jobs.NewJob(
+            new_job_spec(
                 id=jid,
                 namespace=namespace,
-                region="local",
-                shard=0,
                 queue=queue,
                 payload=payload + str(i).encode(),
-                schedule_at=None,
-                delay=None,
-                deadline=None,
                 max_attempts=max_attempts,
                 idempotency_key=f"key-{jid}",
                 lease=timedelta(seconds=45),
-                request_id=None,
-                request_hash=None,
                 idempotent=idempotent,
             )
         )

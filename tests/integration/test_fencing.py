@@ -13,7 +13,6 @@ from sqlalchemy import func, select
 
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.registry import shard_key
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import claims as claim_store
@@ -23,7 +22,7 @@ from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, outbox
-from gnomon_test_support import DIALECTS
+from gnomon_test_support import DIALECTS, new_job_spec
 
 SHARDS = 4
 
@@ -35,22 +34,7 @@ dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)
 
 async def make_job(engine, shard: int) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = domain_jobs.NewJob(
-        id=jid,
-        namespace="default",
-        region="local",
-        shard=shard,
-        queue="q",
-        payload=b"",
-        schedule_at=None,
-        delay=None,
-        deadline=None,
-        max_attempts=3,
-        idempotency_key=str(jid),
-        lease=timedelta(seconds=30),
-        request_id=None,
-        request_hash=None,
-    )
+    new = new_job_spec(id=jid, shard=shard)
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid
 
@@ -121,22 +105,7 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
 async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):
     await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 1, 7, "A"))
     jid = uuid.uuid4()
-    new = domain_jobs.NewJob(
-        id=jid,
-        namespace="default",
-        region="local",
-        shard=1,
-        queue="q",
-        payload=b"",
-        schedule_at=None,
-        delay=timedelta(seconds=30),
-        deadline=None,
-        max_attempts=3,
-        idempotency_key="k",
-        lease=timedelta(seconds=30),
-        request_id=None,
-        request_hash=None,
-    )
+    new = new_job_spec(id=jid, shard=1, delay=timedelta(seconds=30), idempotency_key="k")
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     claimed = await run_transaction(
         engine,

@@ -12,7 +12,6 @@ import psycopg
 import pytest
 from sqlalchemy import select, update
 
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
@@ -21,7 +20,7 @@ from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_test_support import own_shards, running_suite, wait_for
+from gnomon_test_support import new_job_spec, own_shards, running_suite, wait_for
 
 TOKEN = 9
 
@@ -35,22 +34,8 @@ async def engine(engine):
 
 async def new_job(engine, *, idempotent=False, max_attempts=3, deadline=None, schedule_at=None) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = domain_jobs.NewJob(
-        id=jid,
-        namespace="default",
-        region="local",
-        shard=0,
-        queue="q",
-        payload=b"",
-        schedule_at=schedule_at,
-        delay=None,
-        deadline=deadline,
-        max_attempts=max_attempts,
-        idempotency_key=str(jid),
-        lease=timedelta(seconds=30),
-        request_id=None,
-        request_hash=None,
-        idempotent=idempotent,
+    new = new_job_spec(
+        id=jid, schedule_at=schedule_at, deadline=deadline, max_attempts=max_attempts, idempotent=idempotent
     )
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid

@@ -22,7 +22,7 @@ from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_test_support import own_shards
+from gnomon_test_support import new_job_spec, own_shards
 
 TOKEN = 5
 
@@ -36,24 +36,7 @@ async def engine(engine):
 
 async def new_job(engine, policy=RetryPolicy(), *, queue="q", max_attempts=5, idempotent=False) -> uuid.UUID:
     jid = uuid.uuid4()
-    new = domain_jobs.NewJob(
-        id=jid,
-        namespace="default",
-        region="local",
-        shard=0,
-        queue=queue,
-        payload=b"",
-        schedule_at=None,
-        delay=None,
-        deadline=None,
-        max_attempts=max_attempts,
-        idempotency_key=str(jid),
-        lease=timedelta(seconds=30),
-        request_id=None,
-        request_hash=None,
-        idempotent=idempotent,
-        retry=policy,
-    )
+    new = new_job_spec(id=jid, queue=queue, max_attempts=max_attempts, idempotent=idempotent, retry=policy)
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid
 

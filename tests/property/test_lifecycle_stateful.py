@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from sqlalchemy import select, update
 
-from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.states import is_legal
 from gnomon.common.errors import StaleFencingToken
@@ -31,7 +30,7 @@ from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_test_support import open_engine
+from gnomon_test_support import new_job_spec, open_engine
 
 CLASSES = ["TRANSIENT", "THROTTLED", "PERMANENT", "AMBIGUOUS"]
 
@@ -74,21 +73,11 @@ def make_machine(db_url: str):
         @rule(idempotent=st.booleans(), max_attempts=st.integers(1, 3))
         def create(self, idempotent, max_attempts):
             jid = uuid.uuid4()
-            new = domain_jobs.NewJob(
+            new = new_job_spec(
                 id=jid,
-                namespace="default",
-                region="local",
-                shard=0,
                 queue="prop",
-                payload=b"",
                 schedule_at=datetime.now(UTC) - timedelta(seconds=1),
-                delay=None,
-                deadline=None,
                 max_attempts=max_attempts,
-                idempotency_key=str(jid),
-                lease=timedelta(seconds=30),
-                request_id=None,
-                request_hash=None,
                 idempotent=idempotent,
             )
             self.run(run_transaction(self.engine, lambda c: jobs_store.insert_job(c, new)))
