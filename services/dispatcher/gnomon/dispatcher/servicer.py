@@ -65,6 +65,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         )
         self.on_credits = on_credits
         self.draining = False
+        # The event loop holds tasks only weakly: pending ack tasks are kept here until they finish,
+        # or one could be garbage-collected before its acks are sent.
+        self._ack_tasks: set[asyncio.Task[None]] = set()
 
     async def Lease(self, request_iterator, context):
         """One worker session: the first message opens it (worker id, namespace, queues, credits),
@@ -169,7 +172,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             if acks and not s.closed:
                 s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
 
-        asyncio.create_task(wait())
+        task = asyncio.create_task(wait())
+        self._ack_tasks.add(task)
+        task.add_done_callback(self._ack_tasks.discard)
 
     def _accepts(self, s: WorkerSession, refs) -> None:
         futs = []
