@@ -254,7 +254,7 @@ async def cancel_env(engine):
 @pytest.fixture
 def planner_env(engine):
     """(engine, ScheduleServicer on it): region "local", 8 shards, catch-up at 50/s with a burst of 10."""
-    return engine, ScheduleServicer(engine, region="local", shards=8, catchup_rate=50.0, catchup_burst=10)
+    return engine, ScheduleServicer.on(engine, region="local", shards=8, catchup_rate=50.0, catchup_burst=10)
 
 
 @pytest.fixture

@@ -154,7 +154,7 @@ def job_service(engine, shards: int = 64) -> tuple:
 
     return (
         job_service_pb2_grpc.add_JobServiceServicer_to_server,
-        JobServicer(engine, region="local", shards=shards, hints=None),
+        JobServicer.on(engine, region="local", shards=shards),
         "gnomon.v1.JobService",
     )
 

@@ -19,7 +19,7 @@ from google.protobuf import timestamp_pb2
 from sqlalchemy import select, update
 
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
-from gnomon.api.dead_letter_servicer import _fingerprint
+from gnomon.api.validation import request_fingerprint
 from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.storage import claims as claim_store
@@ -214,7 +214,7 @@ async def test_an_interrupted_replay_resumes_with_the_same_request_id_and_keeps_
         dry_run=False,
         reason="x",
         request_id=uuid.UUID(rid),
-        request_hash=_fingerprint(req, "parent", "reason", "request_id"),
+        request_hash=request_fingerprint(req, "parent", "reason", "request_id"),
         actor="test",
     )
     # as if the API died after the first batch of 2

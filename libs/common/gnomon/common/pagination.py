@@ -22,7 +22,7 @@ import hashlib
 import hmac
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -36,6 +36,12 @@ _KEY = b"gnomon.v1.page_token"
 _MAC_BYTES = 16
 #: Longest token accepted (characters); longer input is refused before decoding.
 MAX_TOKEN_CHARS = 2048
+#: Page size (rows) of a List RPC whose request leaves ``page_size`` 0.
+DEFAULT_PAGE_SIZE = 100
+#: Largest ``page_size`` (rows) a List RPC accepts; larger is INVALID_ARGUMENT.
+MAX_PAGE_SIZE = 1000
+#: ListJobAttempts' page (rows): a job has at most 100 attempts, so 0 and anything larger mean 100.
+ATTEMPTS_PAGE_SIZE = 100
 
 T = TypeVar("T")
 
@@ -116,10 +122,15 @@ def decode_into(v: Validator, token: str, method: str, filters: str) -> dict[str
 # ---- typed cursors --------------------------------------------------------------------------------
 
 
+def keyset(at: datetime, row_id: uuid.UUID) -> Cursor:
+    """The cursor ``(at, row_id)``: an aware instant and a row id (the keyset of lists ordered by a
+    time column then id); read back with :func:`keyset_of`."""
+    return {"t": at.isoformat(), "id": str(row_id)}
+
+
 def encode_keyset(method: str, filters: str, at: datetime, row_id: uuid.UUID) -> str:
-    """A token whose cursor is ``(at, row_id)``: an aware instant and a row id (the keyset of lists
-    ordered by a time column then id)."""
-    return encode(method, filters, {"t": at.isoformat(), "id": str(row_id)})
+    """A token whose cursor is ``(at, row_id)`` (:func:`keyset`)."""
+    return encode(method, filters, keyset(at, row_id))
 
 
 def keyset_of(cursor: Mapping[str, str | int], method: str) -> tuple[datetime, uuid.UUID]:
@@ -175,12 +186,31 @@ def int_of(cursor: Mapping[str, str | int], key: str, method: str) -> int:
 # ---- page size and split --------------------------------------------------------------------------
 
 
-def page_size(v: Validator, size: int, *, maximum: int, default: int) -> int:
-    """``size`` if in ``0..maximum`` (0 means ``default``), else a violation on ``page_size`` is
-    recorded in ``v`` and ``default`` returned."""
+def page_size(
+    v: Validator, size: int, *, maximum: int = MAX_PAGE_SIZE, default: int = DEFAULT_PAGE_SIZE
+) -> int:
+    """``size`` (rows) if in ``0..maximum`` (0 means ``default``), else a violation on ``page_size``
+    ("must be between 0 and {maximum}") is recorded in ``v`` and ``default`` returned."""
     if not v.check(0 <= size <= maximum, "page_size", f"must be between 0 and {maximum}"):
         return default
     return size or default
+
+
+def checked_page_size(size: int, *, maximum: int = MAX_PAGE_SIZE, default: int = DEFAULT_PAGE_SIZE) -> int:
+    """Like :func:`page_size`, but raises :class:`InvalidArgument` (one violation on ``page_size``)
+    at once for a size outside ``0..maximum``."""
+    v = Validator()
+    size = page_size(v, size, maximum=maximum, default=default)
+    v.raise_if_any()
+    return size
+
+
+def clamped_page_size(size: int, *, maximum: int) -> int:
+    """``size`` (rows) capped at ``maximum`` (0 means ``maximum``); raises :class:`InvalidArgument`
+    on ``page_size`` ("must not be negative") for a negative size."""
+    if size < 0:
+        raise InvalidArgument([FieldViolation("page_size", "must not be negative")])
+    return min(size or maximum, maximum)
 
 
 def split_page(rows: Sequence[T], size: int) -> tuple[list[T], T | None]:
@@ -188,3 +218,13 @@ def split_page(rows: Sequence[T], size: int) -> tuple[list[T], T | None]:
     the cursor of the next page is made from that last row (None: this is the last page)."""
     page = list(rows[:size])
     return page, (page[-1] if len(rows) > size and page else None)
+
+
+def next_page(
+    rows: Sequence[T], size: int, method: str, filters: str, cursor_of: Callable[[T], Cursor]
+) -> tuple[list[T], str]:
+    """``rows`` read with ``limit = size + 1`` -> ``(the page, the next page's token)``: the token of
+    ``method`` and ``filters`` whose cursor is ``cursor_of(last row of the page)``, or ``""`` when
+    this is the last page."""
+    page, last = split_page(rows, size)
+    return page, (encode(method, filters, cursor_of(last)) if last is not None else "")

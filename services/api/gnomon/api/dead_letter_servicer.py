@@ -14,7 +14,6 @@ Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` 1-16 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import uuid
@@ -25,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
 from gnomon.api.convert import job_to_proto
+from gnomon.api.validation import request_fingerprint
 from gnomon.common import pagination
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, audit_entry_name, job_name, parse_parent
@@ -33,8 +33,6 @@ from gnomon.common.storage import dead_letters as dlq
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_timestamp
 
-MAX_PAGE = 1000
-DEFAULT_PAGE = 100
 MAX_RATE = 1000.0
 MAX_JOBS = 100_000
 MAX_REASON = 1000
@@ -84,10 +82,6 @@ def validate_filter(v: Validator, namespace: str, req) -> dlq.DeadLetterFilter:
     )
 
 
-def _page_size(v: Validator, size: int) -> int:
-    return pagination.page_size(v, size, maximum=MAX_PAGE, default=DEFAULT_PAGE)
-
-
 def _keyset(v: Validator, token: str, method: str, filt: str) -> tuple[datetime, uuid.UUID] | None:
     cursor = pagination.decode_into(v, token, method, filt)
     if cursor is None:
@@ -97,15 +91,6 @@ def _keyset(v: Validator, token: str, method: str, filt: str) -> tuple[datetime,
     except InvalidArgument as e:
         v.violations += e.violations
         return None
-
-
-def _fingerprint(req, *clear: str) -> str:
-    """sha256 of the deterministic serialization of ``req`` with the fields ``clear`` cleared."""
-    copy = type(req)()
-    copy.CopyFrom(req)
-    for name in clear:
-        copy.ClearField(name)
-    return hashlib.sha256(copy.SerializeToString(deterministic=True)).hexdigest()
 
 
 def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -> dlq.ReplayRequest:
@@ -139,7 +124,7 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
         dry_run=req.dry_run,
         reason=req.reason,
         request_id=request_id,
-        request_hash=_fingerprint(req, "parent", "reason", "request_id"),
+        request_hash=request_fingerprint(req, "parent", "reason", "request_id"),
         actor=who.actor,
         audit_extra={"peer": who.peer, "actor_header": who.actor_header or None},
     )
@@ -204,8 +189,16 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         ns = parse_parent(request.parent)
         v = Validator()
         f = validate_filter(v, ns, request)
-        size = _page_size(v, request.page_size)
-        filt = _fingerprint(request, "page_size", "page_token")[:16]
+        size = pagination.page_size(v, request.page_size)
+        filt = pagination.fingerprint(
+            f.namespace,
+            f.queue,
+            f.failure_class,
+            f.error_contains,
+            f.start_time,
+            f.end_time,
+            request.include_replayed,
+        )
         after = _keyset(v, request.page_token, "ListDeadLetters", filt)
         v.raise_if_any()
 
@@ -216,9 +209,8 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
             return rows, await dlq.recent_attempts(conn, [r["id"] for r in rows[:size]])
 
         rows, atts = await run_transaction(self.engine, read)
-        page, last = pagination.split_page(rows, size)
-        token = (
-            pagination.encode_keyset("ListDeadLetters", filt, last["finished_at"], last["id"]) if last else ""
+        page, token = pagination.next_page(
+            rows, size, "ListDeadLetters", filt, lambda r: pagination.keyset(r["finished_at"], r["id"])
         )
         return pb.ListDeadLettersResponse(
             dead_letters=[dead_letter_to_proto(r, atts.get(r["id"], [])) for r in page], next_page_token=token
@@ -246,16 +238,15 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         INVALID_ARGUMENT for a bad parent, page size or token."""
         ns = parse_parent(request.parent)
         v = Validator()
-        size = _page_size(v, request.page_size)
+        size = pagination.page_size(v, request.page_size)
         filt = pagination.fingerprint(ns)
         after = _keyset(v, request.page_token, "ListAuditEntries", filt)
         v.raise_if_any()
         rows = await run_transaction(
             self.engine, lambda c: dlq.list_audit_entries(c, ns, limit=size + 1, after=after)
         )
-        page, last = pagination.split_page(rows, size)
-        token = (
-            pagination.encode_keyset("ListAuditEntries", filt, last["created_at"], last["id"]) if last else ""
+        page, token = pagination.next_page(
+            rows, size, "ListAuditEntries", filt, lambda r: pagination.keyset(r["created_at"], r["id"])
         )
         return pb.ListAuditEntriesResponse(
             audit_entries=[audit_to_proto(r) for r in page], next_page_token=token

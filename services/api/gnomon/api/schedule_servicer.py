@@ -22,6 +22,7 @@ from gnomon.api.schedule_validation import (
     violation,
 )
 from gnomon.common import pagination
+from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, parse_parent, parse_schedule_name, schedule_name
 from gnomon.common.scheduling.engine import ScheduleEngine
@@ -29,7 +30,6 @@ from gnomon.common.storage.schedules import ScheduleValues
 from gnomon.common.time import tzdata_version
 from gnomon.common.timeconv import to_timestamp
 
-MAX_PAGE, DEFAULT_PAGE = 1000, 100
 MAX_PREVIEW, DEFAULT_PREVIEW = 1000, 10
 #: UpdateSchedule mask paths -> the Schedule fields they copy.
 MASK_PATHS = {
@@ -53,23 +53,29 @@ MASK_PATHS = {
 
 class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
     """``gnomon.v1.ScheduleService`` (proto/gnomon/v1/schedule_service.proto has each method's
-    contract). ``shards``: the region's shard count; ``catchup_rate`` (jobs/s) and ``catchup_burst``:
-    the catch-up budget triggers share with the planner; ``planner_hints``/``dispatcher_hints`` may be
-    None (no hints)."""
+    contract). ``schedules``: the engine every handler calls (built by
+    :func:`gnomon.api.service.build`, or by :meth:`on`); ``region``: the API's region."""
 
-    def __init__(
-        self,
+    def __init__(self, schedules: ScheduleEngine, *, region: str):
+        self.region, self.schedules = region, schedules
+        self.tzdata = tzdata_version()
+
+    @classmethod
+    def on(
+        cls,
         engine: AsyncEngine,
         *,
         region: str,
         shards: int,
-        planner_hints=None,
-        dispatcher_hints=None,
+        planner_hints: PlannerHints | None = None,
+        dispatcher_hints: DispatcherHints | None = None,
         catchup_rate: float = 20.0,
         catchup_burst: int = 20,
-    ):
-        self.region = region
-        self.schedules = ScheduleEngine(
+    ) -> ScheduleServicer:
+        """A servicer over a new :class:`ScheduleEngine` on ``engine``. ``shards``: the region's shard
+        count; ``catchup_rate`` (jobs/s) and ``catchup_burst``: the catch-up budget triggers share
+        with the planner; ``planner_hints``/``dispatcher_hints`` may be None (no hints)."""
+        schedules = ScheduleEngine(
             engine,
             shards=shards,
             catchup_rate=catchup_rate,
@@ -77,7 +83,7 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             wake_planner=planner_hints.wake if planner_hints is not None else None,
             wake_dispatchers=dispatcher_hints.wake if dispatcher_hints is not None else None,
         )
-        self.tzdata = tzdata_version()
+        return cls(schedules, region=region)
 
     def _proto(self, row: dict) -> schedule_pb2.Schedule:
         return schedule_to_proto(row, tzdata=self.tzdata)
@@ -98,8 +104,7 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         """Schedules of ``parent`` in id order, optionally only paused/active ones or one ``queue``;
         ``page_size`` 0-1000 (0 = 100). INVALID_ARGUMENT for a bad field or page token."""
         ns = parse_parent(request.parent)
-        if not (0 <= request.page_size <= MAX_PAGE):
-            raise violation("page_size", f"must be between 0 and {MAX_PAGE}")
+        size = pagination.checked_page_size(request.page_size)
         if request.paused not in pb.PausedFilter.values():
             raise violation("paused", "unknown value")
         if request.queue and not QUEUE_RE.fullmatch(request.queue):
@@ -115,12 +120,12 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             if request.page_token
             else None
         )
-        size = request.page_size or DEFAULT_PAGE
         rows = await self.schedules.list_schedules(
             ns, paused=paused, queue=request.queue or None, after=after, limit=size + 1
         )
-        page, last = pagination.split_page(rows, size)
-        token = pagination.encode("ListSchedules", filt, {"a": last["schedule_id"]}) if last else ""
+        page, token = pagination.next_page(
+            rows, size, "ListSchedules", filt, lambda r: {"a": r["schedule_id"]}
+        )
         return pb.ListSchedulesResponse(schedules=[self._proto(r) for r in page], next_page_token=token)
 
     async def UpdateSchedule(self, request, context):
@@ -198,7 +203,8 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         assert start is not None and end is not None  # both checked above
         if end <= start:
             raise InvalidArgument(
-                [FieldViolation("end_time", "must be after start_time")], reason="INVALID_TIME_RANGE"
+                [FieldViolation("end_time", "must be after start_time")],
+                reason="INVALID_TIME_RANGE",
             )
         out = await self.schedules.backfill(ns, sid, start=start, end=end, policy=policy or None)
         name = schedule_name(ns, sid)
@@ -243,8 +249,7 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         ``decision``; ``page_size`` 0-1000 (0 = 100). INVALID_ARGUMENT for bad fields or token,
         NOT_FOUND for an unknown schedule."""
         ns, sid = parse_schedule_name(request.parent, field="parent")
-        if not (0 <= request.page_size <= MAX_PAGE):
-            raise violation("page_size", f"must be between 0 and {MAX_PAGE}")
+        size = pagination.checked_page_size(request.page_size)
         decision = None
         if request.decision:
             if request.decision not in schedule_pb2.OccurrenceDecision.values():
@@ -259,12 +264,12 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             if request.page_token
             else None
         )
-        size = request.page_size or DEFAULT_PAGE
         rows = await self.schedules.list_occurrences(
             ns, sid, decision=decision, before=before, limit=size + 1
         )
-        page, last = pagination.split_page(rows, size)
-        token = pagination.encode(method, filt, {"b": last["nominal_time"].isoformat()}) if last else ""
+        page, token = pagination.next_page(
+            rows, size, method, filt, lambda r: {"b": r["nominal_time"].isoformat()}
+        )
         name = schedule_name(ns, sid)
         return pb.ListScheduleOccurrencesResponse(
             occurrences=[occurrence_to_proto(r, name) for r in page], next_page_token=token

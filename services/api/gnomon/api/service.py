@@ -24,7 +24,9 @@ from gnomon._proto.gnomon.v1 import (
     schedule_service_pb2,
     schedule_service_pb2_grpc,
 )
+from gnomon.api.cluster import ClusterEngine
 from gnomon.api.dead_letter_servicer import DeadLetterServicer
+from gnomon.api.jobs import JobEngine
 from gnomon.api.queue_servicer import QueueServicer
 from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
@@ -43,6 +45,7 @@ from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer
+from gnomon.common.scheduling.engine import ScheduleEngine
 from gnomon.common.storage.engine import make_engine
 
 log = logging.getLogger("gnomon.api")
@@ -102,11 +105,9 @@ def build(
         (
             job_service_pb2_grpc.add_JobServiceServicer_to_server,
             JobServicer(
-                engine,
+                JobEngine(engine, wake_dispatchers=hints.wake, prefetch_s=dispatcher.prefetch_s),
                 region=cluster.region,
                 shards=cluster.shards,
-                hints=hints,
-                prefetch_s=dispatcher.prefetch_s,
             ),
             job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
         ),
@@ -123,19 +124,24 @@ def build(
         (
             schedule_service_pb2_grpc.add_ScheduleServiceServicer_to_server,
             ScheduleServicer(
-                engine,
+                ScheduleEngine(
+                    engine,
+                    shards=cluster.shards,
+                    catchup_rate=planner.catchup_rate,
+                    catchup_burst=planner.catchup_burst,
+                    wake_planner=planner_hints.wake,
+                    wake_dispatchers=hints.wake,
+                ),
                 region=cluster.region,
-                shards=cluster.shards,
-                planner_hints=planner_hints,
-                dispatcher_hints=hints,
-                catchup_rate=planner.catchup_rate,
-                catchup_burst=planner.catchup_burst,
             ),
             schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
         ),
         (
             cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server,
-            ClusterServicer(etcd, etcd_s.prefix, cluster.region, engine=engine, shards=cluster.shards),
+            ClusterServicer(
+                ClusterEngine(etcd, etcd_s.prefix, engine=engine, shards=cluster.shards),
+                region=cluster.region,
+            ),
             cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
         ),
     ]

@@ -1,5 +1,5 @@
 """Thin gRPC adapters of the API's JobService and ClusterService: validate, convert, call the engine
-(:mod:`gnomon.api.jobs`) or the registry. No business rules here."""
+(:mod:`gnomon.api.jobs`, :mod:`gnomon.api.cluster`). No business rules here."""
 
 from __future__ import annotations
 
@@ -14,44 +14,41 @@ from gnomon._proto.gnomon.v1 import (
     job_service_pb2,
     job_service_pb2_grpc,
 )
+from gnomon.api.cluster import ClusterEngine
 from gnomon.api.convert import attempt_to_proto, job_to_proto
 from gnomon.api.jobs import JobEngine
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common import pagination
-from gnomon.common.coordination.etcd import EtcdClient
-from gnomon.common.coordination.etcd_types import EtcdError
 from gnomon.common.coordination.hints import DispatcherHints
-from gnomon.common.coordination.registry import list_dispatchers, shards_prefix
-from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.errors import FieldViolation, InvalidArgument
 from gnomon.common.names import parse_job_name, parse_parent
-from gnomon.common.storage import shards as shards_store
-from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_timestamp
-
-MAX_PAGE = 1000
-#: ListJobAttempts page cap: a job has at most 100 attempts (max_attempts <= 100).
-MAX_ATTEMPTS_PAGE = 100
-DEFAULT_PAGE = 100
 
 
 class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     """``gnomon.v1.JobService``: validates and converts, then calls the job engine
     (:class:`gnomon.api.jobs.JobEngine`). ``shards``: the region's shard count (a new job's shard is
-    a hash of its id); ``hints`` (None: none) wakes dispatchers for jobs due within ``prefetch_s``
-    seconds."""
+    a hash of its id). ``jobs``: the engine every handler calls (built by
+    :func:`gnomon.api.service.build`, or by :meth:`on`)."""
 
-    def __init__(
-        self,
+    def __init__(self, jobs: JobEngine, *, region: str, shards: int):
+        self.region, self.shards, self.jobs = region, shards, jobs
+
+    @classmethod
+    def on(
+        cls,
         engine: AsyncEngine,
         *,
         region: str,
         shards: int,
-        hints: DispatcherHints | None,
+        hints: DispatcherHints | None = None,
         prefetch_s: float = 5.0,
-    ):
-        self.region, self.shards = region, shards
-        self.jobs = JobEngine(
-            engine, wake_dispatchers=hints.wake if hints is not None else None, prefetch_s=prefetch_s
+    ) -> JobServicer:
+        """A servicer over a new :class:`JobEngine` on ``engine``; ``hints`` (None: none) wakes
+        dispatchers for jobs due within ``prefetch_s`` seconds."""
+        wake = hints.wake if hints is not None else None
+        return cls(
+            JobEngine(engine, wake_dispatchers=wake, prefetch_s=prefetch_s), region=region, shards=shards
         )
 
     async def CreateJob(self, request, context):
@@ -77,8 +74,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         0-1000 (0 = 100). INVALID_ARGUMENT for a bad parent, page size, state or page token (a token
         of another request's filters included)."""
         ns = parse_parent(request.parent)
-        if request.page_size < 0 or request.page_size > MAX_PAGE:
-            raise InvalidArgument([FieldViolation("page_size", f"must be between 0 and {MAX_PAGE}")])
+        size = pagination.checked_page_size(request.page_size)
         state = None
         if request.state != job_pb2.JOB_STATE_UNSPECIFIED:
             name = (
@@ -89,12 +85,12 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             state = name.removeprefix("JOB_STATE_")
         filt = pagination.fingerprint(ns, state, request.queue)
         after = pagination.decode_keyset(request.page_token, "ListJobs", filt) if request.page_token else None
-        size = request.page_size or DEFAULT_PAGE
         rows = await self.jobs.list_jobs(
             ns, state=state, queue=request.queue or None, after=after, limit=size + 1
         )
-        page, last = pagination.split_page(rows, size)
-        token = pagination.encode_keyset("ListJobs", filt, last["created_at"], last["id"]) if last else ""
+        page, token = pagination.next_page(
+            rows, size, "ListJobs", filt, lambda r: pagination.keyset(r["created_at"], r["id"])
+        )
         return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in page], next_page_token=token)
 
     async def CancelJob(self, request, context):
@@ -119,9 +115,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         INVALID_ARGUMENT for a bad name, a negative page size or a token of another job; NOT_FOUND for
         an unknown job."""
         ns, job_id = parse_job_name(request.parent, field="parent")
-        if request.page_size < 0:
-            raise InvalidArgument([FieldViolation("page_size", "must not be negative")])
-        size = min(request.page_size or MAX_ATTEMPTS_PAGE, MAX_ATTEMPTS_PAGE)
+        size = pagination.clamped_page_size(request.page_size, maximum=pagination.ATTEMPTS_PAGE_SIZE)
         filt = pagination.fingerprint(ns, job_id)
         after = (
             pagination.int_of(
@@ -131,33 +125,24 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             else 0
         )
         rows = await self.jobs.attempts(ns, job_id, after=after, limit=size + 1)
-        page, last = pagination.split_page(rows, size)
-        token = pagination.encode("ListJobAttempts", filt, {"a": last["attempt"]}) if last else ""
+        page, token = pagination.next_page(rows, size, "ListJobAttempts", filt, lambda r: {"a": r["attempt"]})
         return job_service_pb2.ListJobAttemptsResponse(
             attempts=[attempt_to_proto(r) for r in page], next_page_token=token
         )
 
 
 class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
-    """``gnomon.v1.ClusterService``: dispatcher discovery and shard ownership from the etcd registry,
-    joined with the fencing tokens recorded in the database.
+    """``gnomon.v1.ClusterService``: validates the region, calls the cluster engine
+    (:class:`gnomon.api.cluster.ClusterEngine`: the etcd registry joined with the fencing tokens
+    recorded in the database) and converts. ``region`` is the default region of the requests."""
 
-    ``prefix`` is the etcd key prefix, ``region`` the default region of the requests, ``shards``
-    the region's shard count.
-    """
-
-    def __init__(self, etcd: EtcdClient, prefix: str, region: str, *, engine: AsyncEngine, shards: int):
-        self.etcd, self.prefix, self.region = etcd, prefix, region
-        self.engine, self.shards = engine, shards
+    def __init__(self, cluster: ClusterEngine, *, region: str):
+        self.cluster, self.region = cluster, region
 
     async def ListDispatchers(self, request, context):
         """The dispatchers registered in ``region`` (default: this API's), with their addresses.
         UNAVAILABLE (COORDINATION_UNAVAILABLE) when etcd cannot be read."""
-        region = request.region or self.region
-        try:
-            ds = await list_dispatchers(self.etcd, self.prefix, region)
-        except EtcdError as e:
-            raise GnomonError("etcd unavailable", reason="COORDINATION_UNAVAILABLE") from e
+        ds = await self.cluster.dispatchers(request.region or self.region)
         return cluster_service_pb2.ListDispatchersResponse(
             dispatchers=[
                 cluster_service_pb2.Dispatcher(
@@ -174,29 +159,18 @@ class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):
         region = request.region or self.region
         if not _REGION.fullmatch(region):
             raise InvalidArgument([FieldViolation("region", "must match [a-z][a-z0-9-]{0,31}")])
-        try:
-            keys = {}
-            for kv in await self.etcd.get_prefix(shards_prefix(self.prefix, region)):
-                try:
-                    keys[int(kv.key.rsplit(b"/", 1)[1])] = kv
-                except ValueError:
-                    continue
-        except EtcdError as e:
-            raise GnomonError("etcd unavailable", reason="COORDINATION_UNAVAILABLE") from e
-        recorded = await run_transaction(self.engine, lambda c: shards_store.list_shard_owners(c, region))
         out = []
-        for s in sorted(set(range(self.shards)) | set(keys) | set(recorded)):
-            key, rec = keys.get(s), recorded.get(s)
+        for view in await self.cluster.shard_views(region):
             shard = cluster_service_pb2.Shard(
-                region=region,
-                shard=s,
-                owner=key.value.decode(errors="replace") if key else "",
-                fencing_token=key.create_revision if key else 0,
-                recorded_token=rec["token"] if rec else 0,
-                owned=key is not None,
+                region=view.region,
+                shard=view.shard,
+                owner=view.owner,
+                fencing_token=view.fencing_token,
+                recorded_token=view.recorded_token,
+                owned=view.owned,
             )
-            if rec:
-                shard.acquire_time.CopyFrom(to_timestamp(rec["acquired_at"]))
+            if view.acquired_at is not None:
+                shard.acquire_time.CopyFrom(to_timestamp(view.acquired_at))
             out.append(shard)
         return cluster_service_pb2.ListShardsResponse(shards=out)
 

@@ -16,6 +16,8 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from google.protobuf.message import Message
+
 from gnomon._proto.gnomon.v1 import job_service_pb2
 from gnomon.common.domain.jobs import NewJob, shard_of
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
@@ -71,8 +73,16 @@ def _schedule(v: Validator, req) -> tuple[datetime | None, timedelta | None]:
     return schedule_at, delay
 
 
-def request_fingerprint(req: job_service_pb2.CreateJobRequest) -> str:
-    """sha256 (hex) of the deterministic serialization of the request: same request, same hash."""
+def request_fingerprint(req: Message, *clear: str) -> str:
+    """sha256 (64 hex digits) of the deterministic serialization of the request message ``req`` with
+    the fields named in ``clear`` cleared (``req`` itself is not changed): same request, same hash.
+    The ``request_hash`` stored with a request id (AIP-155) to tell a retry from another request."""
+    if clear:
+        copy = type(req)()
+        copy.CopyFrom(req)
+        for name in clear:
+            copy.ClearField(name)
+        req = copy
     return hashlib.sha256(req.SerializeToString(deterministic=True)).hexdigest()
 
 
