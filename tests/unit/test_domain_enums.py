@@ -8,9 +8,16 @@ import enum
 import pytest
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
-from gnomon._proto.gnomon.v1 import job_pb2, schedule_pb2, worker_service_pb2
+from gnomon._proto.gnomon.v1 import (
+    job_pb2,
+    job_service_pb2,
+    queue_service_pb2,
+    schedule_pb2,
+    worker_service_pb2,
+)
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import (
+    BreakerState,
     DstFold,
     DstGap,
     MisfirePolicy,
@@ -19,7 +26,7 @@ from gnomon.common.domain.policies import (
     OverlapPolicy,
 )
 from gnomon.common.domain.reasons import ErrorReason
-from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
+from gnomon.common.domain.states import TERMINAL, TRANSITIONS, AttemptState, CancelOutcome, JobState
 from gnomon.common.errors import REASONS
 
 
@@ -39,6 +46,8 @@ def _names(wire: EnumTypeWrapper, prefix: str) -> list[str]:
         (DstFold, schedule_pb2.DstFoldPolicy, "DST_FOLD_POLICY_"),
         (OccurrenceDecision, schedule_pb2.OccurrenceDecision, "OCCURRENCE_DECISION_"),
         (OccurrenceSource, schedule_pb2.OccurrenceSource, "OCCURRENCE_SOURCE_"),
+        (BreakerState, queue_service_pb2.BreakerState, "BREAKER_STATE_"),
+        (CancelOutcome, job_service_pb2.CancelOutcome, "CANCEL_OUTCOME_"),
     ],
 )
 def test_domain_enum_matches_the_contract(
@@ -53,9 +62,10 @@ def test_error_reasons_are_the_catalogue() -> None:
     assert all(r.value == r.name for r in ErrorReason)
 
 
-def test_reserved_states_are_terminal_and_documented() -> None:
+def test_reserved_states_are_terminal_unreachable_and_documented() -> None:
     for reserved in (JobState.FAILED, JobState.SKIPPED):
         assert reserved in TERMINAL
+        assert all(reserved not in dsts for dsts in TRANSITIONS.values())
         assert "never written" in (JobState.__doc__ or "")
 
 

@@ -8,6 +8,7 @@ from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2
 from gnomon.common.domain.jobs import policy_of
 from gnomon.common.names import attempt_name, job_name, occurrence_name, schedule_name
 from gnomon.common.retry import RetryPolicy
+from gnomon.common.time import RuleKind
 from gnomon.common.timeconv import to_duration, to_timestamp
 
 
@@ -119,9 +120,9 @@ def schedule_to_proto(row: dict, *, tzdata: str = "") -> schedule_pb2.Schedule:
         request_id=str(row["request_id"]) if row["request_id"] else "",
         tzdata_version=tzdata,
     )
-    if row["rule_kind"] == "CRON":
+    if row["rule_kind"] == RuleKind.CRON:
         s.cron = row["expression"]
-    elif row["rule_kind"] == "RRULE":
+    elif row["rule_kind"] == RuleKind.RRULE:
         s.rrule = row["expression"]
     else:
         s.interval.CopyFrom(to_duration(timedelta(milliseconds=row["interval_ms"])))

@@ -84,9 +84,11 @@ class JobEngine:
             lambda c: jobs_store.list_jobs(c, namespace, state=state, queue=queue, limit=limit, after=after),
         )
 
-    async def cancel(self, namespace: str, job_id: uuid.UUID, *, expected_version: int | None) -> Any:
+    async def cancel(
+        self, namespace: str, job_id: uuid.UUID, *, expected_version: int | None
+    ) -> cancel_store.CancelResult:
         """Cancels the job (see :func:`gnomon.common.storage.cancel.cancel_job`): the result has the
-        ``job`` row and the ``outcome`` (CANCELLED, CANCEL_REQUESTED, ALREADY_FINISHED...)."""
+        ``job`` row and the ``outcome`` (a :class:`~gnomon.common.domain.states.CancelOutcome`)."""
         return await run_transaction(
             self.engine,
             lambda c: cancel_store.cancel_job(c, namespace, job_id, expected_version=expected_version),

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
 from gnomon.api.validation import _duration, _timestamp, job_fields
+from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.names import parse_parent
 from gnomon.common.storage import schedules as store
@@ -29,15 +30,15 @@ MIN_RULE_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_RULE_INSTANT = datetime(9000, 1, 1, tzinfo=UTC)
 
 _GAP = {
-    schedule_pb2.DST_GAP_POLICY_UNSPECIFIED: "SHIFT_FORWARD",
-    schedule_pb2.DST_GAP_POLICY_SHIFT_FORWARD: "SHIFT_FORWARD",
-    schedule_pb2.DST_GAP_POLICY_SKIP: "SKIP",
+    schedule_pb2.DST_GAP_POLICY_UNSPECIFIED: DstGap.SHIFT_FORWARD,
+    schedule_pb2.DST_GAP_POLICY_SHIFT_FORWARD: DstGap.SHIFT_FORWARD,
+    schedule_pb2.DST_GAP_POLICY_SKIP: DstGap.SKIP,
 }
 _FOLD = {
-    schedule_pb2.DST_FOLD_POLICY_UNSPECIFIED: "FIRST",
-    schedule_pb2.DST_FOLD_POLICY_FIRST: "FIRST",
-    schedule_pb2.DST_FOLD_POLICY_SECOND: "SECOND",
-    schedule_pb2.DST_FOLD_POLICY_BOTH: "BOTH",
+    schedule_pb2.DST_FOLD_POLICY_UNSPECIFIED: DstFold.FIRST,
+    schedule_pb2.DST_FOLD_POLICY_FIRST: DstFold.FIRST,
+    schedule_pb2.DST_FOLD_POLICY_SECOND: DstFold.SECOND,
+    schedule_pb2.DST_FOLD_POLICY_BOTH: DstFold.BOTH,
 }
 _MISFIRE = {
     0: store.DEFAULT_MISFIRE,
@@ -251,7 +252,8 @@ def preview_spec(msg) -> RuleSpec:
     assert gap is not None and fold is not None  # None only with violations, raised above
     if start is not None and end is not None and end <= start:
         raise InvalidArgument(
-            [FieldViolation("rule.end_time", "must be after start_time")], reason="INVALID_TIME_RANGE"
+            [FieldViolation("rule.end_time", "must be after start_time")],
+            reason=ErrorReason.INVALID_TIME_RANGE,
         )
     spec = RuleSpec(
         kind=RuleKind(kind),

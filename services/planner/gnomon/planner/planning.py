@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common.config import PlannerSettings
+from gnomon.common.domain.policies import OverlapPolicy
 from gnomon.common.errors import Unavailable
 from gnomon.common.scheduling import expansion
 from gnomon.common.scheduling.misfire import Carry, MisfireRules, classify
@@ -121,7 +122,11 @@ class Planner:
 
     def _plan_schedule(self, b: StepBuilder, sched: dict, now: datetime, active: list[dict]) -> None:
         s = self.settings
-        ahead = timedelta(seconds=s.lookahead_s) if sched["overlap_policy"] == "ALLOW" else timedelta(0)
+        ahead = (
+            timedelta(seconds=s.lookahead_s)
+            if sched["overlap_policy"] == OverlapPolicy.ALLOW
+            else timedelta(0)
+        )
         bound = now + ahead
         try:
             rec = self.rules.get(sched)

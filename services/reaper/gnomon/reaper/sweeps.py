@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common import metrics
 from gnomon.common.config import ReaperSettings
+from gnomon.common.domain.states import JobState
 from gnomon.common.errors import Unavailable
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import run_transaction
@@ -64,9 +65,9 @@ class Sweeper:
             log.info("attempt %d of job %s lost its lease -> %s", r.attempt, r.job_id, r.new_state)
             metrics.LEASES_LOST.add(1, {"outcome": r.new_state})
         self.counters.lost_leases += len(reaped)
-        self.counters.retried += sum(r.new_state == "SCHEDULED" for r in reaped)
-        self.counters.dead += sum(r.new_state == "DEAD" for r in reaped)
-        self.counters.cancelled += sum(r.new_state == "CANCELLED" for r in reaped)
+        self.counters.retried += sum(r.new_state == JobState.SCHEDULED for r in reaped)
+        self.counters.dead += sum(r.new_state == JobState.DEAD for r in reaped)
+        self.counters.cancelled += sum(r.new_state == JobState.CANCELLED for r in reaped)
         expired = await run_transaction(
             self.engine, lambda c: reaping.expire_deadlines(c, region=region, limit=s.batch)
         )

@@ -1,6 +1,7 @@
 """The domain model of Gnomon (docs/concepts.md, "Vocabulary" and "The life of a job"): pure types and rules, no I/O.
 
-* :mod:`.states`: :class:`~.states.JobState`, :class:`~.states.AttemptState`, the legal transitions;
+* :mod:`.states`: :class:`~.states.JobState`, :class:`~.states.AttemptState`, the legal transitions,
+  :class:`~.states.CancelOutcome`;
 * :mod:`.failures`: :class:`~.failures.FailureClass`, :class:`~.failures.RetryReason`;
 * :mod:`.transitions`: the one after-failure transition, :func:`~.transitions.after_failure`;
 * :mod:`.attempts`: attempt identity (:class:`~.attempts.AttemptId`, :class:`~.attempts.AttemptKey`),

@@ -14,12 +14,14 @@ class JobState(enum.StrEnum):
     """The lifecycle state of a job (``jobs.state``; ``gnomon.v1.JobState`` without the prefix).
 
     ``FAILED`` and ``SKIPPED`` are **reserved: never written**. The design's ``FAILED`` is the
-    instant a failed attempt is judged; the judgement (:func:`gnomon.common.domain.failures.after_failure`)
-    is applied in the same transaction as the result, so the job goes straight on to ``SCHEDULED``
-    (retry), ``DEAD`` (DLQ) or ``CANCELLED`` and ``FAILED`` is never stored (the *attempt* is stored
-    ``FAILED``). A run skipped by a schedule's overlap or misfire policy is decided before any job
-    exists, so it is recorded as an occurrence decision (:class:`OccurrenceDecision` ``SKIPPED_*``),
-    not as a ``SKIPPED`` job. Both stay in the contract (removing an enum value breaks ``buf breaking``).
+    instant a failed attempt is judged; the judgement
+    (:func:`gnomon.common.domain.transitions.after_failure`) is applied in the same transaction as the
+    result, so the job goes straight on to ``SCHEDULED`` (retry), ``DEAD`` (DLQ) or ``CANCELLED`` and
+    ``FAILED`` is never stored (the *attempt* is stored ``FAILED``). A run skipped by a schedule's
+    overlap or misfire policy is decided before any job exists, so it is recorded as an occurrence
+    decision (:class:`OccurrenceDecision` ``SKIPPED_*``), not as a ``SKIPPED`` job. Both stay in the
+    contract (removing an enum value breaks ``buf breaking``) and in :data:`TERMINAL`, but no move in
+    :data:`TRANSITIONS` leads to either.
     """
 
     SCHEDULED = "SCHEDULED"
@@ -44,6 +46,15 @@ class AttemptState(enum.StrEnum):
     CANCELLED = "CANCELLED"  # the job was cancelled before a worker accepted the attempt
 
 
+class CancelOutcome(enum.StrEnum):
+    """What a cancel did (:func:`gnomon.common.storage.cancel.cancel_job`; ``gnomon.v1.CancelOutcome``
+    without its ``CANCEL_OUTCOME_`` prefix)."""
+
+    CANCELLED = "CANCELLED"  # the job was SCHEDULED or QUEUED and is now CANCELLED
+    CANCEL_REQUESTED = "CANCEL_REQUESTED"  # the job is RUNNING: its worker is asked to stop
+    ALREADY_FINISHED = "ALREADY_FINISHED"  # the job was terminal: nothing changed
+
+
 #: Every job state, in the order of the contract's enum numbers.
 JOB_STATES: tuple[JobState, ...] = tuple(JobState)
 #: States a job never leaves.
@@ -61,14 +72,13 @@ TERMINAL: frozenset[JobState] = frozenset(
 ACTIVE: tuple[JobState, ...] = (JobState.SCHEDULED, JobState.QUEUED, JobState.RUNNING)
 
 #: job state -> states it may move to (docs/concepts.md, "The life of a job"). Every transition bumps ``version``.
+#: The reserved ``FAILED`` and ``SKIPPED`` are never written, so no move leads to them.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.SCHEDULED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.EXPIRED, JobState.SKIPPED}),
+    JobState.SCHEDULED: frozenset({JobState.QUEUED, JobState.CANCELLED, JobState.EXPIRED}),
     JobState.QUEUED: frozenset(
         {JobState.RUNNING, JobState.SCHEDULED, JobState.CANCELLED, JobState.EXPIRED, JobState.DEAD}
     ),
-    JobState.RUNNING: frozenset(
-        {JobState.SUCCEEDED, JobState.FAILED, JobState.SCHEDULED, JobState.DEAD, JobState.CANCELLED}
-    ),
+    JobState.RUNNING: frozenset({JobState.SUCCEEDED, JobState.SCHEDULED, JobState.DEAD, JobState.CANCELLED}),
 }
 
 

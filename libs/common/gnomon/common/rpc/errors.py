@@ -18,6 +18,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import DOMAIN, GnomonError, InvalidArgument, Unavailable
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ def classify(exc: BaseException) -> GnomonError:
     if isinstance(exc, OSError):
         return Unavailable("dependency unavailable; retry later")
     log.error("unexpected error in RPC handler", exc_info=exc)
-    return GnomonError("internal error", reason="INTERNAL")
+    return GnomonError("internal error", reason=ErrorReason.INTERNAL)
 
 
 class ErrorInterceptor(grpc.aio.ServerInterceptor):

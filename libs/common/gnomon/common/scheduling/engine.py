@@ -23,6 +23,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gnomon.common.domain.policies import OccurrenceSource
+from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument
 from gnomon.common.names import schedule_name
 from gnomon.common.scheduling import expansion
@@ -121,7 +123,7 @@ class ScheduleEngine:
                             "the rule has no fire time after now (and before end_time)",
                         )
                     ],
-                    reason="RULE_NEVER_FIRES",
+                    reason=ErrorReason.RULE_NEVER_FIRES,
                 )
             return await store.insert_schedule(conn, new, now=now, next_fire_at=nxt)
 
@@ -216,7 +218,7 @@ class ScheduleEngine:
             rec = b.add(
                 row,
                 Decision(nominal, local, FIRED, "triggered (TriggerSchedule)", run=True),
-                source="TRIGGER",
+                source=OccurrenceSource.TRIGGER,
                 state=state,
                 active=active,
                 policy=policy,
@@ -264,7 +266,10 @@ class ScheduleEngine:
             new: list[Row] = []
             for o in occs:
                 base: dict[str, Any] = dict(
-                    nominal=o.fire_time, local_time=o.local_time.isoformat(), source="BACKFILL", now=now
+                    nominal=o.fire_time,
+                    local_time=o.local_time.isoformat(),
+                    source=OccurrenceSource.BACKFILL,
+                    now=now,
                 )
                 if o.fire_time in have:
                     out.append(

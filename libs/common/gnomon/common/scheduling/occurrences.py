@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.jobs import Coalesced, JobRow, jitter_of
 from gnomon.common.domain.jobs import occurrence_row as job_row
+from gnomon.common.domain.policies import OccurrenceSource
 from gnomon.common.errors import GnomonError
 from gnomon.common.scheduling import overlap
 from gnomon.common.scheduling.misfire import BUFFERED, FIRED, LATE, SKIPPED_MISFIRE, SKIPPED_OVERLAP, Decision
@@ -134,7 +135,7 @@ class StepBuilder:
         else:
             if action == overlap.CANCEL_AND_CREATE:
                 self._cancel_active(active)
-            backfill = rec["source"] == "BACKFILL"
+            backfill = rec["source"] == OccurrenceSource.BACKFILL
             job = self._create(sched, rec["nominal_time"], catchup=True)
             decision = LATE if (self.now - rec["nominal_time"]).total_seconds() > 1 else FIRED
             note = "released" if backfill else (why or "released from the overlap buffer")

@@ -35,18 +35,14 @@ from typing import Any
 from sqlalchemy import BigInteger, Integer, Uuid, bindparam, func, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
+from gnomon.common.domain.reasons import ErrorReason
+from gnomon.common.domain.states import TERMINAL, AttemptState, CancelOutcome, JobState
 from gnomon.common.errors import Aborted, FailedPrecondition, FieldViolation, InvalidArgument
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.jobs import get_job
 from gnomon.common.storage.outbox import mark_published
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
-
-#: Outcomes of :func:`cancel_job` (``gnomon.v1.CancelOutcome`` without its prefix).
-CANCELLED = "CANCELLED"
-CANCEL_REQUESTED = "CANCEL_REQUESTED"
-ALREADY_FINISHED = "ALREADY_FINISHED"
 
 #: Compare-and-set attempts per request (the first and one retry).
 CAS_TRIES = 2
@@ -115,10 +111,10 @@ RESCHEDULE = named(
 
 @dataclass(frozen=True)
 class CancelResult:
-    """What :func:`cancel_job` did (``outcome``: :data:`CANCELLED`, :data:`CANCEL_REQUESTED` or
-    :data:`ALREADY_FINISHED`) and the job row afterwards."""
+    """What :func:`cancel_job` did (a :class:`~gnomon.common.domain.states.CancelOutcome`) and the job
+    row afterwards."""
 
-    outcome: str
+    outcome: CancelOutcome
     job: dict[str, Any]
 
 
@@ -135,7 +131,7 @@ def _check_version(row: dict[str, Any], expected_version: int | None) -> None:
     if expected_version is not None and row["version"] != expected_version:
         raise FailedPrecondition(
             f"job is at version {row['version']} ({row['state']}), not {expected_version}; nothing was changed",
-            reason="STALE_VERSION",
+            reason=ErrorReason.STALE_VERSION,
             metadata={"version": str(row["version"]), "state": row["state"]},
         )
 
@@ -152,9 +148,9 @@ async def cancel_job(
 ) -> CancelResult:
     """Cancels job ``job_id`` of ``namespace`` (see the module docstring for each state).
 
-    Outcomes: SCHEDULED/QUEUED -> :data:`CANCELLED` (version + 1, ``finished_at`` = now);
-    RUNNING -> :data:`CANCEL_REQUESTED` (version + 1 the first time; a repeat changes nothing);
-    terminal -> :data:`ALREADY_FINISHED` (nothing changes).
+    Outcomes (:class:`~gnomon.common.domain.states.CancelOutcome`): SCHEDULED/QUEUED -> ``CANCELLED``
+    (version + 1, ``finished_at`` = now); RUNNING -> ``CANCEL_REQUESTED`` (version + 1 the first time;
+    a repeat changes nothing); terminal -> ``ALREADY_FINISHED`` (nothing changes).
 
     Raises :class:`NotFound` (JOB_NOT_FOUND); :class:`FailedPrecondition` with reason STALE_VERSION
     if ``expected_version`` is given and differs from the current version (checked before anything
@@ -167,9 +163,9 @@ async def cancel_job(
         _check_version(row, expected_version)
         state = row["state"]
         if state in TERMINAL:
-            return CancelResult(ALREADY_FINISHED, row)
+            return CancelResult(CancelOutcome.ALREADY_FINISHED, row)
         if state == JobState.RUNNING and row["cancel_requested_at"] is not None:
-            return CancelResult(CANCEL_REQUESTED, row)
+            return CancelResult(CancelOutcome.CANCEL_REQUESTED, row)
         if tries == CAS_TRIES:
             raise _lost_race(row)
         tries += 1
@@ -181,7 +177,7 @@ async def cancel_job(
             if state == JobState.QUEUED:
                 await conn.execute(CANCEL_QUEUED_ATTEMPT, params)
                 await mark_published(conn, [(job_id, row["attempt"])])
-            return CancelResult(CANCELLED, dict(new))
+            return CancelResult(CancelOutcome.CANCELLED, dict(new))
         if state == JobState.RUNNING:
             if (await conn.execute(LOCK_RUNNING_ATTEMPT, params)).first() is None:
                 continue  # the attempt ended meanwhile: decide again from a fresh read
@@ -189,7 +185,7 @@ async def cancel_job(
             if new is None:
                 continue
             await conn.execute(FLAG_ATTEMPT, params)
-            return CancelResult(CANCEL_REQUESTED, dict(new))
+            return CancelResult(CancelOutcome.CANCEL_REQUESTED, dict(new))
         raise ValueError(f"job {job_id} is in unknown state {state!r}")
 
 
@@ -229,7 +225,7 @@ async def reschedule_job(
         if row["state"] != JobState.SCHEDULED:
             raise FailedPrecondition(
                 f"job is {row['state']}: only a job not yet dispatched (SCHEDULED) can be rescheduled",
-                reason="JOB_NOT_RESCHEDULABLE",
+                reason=ErrorReason.JOB_NOT_RESCHEDULABLE,
                 metadata={"state": row["state"], "version": str(row["version"])},
             )
         if row["deadline"] is not None and row["deadline"] <= due:

@@ -30,6 +30,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.attempts import Claimed, OccurrenceInfo
+from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.fencing import check_fence
@@ -115,7 +116,7 @@ def _build_claim() -> Select[Any]:
             queue_state.c.queue == bindparam("p_queue"),
         )
         .scalar_subquery(),
-        literal("CLOSED"),
+        literal(BreakerState.CLOSED, String),
     )
     due = (
         select(jobs.c.id, jobs.c.attempt, jobs.c.scheduled_at)
@@ -238,7 +239,7 @@ async def claim_due(
     dispatcher_id: str,
     retry_cap: int | None = None,
     defer_step_s: float = 1.0,
-    breaker_state: str | None = "CLOSED",
+    breaker_state: str | None = BreakerState.CLOSED,
 ) -> list[Claimed]:
     """Claims up to ``limit`` due jobs of the owned shards, oldest ``scheduled_at`` first.
 

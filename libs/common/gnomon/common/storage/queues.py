@@ -18,6 +18,7 @@ from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.schema import attempts, jobs, queue_state
@@ -103,7 +104,7 @@ async def budget_counts(
 # ---- circuit breaker -------------------------------------------------------------------------
 
 _FAILED = attempts.c.state.in_([AttemptState.FAILED, AttemptState.LOST]) & (
-    func.coalesce(attempts.c.failure_class, "") != "PERMANENT"
+    func.coalesce(attempts.c.failure_class, "") != FailureClass.PERMANENT
 )
 _COUNTED = (attempts.c.state == AttemptState.SUCCEEDED) | _FAILED
 _finished = (
@@ -170,7 +171,7 @@ _probes = (
     .subquery()
 )
 _pf = _probes.c.state.in_([AttemptState.FAILED, AttemptState.LOST]) & (
-    func.coalesce(_probes.c.failure_class, "") != "PERMANENT"
+    func.coalesce(_probes.c.failure_class, "") != FailureClass.PERMANENT
 )
 PROBE_STATS = named(
     __name__,

@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import ReturningInsert
 
 from gnomon.common.domain.jobs import policy_columns
+from gnomon.common.domain.policies import MisfirePolicy, OverlapPolicy
+from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from gnomon.common.names import schedule_name
@@ -30,8 +32,8 @@ from gnomon.common.storage.statements import builder, named
 from gnomon.common.time import DstFold, DstGap, RuleKind, RuleSpec
 
 #: Defaults filled in when a request leaves a policy unset (documented in docs/schedules.md).
-DEFAULT_MISFIRE = "RUN_LATEST"
-DEFAULT_OVERLAP = "SKIP"
+DEFAULT_MISFIRE = MisfirePolicy.RUN_LATEST
+DEFAULT_OVERLAP = OverlapPolicy.SKIP
 DEFAULT_GRACE = timedelta(seconds=60)
 DEFAULT_CATCHUP_WINDOW = timedelta(hours=24)
 DEFAULT_MAX_CATCHUP = 100
@@ -235,7 +237,7 @@ async def insert_schedule(
     if row is None:
         raise AlreadyExists(
             f"schedule {schedule_name(new.namespace, new.schedule_id)} already exists",
-            reason="SCHEDULE_EXISTS",
+            reason=ErrorReason.SCHEDULE_EXISTS,
         )
     return dict(row), True
 
@@ -254,7 +256,8 @@ async def get_schedule(
     row = (await conn.execute(schedule_stmt(namespace, schedule_id, lock))).mappings().first()
     if row is None:
         raise NotFound(
-            f"schedule {schedule_name(namespace, schedule_id)} not found", reason="SCHEDULE_NOT_FOUND"
+            f"schedule {schedule_name(namespace, schedule_id)} not found",
+            reason=ErrorReason.SCHEDULE_NOT_FOUND,
         )
     return dict(row)
 
@@ -294,7 +297,7 @@ def check_etag(row: dict[str, Any], etag: str | None) -> None:
     if etag and etag != str(row["version"]):
         raise FailedPrecondition(
             f"schedule is at etag {row['version']}, not {etag}; nothing was changed",
-            reason="STALE_VERSION",
+            reason=ErrorReason.STALE_VERSION,
             metadata={"etag": str(row["version"])},
         )
 
