@@ -23,6 +23,7 @@ from gnomon.api.schedule_validation import (
 )
 from gnomon.common import pagination
 from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
+from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, parse_parent, parse_schedule_name, schedule_name
 from gnomon.common.scheduling.engine import ScheduleEngine
@@ -204,7 +205,7 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         if end <= start:
             raise InvalidArgument(
                 [FieldViolation("end_time", "must be after start_time")],
-                reason="INVALID_TIME_RANGE",
+                reason=ErrorReason.INVALID_TIME_RANGE,
             )
         out = await self.schedules.backfill(ns, sid, start=start, end=end, policy=policy or None)
         name = schedule_name(ns, sid)
