@@ -1,16 +1,21 @@
 """The one after-failure transition (gnomon.common.domain.transitions.after_failure), per failure
-class: used by the result path (storage.results.complete) and the reaper (storage.reaping)."""
+class: used by the result path (storage.results.complete) and the reaper (storage.reaping); and the
+one cancel rule, the ``CASE`` of the UPDATE that writes it (storage.results.fail_job_stmt)."""
 
 from __future__ import annotations
 
 import random
+import re
+import uuid
 
 import pytest
+from sqlalchemy.dialects import postgresql
 
 from gnomon.common.domain.failures import FailureClass, RetryReason
 from gnomon.common.domain.states import TRANSITIONS, JobState
 from gnomon.common.domain.transitions import AfterFailure, after_failure
 from gnomon.common.retry import DEFAULT_POLICY, MAX_RETRY_AFTER_S, RetryPolicy
+from gnomon.common.storage.results import fail_job_stmt
 
 NO_JITTER = RetryPolicy(initial_s=2.0, max_s=60.0, multiplier=2.0, jitter=0.0)
 
@@ -85,11 +90,37 @@ def test_max_age_is_a_time_budget() -> None:
     assert judge("TRANSIENT", policy=p, age_s=None).retry
 
 
-def test_cancel_request_wins_over_every_class() -> None:
-    for fc in FailureClass:
-        got = judge(fc, cancel_requested=True, idempotent=True)
-        assert got == AfterFailure(JobState.CANCELLED, None, RetryReason.CANCEL_REQUESTED)
-        assert not got.retry
+_CANCEL_CASE = r"CASE WHEN \(jobs\.cancel_requested_at IS NOT NULL\) THEN {then} ELSE {orelse} END"
+
+
+def _written(outcome: AfterFailure, failure_class: str) -> tuple[str, dict[str, object]]:
+    stmt = fail_job_stmt(uuid.UUID(int=1), 1, outcome, failure_class=failure_class, error="stopped")
+    compiled = stmt.compile(dialect=postgresql.psycopg.dialect())
+    return str(compiled), compiled.params
+
+
+@pytest.mark.parametrize("fc", list(FailureClass))
+@pytest.mark.parametrize(("attempt", "idempotent"), [(1, True), (1, False), (5, True)])
+def test_cancel_request_wins_over_every_outcome_in_the_write(
+    fc: FailureClass, attempt: int, idempotent: bool
+) -> None:
+    # the judgement itself ignores cancellation (retry or DEAD); the UPDATE writing it turns either
+    # into CANCELLED when the row, as the UPDATE finds it under its lock, has a cancel request
+    outcome = judge(fc, attempt=attempt, idempotent=idempotent)
+    assert outcome.state in (JobState.SCHEDULED, JobState.DEAD)
+    sql, params = _written(outcome, fc)
+    state = re.search("state=" + _CANCEL_CASE.format(then=r"%\((\w+)\)s", orelse=r"%\((\w+)\)s"), sql)
+    assert state is not None, sql
+    assert (params[state[1]], params[state[2]]) == (JobState.CANCELLED, outcome.state)
+    cancel_finishes = (
+        re.escape("finished_at=now()")
+        if not outcome.retry
+        else "finished_at=" + _CANCEL_CASE.format(then=r"now\(\)", orelse=r"jobs\.finished_at")
+    )
+    assert re.search(cancel_finishes, sql), sql
+    if outcome.retry:  # a cancelled job keeps its scheduled_at (no retry is scheduled)
+        assert re.search("scheduled_at=" + _CANCEL_CASE.format(then=r"jobs\.scheduled_at", orelse=".+?"), sql)
+    assert "WHERE jobs.id = " in sql and "jobs.state = " in sql  # only a job still RUNNING is written
 
 
 def test_delay_override_applies_to_retries_only() -> None:
@@ -120,12 +151,12 @@ def test_jitter_stays_within_policy_bounds() -> None:
 
 
 def test_every_outcome_is_a_legal_transition_from_running() -> None:
+    assert JobState.CANCELLED in TRANSITIONS[JobState.RUNNING]  # what a cancel request makes of any
     for fc in FailureClass:
-        for cancel in (False, True):
-            for attempt in (1, 5):
-                got = judge(fc, attempt=attempt, cancel_requested=cancel)
-                assert got.state in TRANSITIONS[JobState.RUNNING]
-                assert (got.delay_s is not None) == got.retry
+        for attempt in (1, 5):
+            got = judge(fc, attempt=attempt)
+            assert got.state in TRANSITIONS[JobState.RUNNING]
+            assert (got.delay_s is not None) == got.retry
 
 
 def test_enum_values_equal_the_stored_text() -> None:

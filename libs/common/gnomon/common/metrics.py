@@ -191,9 +191,13 @@ class BacklogSampler:
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        """Starts sampling in a background task on the running event loop: one sample at once, then
+        one every ``interval_s`` (a failed sample is logged and the next one tried)."""
         self.task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
+        """Cancels the background task and waits for it to end; the gauges keep the last sample.
+        Does nothing if not started; safe to call twice."""
         if self.task:
             self.task.cancel()
             try:
@@ -203,6 +207,10 @@ class BacklogSampler:
             self.task = None
 
     async def sample_once(self) -> None:
+        """Takes one sample now: reads the backlog (due jobs, age of the oldest) of every
+        (namespace, queue) ``targets()`` names, in one connection, and replaces the cached values the
+        gauges report, so a queue no longer served disappears. Database errors propagate (the cache
+        is then left as it was)."""
         from gnomon.common.storage.queues import read_backlog
 
         targets = set(self.targets())

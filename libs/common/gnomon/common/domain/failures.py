@@ -33,4 +33,3 @@ class RetryReason(enum.StrEnum):
     AMBIGUOUS_NOT_IDEMPOTENT = "AMBIGUOUS_NOT_IDEMPOTENT"  # outcome unknown and the job is not idempotent
     ATTEMPTS_EXHAUSTED = "ATTEMPTS_EXHAUSTED"  # attempt == max_attempts
     MAX_AGE_EXCEEDED = "MAX_AGE_EXCEEDED"  # the retry would start past max_age since the first dispatch
-    CANCEL_REQUESTED = "CANCEL_REQUESTED"  # a caller asked to cancel the job: no retry, CANCELLED

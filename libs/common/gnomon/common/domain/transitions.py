@@ -2,11 +2,16 @@
 
 A failed attempt, whether reported by its worker (:func:`gnomon.common.storage.results.complete`) or
 found by the reaper with an expired lease (:func:`gnomon.common.storage.reaping.reap_lost_leases`,
-class ``AMBIGUOUS``), is judged by :func:`after_failure`: retry (back to ``SCHEDULED`` after a delay),
-dead-letter (``DEAD``) or, if a cancellation was requested, ``CANCELLED``. The retry arithmetic
-(backoff, THROTTLED ``retry_after``, ``max_age``) is :func:`gnomon.common.retry.retry_decision`.
+class ``AMBIGUOUS``), is judged by :func:`after_failure`: retry (back to ``SCHEDULED`` after a delay)
+or dead-letter (``DEAD``). The retry arithmetic (backoff, THROTTLED ``retry_after``, ``max_age``) is
+:func:`gnomon.common.retry.retry_decision`.
 
-The per-queue retry budget is not part of this judgement: it is enforced when retries are claimed
+A cancellation request is not part of this judgement: it is the one rule of
+:func:`gnomon.common.storage.results.fail_job_stmt`, a ``CASE`` on ``jobs.cancel_requested_at`` in the
+UPDATE that writes the judgement, so it is read under the row lock and a cancel committed after the
+job was read still wins: the job ends ``CANCELLED`` whatever this function decided.
+
+The per-queue retry budget is not part of it either: it is enforced when retries are claimed
 (:func:`gnomon.common.storage.claims.claim_due` defers the retries beyond the budget), so a retry
 decided here may start later than ``delay_s``, never earlier. docs/concepts.md, "The life of a job" draws ``FAILED``
 as the point where this decision is taken; it is taken in the result's own transaction, so a job is
@@ -28,7 +33,8 @@ class AfterFailure:
     """The judgement on one failed attempt.
 
     Attributes:
-        state: the job's next state: ``SCHEDULED`` (retry), ``DEAD`` (dead letter) or ``CANCELLED``.
+        state: the job's next state: ``SCHEDULED`` (retry) or ``DEAD`` (dead letter); a cancellation
+            request overrides it when written (:func:`gnomon.common.storage.results.fail_job_stmt`).
         delay_s: for a retry, seconds from now (database clock) until the job is due again; else None.
         reason: why (a :class:`RetryReason`).
     """
@@ -53,7 +59,6 @@ def after_failure(
     policy: RetryPolicy,
     age_s: float | None,
     retry_after_s: float = 0.0,
-    cancel_requested: bool = False,
     delay_override_s: float | None = None,
     rng: random.Random | None = None,
 ) -> AfterFailure:
@@ -67,20 +72,18 @@ def after_failure(
         policy: the job's retry policy (backoff spans in seconds, ``max_age_s`` time budget).
         age_s: seconds since the job's first dispatch (database clock); None = 0.
         retry_after_s: a THROTTLED result's requested wait, seconds (0 = none).
-        cancel_requested: a caller asked to cancel the job: the job is ``CANCELLED`` whatever else holds.
         delay_override_s: replaces the policy's delay of a retry (tests pin the backoff with it).
         rng: randomness for the backoff's jitter.
 
     Returns:
-        :class:`AfterFailure`. The rules, in order: a cancel request wins (``CANCELLED``); then
-        :func:`gnomon.common.retry.retry_decision` (PERMANENT and non-retryable error types never
-        retry, AMBIGUOUS only when idempotent, none once ``attempt >= max_attempts``, a delay past
-        ``max_age`` does not happen) gives ``SCHEDULED`` after ``delay_s`` or ``DEAD``.
+        :class:`AfterFailure`: :func:`gnomon.common.retry.retry_decision` (PERMANENT and
+        non-retryable error types never retry, AMBIGUOUS only when idempotent, none once
+        ``attempt >= max_attempts``, a delay past ``max_age`` does not happen) gives ``SCHEDULED``
+        after ``delay_s`` or ``DEAD``. A cancellation request is applied by the write, not here
+        (see the module docstring).
 
     Raises nothing: every input has a judgement.
     """
-    if cancel_requested:
-        return AfterFailure(JobState.CANCELLED, None, RetryReason.CANCEL_REQUESTED)
     retry, delay, why = retry_decision(
         failure_class,
         error,

@@ -117,7 +117,8 @@ async def reap_lost_leases(
     (compare-and-set: the job must still be RUNNING at that attempt). Whether and when the job is
     retried is the after-failure transition's decision for an AMBIGUOUS failure
     (:func:`gnomon.common.domain.transitions.after_failure`, the one the result path uses:
-    idempotent jobs only, attempts left, ``max_age``; a cancel request makes it CANCELLED);
+    idempotent jobs only, attempts left, ``max_age``; a cancel request makes it CANCELLED, the
+    ``CASE`` of :func:`gnomon.common.storage.results.fail_job_stmt`);
     ``retry_delay_s(attempt)`` (seconds), when given, replaces the policy's delay (tests)."""
     rows = (await conn.execute(expired_leases_stmt(region, skew_margin_s, limit))).all()
     lost = [(j, a, LOST_ERROR) for j, a in rows]

@@ -3,9 +3,11 @@ after-failure transition (:func:`fail_job_stmt`) that the reaper uses too.
 
 Worker writes are compare-and-set on the attempt row: ``(job_id, attempt, token)`` must match, so a
 stale result changes nothing. What happens to the job after a failure is decided by the pure
-:func:`gnomon.common.domain.transitions.after_failure`; a cancellation request is re-checked by the
-database in the same UPDATE (``CASE`` on the row as the update finds it), so one committed between
-the read and the write is not lost. All instants are the database's ``now()``.
+:func:`gnomon.common.domain.transitions.after_failure` (retry or DEAD). The cancel rule (a job with a
+cancellation request is never retried: any failure ends it CANCELLED) is coded once, here: the
+``CASE`` on ``jobs.cancel_requested_at`` in :func:`fail_job_stmt`, evaluated by the database on the
+row as the UPDATE finds it, under the row lock the UPDATE takes, so a cancel committed between the
+read and the write is not lost. All instants are the database's ``now()``.
 """
 
 from __future__ import annotations
@@ -117,11 +119,12 @@ def fail_job_stmt(
     version + 1, ``last_error`` (at most :data:`MAX_ERROR_CHARS`), ``failure_class``, and the state
     of ``outcome`` (a retry: SCHEDULED at ``now() + outcome.delay_s`` seconds; else DEAD with
     ``finished_at = now()``), unless the row carries a cancellation request when the UPDATE finds
-    it: then CANCELLED (``finished_at = now()``, ``scheduled_at`` kept), as
-    :func:`~gnomon.common.domain.transitions.after_failure` rules for ``cancel_requested``. Returns
-    the state written."""
+    it: then CANCELLED (``finished_at = now()``, ``scheduled_at`` kept), whatever ``outcome`` says.
+    This ``CASE`` is the only place the cancel rule is coded (the pure judgement does not take a
+    cancellation into account); the database evaluates it under the row lock the UPDATE holds.
+    Returns the state written."""
     cancelled = jobs.c.cancel_requested_at.is_not(None)
-    on_cancel = JobState.CANCELLED  # after_failure(..., cancel_requested=True).state, whatever the rest
+    on_cancel = JobState.CANCELLED  # a cancel request wins over every outcome
     values: dict[str, Any] = dict(
         version=jobs.c.version + 1, last_error=error[:MAX_ERROR_CHARS], failure_class=failure_class
     )
@@ -200,7 +203,7 @@ async def complete(
     """
     if not results:
         return {}
-    by_key = {AttemptId(r.key.job_id, r.key.attempt): r for r in results}
+    by_key = {r.key.id: r for r in results}
     ok_keys = [k for k, r in by_key.items() if r.succeeded]
     fail_keys = [k for k, r in by_key.items() if not r.succeeded]
     applied: set[AttemptId] = set()
