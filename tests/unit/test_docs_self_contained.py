@@ -8,6 +8,8 @@ and every relative link in the Markdown docs leads somewhere.
 * Every relative Markdown link (inline ``[text](target)`` or reference ``[label]: target``) in
   README.md, docs/ and the other READMEs resolves to an existing file or folder, and a ``#fragment``
   into a Markdown file names one of its headings (GitHub's heading anchors).
+* Every ``docs/<name>.md`` a Python module under libs/ or services/ cites (docstrings, comments)
+  exists, and a ``#fragment`` after it names one of its headings.
 """
 
 from __future__ import annotations
@@ -139,3 +141,43 @@ def test_relative_markdown_links_resolve(doc: Path):
             if fragment.lower() not in _anchors(dest.read_text(encoding="utf-8")):
                 broken.append(f"{target}: no heading with anchor #{fragment}")
     assert not broken, f"{_rel(doc)}:\n" + "\n".join(broken)
+
+
+# -- docs/ paths cited by the code --------------------------------------------------------------
+
+_DOCS_CITATION = re.compile(r"(?<![\w/.-])(docs/[\w./-]+?\.md)(?:#([\w-]+))?")
+CODE = [p for p in FILES if p.suffix == ".py" and p.relative_to(ROOT).parts[0] in ("libs", "services")]
+
+
+def test_the_code_scan_sees_the_libraries_and_the_services():
+    tops = {p.relative_to(ROOT).parts[:2] for p in CODE}
+    assert ("libs", "common") in tops and ("services", "dispatcher") in tops
+
+
+def _broken_citations(text: str) -> list[str]:
+    broken = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for m in _DOCS_CITATION.finditer(line):
+            doc, fragment = ROOT / m.group(1), m.group(2)
+            if not doc.is_file():
+                broken.append(f"{lineno}: {m.group(1)}: no such file")
+            elif fragment and fragment.lower() not in _anchors(doc.read_text(encoding="utf-8")):
+                broken.append(f"{lineno}: {m.group(0)}: no heading with anchor #{fragment}")
+    return broken
+
+
+def test_the_citation_check_catches_a_missing_doc_or_heading():
+    assert _broken_citations("see docs/concepts.md and docs/adr/0004-layout.md") == []
+    assert _broken_citations("(``queue_state.state``; docs/queues.md)") == ["1: docs/queues.md: no such file"]
+    assert _broken_citations("x\n# docs/schedules.md#nope") == [
+        "2: docs/schedules.md#nope: no heading with anchor #nope"
+    ]
+
+
+def test_docs_cited_by_the_code_exist():
+    broken = [
+        f"{_rel(module)}:{entry}"
+        for module in CODE
+        for entry in _broken_citations(module.read_text(encoding="utf-8"))
+    ]
+    assert not broken, "cite an existing page of docs/:\n" + "\n".join(broken)

@@ -5,8 +5,9 @@ over retries (a ``Txn`` must never be retried behind the caller's back) and over
 stops being trusted.
 
 Scope: exactly what the dispatcher's ownership/fencing path needs (Range, Put, DeleteRange, Txn,
-LeaseGrant/Revoke/KeepAlive, Watch) and :class:`LeaseKeeper`, which keeps one lease alive and
-tells its holder when to stop acting on it.
+LeaseGrant/Revoke/KeepAlive, Watch). Keeping one lease alive and telling its holder when to stop
+acting on it is :class:`gnomon.common.coordination.lease_keeper.LeaseKeeper`; the error and value
+types are in :mod:`gnomon.common.coordination.etcd_types`.
 
 Conventions used throughout:
 

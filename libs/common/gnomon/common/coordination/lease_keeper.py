@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from gnomon.common.coordination.etcd_types import EtcdError
 
-if TYPE_CHECKING:  # etcd re-exports LeaseKeeper, so the runtime import would be circular
+if TYPE_CHECKING:  # the client is only named in annotations
     from gnomon.common.coordination.etcd import EtcdClient
 
 __all__ = ["LeaseKeeper"]

@@ -75,8 +75,8 @@ class OccurrenceSource(enum.StrEnum):
 
 
 class BreakerState(enum.StrEnum):
-    """A queue's circuit breaker (``queue_state.state``; docs/queues.md). ``ANY`` is not stored: a
-    claim passes it to ignore the breaker."""
+    """A queue's circuit breaker (``queue_state.state``; docs/guarantees.md, "Retries, the retry
+    budget and the circuit breaker"). ``ANY`` is not stored: a claim passes it to ignore the breaker."""
 
     CLOSED = "CLOSED"
     OPEN = "OPEN"
