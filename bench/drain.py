@@ -179,7 +179,9 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         )[0]
         attempts = q(conn, "SELECT count(*) FROM attempts WHERE accepted_at IS NOT NULL")[0][0]
         ok = ok and exact == (total, total) and attempts == total
-        rss = {p.role: peak_rss_mb(p.popen.pid) for p in suite.procs if p.role in ("api", "dispatcher")}
+        rss: dict[str, float | list[float]] = {
+            p.role: peak_rss_mb(p.popen.pid) for p in suite.procs if p.role in ("api", "dispatcher")
+        }
         rss["workers"] = [peak_rss_mb(w.popen.pid) for w in workers]
         conn.close()
         return {

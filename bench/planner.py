@@ -39,6 +39,7 @@ import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 UTC = UTC
 
@@ -50,10 +51,13 @@ def planner_process(url: str, batch: int, lookahead: float, end_wall: float, out
 
 async def _planner_main(url: str, batch: int, lookahead: float, end_wall: float) -> dict:
     from sqlalchemy import event
+    from sqlalchemy.ext.asyncio import AsyncConnection
 
     import gnomon.common.scheduling.occurrences as occ
     from gnomon.common.config import DatabaseSettings, PlannerSettings
     from gnomon.common.storage.engine import make_engine
+    from gnomon.common.storage.planning import Writes
+    from gnomon.common.storage.planning import flush as orig_flush
     from gnomon.planner.planning import Planner
 
     settings = PlannerSettings(batch=batch, lookahead_s=lookahead)
@@ -69,9 +73,8 @@ async def _planner_main(url: str, batch: int, lookahead: float, end_wall: float)
         stmts[0] += 1
 
     last_flush: dict = {}
-    orig_flush = occ.flush
 
-    async def counting_flush(conn, w):
+    async def counting_flush(conn: AsyncConnection, w: Writes) -> set[uuid.UUID]:
         inserted = await orig_flush(conn, w)
         tally: dict[float, list[int]] = {}
         for r in w.records:
@@ -83,7 +86,7 @@ async def _planner_main(url: str, batch: int, lookahead: float, end_wall: float)
         last_flush.update(tally)
         return inserted
 
-    occ.flush = counting_flush
+    occ.flush = counting_flush  # type: ignore[attr-defined]  # monkeypatch: occurrences' imported flush, to tally it
     p = Planner(engine, settings, region="local", shards=64)
     steps: list = []
     errors = [0]
@@ -102,7 +105,7 @@ async def _planner_main(url: str, batch: int, lookahead: float, end_wall: float)
             steps.append((t0, t1, st.schedules, st.jobs, stmts[0] - s0, dict(last_flush)))
         return st
 
-    p.plan_once = plan_once
+    p.plan_once = plan_once  # type: ignore[method-assign]  # instrumented: times each step of the real run loop
     stop = asyncio.Event()
     task = asyncio.create_task(p.run(stop))
     await asyncio.sleep(max(0.0, end_wall - time.time()))
@@ -203,9 +206,8 @@ def completer(conninfo: str, stop: threading.Event, counter: list) -> None:
             counter[0] += cur.rowcount
 
 
-def pct(xs: list[float], p: float) -> float | None:
-    if not xs:
-        return None
+def pct(xs: list[float], p: float) -> float:
+    """The nearest-rank ``p`` quantile of ``xs`` (not empty: callers report None for no samples)."""
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))]
 
@@ -244,7 +246,7 @@ def run(args, url: str, conninfo: str, durable: bool) -> dict:
     n = args.schedules
     steps = [s for r in results for s in r["steps"]]
     events = sorted((s[1], s[5]) for s in steps)
-    per_minute = []
+    per_minute: list[dict[str, Any]] = []
     for m in minutes:
         cum_rec = cum_jobs = 0
         done_at = None

@@ -126,6 +126,7 @@ class PaymentsServer:
     def url(self) -> str:
         """``http://host:port``."""
         host, port = self.httpd.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address is text (typeshed also allows bytes)
         return f"http://{host}:{port}"
 
     def start(self) -> PaymentsServer:

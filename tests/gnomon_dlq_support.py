@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime, timedelta
+from typing import Any
 
 from google.protobuf import timestamp_pb2
 from sqlalchemy import func, select
@@ -99,7 +100,9 @@ def ts(dt: datetime) -> timestamp_pb2.Timestamp:
     return t
 
 
-def replay_req(**kw) -> pb.ReplayDeadLettersRequest:
-    base = dict(max_rate=100, max_jobs=1000, reason="fixed the bug", request_id=str(uuid.uuid4()))
+def replay_req(**kw: Any) -> pb.ReplayDeadLettersRequest:
+    base: dict[str, Any] = dict(
+        max_rate=100, max_jobs=1000, reason="fixed the bug", request_id=str(uuid.uuid4())
+    )
     base.update(kw)
     return pb.ReplayDeadLettersRequest(**base)

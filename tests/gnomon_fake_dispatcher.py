@@ -61,7 +61,7 @@ class FakeDispatcher(wgrpc.WorkerServiceServicer):
         return [getattr(m, kind) for m in self.received if m.WhichOneof("kind") == kind]
 
     def refs(self, kind: str) -> list[str]:
-        out = []
+        out: list[str] = []
         for m in self.of_kind(kind):
             out.extend(r.job for r in (m.attempts if kind != "results" else [x.attempt for x in m.results]))
         return out
@@ -71,6 +71,7 @@ class FakeDispatcher(wgrpc.WorkerServiceServicer):
 
     def kill_stream(self) -> None:
         """Ends the current stream with UNAVAILABLE."""
+        assert self._out is not None, "no stream is open"
         self._out.put_nowait("abort")
 
     def add(self, *assignments: wpb.Assignment) -> None:
@@ -156,7 +157,7 @@ class FakeDispatcher(wgrpc.WorkerServiceServicer):
 
 
 class FakeCluster(cluster_service_pb2_grpc.ClusterServiceServicer):
-    def __init__(self):
+    def __init__(self) -> None:
         self.addresses: list[str] = []
         self.calls = 0
 

@@ -108,11 +108,15 @@ def open_engine(url: str, dialect: str = "postgresql", pool_size: int = 4):
 async def own_shards(engine, token: int, shards=(0,), owner: str = "A", region: str = "local") -> None:
     """Records ``owner`` as the owner of ``shards`` of ``region`` with fencing ``token`` (what a
     dispatcher does on taking a shard), so storage calls fenced with ``token`` pass."""
+    from functools import partial
+
     from gnomon.common.storage import fencing
     from gnomon.common.storage.engine import run_transaction
 
     for s in shards:
-        await run_transaction(engine, lambda c, s=s: fencing.record_ownership(c, region, s, token, owner))
+        await run_transaction(
+            engine, partial(fencing.record_ownership, region=region, shard=s, token=token, owner=owner)
+        )
 
 
 @contextmanager
@@ -134,6 +138,7 @@ def running_suite(pg_server, template: str | None, work_dir: Path | str | None, 
     if pg_server is not None:
         name = f"suite_{uuid.uuid4().hex[:12]}"
         kw["database_url"] = pg_server.create_database(name, template=template)
+        assert work_dir is not None, "a suite on pg_server keeps its logs under work_dir"
         kw.setdefault("base_dir", str(Path(work_dir) / "suite"))
     s = suite_cls(api_listen=f"127.0.0.1:{free_port()}", **kw)
     s.work_dir = str(work_dir) if work_dir is not None else None

@@ -48,8 +48,8 @@ class FaultProxy:
         lhost, lport = listen.rsplit(":", 1)
         self._listen = (lhost, int(lport))
         self.mode, self.delay_ms = "pass", 0.0
-        self.stats = collections.Counter()
-        self._conns: set[asyncio.Transport] = set()
+        self.stats: collections.Counter[str] = collections.Counter()
+        self._conns: set[asyncio.WriteTransport] = set()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="faultproxy", daemon=True)
         self._server: asyncio.base_events.Server | None = None

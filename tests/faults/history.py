@@ -149,7 +149,7 @@ class Report:
         return "\n  ".join([head, *self.violations[:50]])
 
 
-def _path(job: dict, atts: list[dict]) -> list[str]:
+def _path(job: dict, atts: list[dict]) -> list[JobState]:
     """The job-state path implied by its attempts (what can be observed after the fact)."""
     path = [JobState.SCHEDULED]
     for i, a in enumerate(atts):
@@ -172,8 +172,8 @@ def _path(job: dict, atts: list[dict]) -> list[str]:
 def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = True) -> Report:
     """Checks the invariants listed in the module docstring; returns a :class:`Report`."""
     v: list[str] = []
-    stats = collections.Counter()
-    execs = collections.defaultdict(list)
+    stats: collections.Counter[str] = collections.Counter()
+    execs: collections.defaultdict[uuid.UUID, list[dict]] = collections.defaultdict(list)
     for e in h.executions:
         execs[e["job_id"]].append(e)
     created_ids = {c.job_id for c in h.created_jobs}
@@ -300,8 +300,7 @@ def check(h: History, *, skew_margin_s: float = 1.0, require_terminal: bool = Tr
             and h.notes.get("expect_executions", True)
         ):
             v.append(f"NO EXECUTION: {c.name} SUCCEEDED but the handler never recorded it")
-    stats = {k: stats[k] for k in sorted(stats)}
-    return Report(not v, v, stats)
+    return Report(not v, v, {k: stats[k] for k in sorted(stats)})
 
 
 def seeded_mix(rng, n: int, *, max_delay_s: float) -> list[timedelta]:
@@ -343,4 +342,6 @@ def metric(address: str, name: str) -> float:
 def db_now(db_url: str) -> datetime:
     """``now()`` of the database (the one clock)."""
     with psycopg.connect(db_url.replace("postgresql+psycopg://", "postgresql://")) as c:
-        return c.execute("SELECT now()").fetchone()[0]
+        row = c.execute("SELECT now()").fetchone()
+        assert row is not None
+        return row[0]

@@ -44,6 +44,7 @@ class ClusterSuite(Suite):
         from gnomon.common.storage.migrations import upgrade
 
         self._own_dir = False
+        assert self.base_dir is not None and self.database_url is not None, "given by the test"
         os.makedirs(self.base_dir, exist_ok=True)
         self.log_dir = os.path.join(self.base_dir, "logs")
         os.makedirs(self.log_dir, exist_ok=True)

@@ -106,7 +106,9 @@ def test_list_shards_shows_owners_and_tokens_and_the_hand_over_after_kill_9(suit
     assert other.returncode == 0 and not any(s["owned"] for s in json.loads(other.stdout))
 
 
-def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(pg_server, migrated_template, tmp_path):
+def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(
+    pg_server, migrated_template, tmp_path
+) -> None:
     name = f"dev_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     data = tmp_path / "dev"

@@ -79,7 +79,7 @@ def test_postgres_accepts_connections(pg_server: PostgresServer) -> None:
     assert pg_server.database_url("x") == f"postgresql+psycopg://app@127.0.0.1:{pg_server.port}/x"
     with psycopg.connect(pg_server.conninfo()) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
-        settings = dict(
+        settings: dict[str, str] = dict(
             conn.execute(
                 "select name, setting from pg_settings where name in "
                 "('max_connections','fsync','synchronous_commit','full_page_writes','listen_addresses')"
@@ -135,6 +135,7 @@ def test_create_database_from_template_copies_table(pg_server: PostgresServer) -
 def test_restart_keeps_data_and_port() -> None:
     with PostgresServer(durable=True) as pg:
         port, pid, base = pg.port, pg.pid, pg.base_dir
+        assert pid is not None and base is not None
         with psycopg.connect(pg.conninfo(), autocommit=True) as conn:
             assert conn.execute("show fsync").fetchone() == ("on",)
             conn.execute("create table t (v int)")
@@ -150,6 +151,7 @@ def test_restart_keeps_data_and_port() -> None:
         with psycopg.connect(pg.conninfo()) as conn:
             assert conn.execute("select count(*) from t").fetchone() == (1,)
         final_pid = pg.pid
+        assert final_pid is not None
     assert not os.path.exists(base)
     _wait(lambda: not _alive(final_pid), 5, "postmaster alive after stop")
 
@@ -191,6 +193,7 @@ def test_etcd_three_members_survive_member_loss() -> None:
         cluster.wait_healthy(10)
         assert kv_get(eps[2], b"/k/c") == b"3"
         pids, base = cluster.pids, cluster.base_dir
+        assert base is not None
     assert not any(_alive(p) for p in pids if p)
     assert not os.path.exists(base)
 
@@ -206,6 +209,7 @@ def test_servers_do_not_outlive_a_killed_parent() -> None:
         time.sleep(60)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     try:
         info = json.loads(proc.stdout.readline())
         assert _alive(info["pg_pid"]) and _alive(info["etcd_pid"])

@@ -217,7 +217,8 @@ async def test_several_endpoints_round_robin_skips_dead_member(
         assert c._target == f"ipv4:{dead},{etcd_server.endpoint}"
         for i in range(6):
             await c.put(prefix + b"k", b"%d" % i)
-        assert (await c.get(prefix + b"k")).value == b"5"
+        kv = await c.get(prefix + b"k")
+        assert kv is not None and kv.value == b"5"
 
 
 def test_endpoint_validation() -> None:
@@ -238,7 +239,7 @@ async def test_close_ends_open_watch_with_etcd_error(etcd_server: EtcdServer, pr
     gen = c.watch_prefix(prefix, start_revision=created)
     kind, kv = await asyncio.wait_for(gen.__anext__(), 5.0)  # the stream is open
     assert (kind, kv.key) == ("PUT", prefix + b"a")
-    waiting = asyncio.create_task(gen.__anext__())
+    waiting = asyncio.ensure_future(gen.__anext__())  # a task (the awaitable is a coroutine)
     await asyncio.sleep(0.1)  # lets the task block on the open stream (no event marks that it has)
     await c.close()
     with pytest.raises(EtcdError) as ei:

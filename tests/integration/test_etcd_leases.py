@@ -180,6 +180,7 @@ async def test_lease_keeper_rides_out_short_pause(etcd_server: EtcdServer, prefi
             return keeper.remaining() > 2.5
 
         await wait_until(renewed, 3.0, "a renewal after the pause", interval_s=0.05)
-        assert (await c.get(prefix + b"k")).lease == lease
+        kv = await c.get(prefix + b"k")
+        assert kv is not None and kv.lease == lease
         await keeper.stop()
         assert await c.get(prefix + b"k") is None

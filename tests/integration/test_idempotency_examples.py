@@ -174,6 +174,7 @@ def run_ack_lost(suite: Suite, queue: str, crashing: str, plain: str, env: dict,
     assert [(a.attempt, a.state) for a in history] == [(1, "LOST"), (2, "SUCCEEDED")]
     assert history[0].failure_class == "AMBIGUOUS" and history[0].worker_id != history[1].worker_id
     # exactly one accepted SUCCEEDED result: attempt 1 was accepted but never reported
+    assert suite.database_url is not None  # running_suite gives its suite a database
     assert attempt_rows(suite.database_url, job.name) == [(1, "LOST", True), (2, "SUCCEEDED", True)]
     return done
 

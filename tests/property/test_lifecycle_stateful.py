@@ -37,7 +37,7 @@ CLASSES = ["TRANSIENT", "THROTTLED", "PERMANENT", "AMBIGUOUS"]
 
 def make_machine(db_url: str):
     class Lifecycle(RuleBasedStateMachine):
-        def __init__(self):
+        def __init__(self) -> None:
             super().__init__()
             self.loop = asyncio.new_event_loop()
             self.engine = open_engine(db_url, pool_size=2)
@@ -162,7 +162,7 @@ def make_machine(db_url: str):
                 self.run(run_transaction(self.engine, lambda c: cancel_store.cancel_job(c, "default", jid)))
 
         @invariant()
-        def lifecycle_is_legal(self):
+        def lifecycle_is_legal(self) -> None:
             if not self.seen:
                 return
 

@@ -45,7 +45,7 @@ def test_home_and_standby_stacks_brake_with_their_regions_budget_and_breakers(re
     assert stack.shards.changed is stack.wake is stack.claims.wake
 
 
-def test_claim_loop_requires_budget_and_breakers_of_its_region():
+def test_claim_loop_requires_budget_and_breakers_of_its_region() -> None:
     ctx, stack = context(), RegionStack(context(), "a")
     args = (NO_IO, stack.shards, ctx.registry, stack.relay, ctx.settings)
     with pytest.raises(TypeError):

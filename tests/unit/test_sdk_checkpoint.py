@@ -38,7 +38,7 @@ class CheckpointDispatcher(wgrpc.WorkerServiceServicer):
     """Assigns ``pending``; acks everything ok except checkpoints, answered by ``checkpoint_ack``
     (``(ok, reason)``) after ``checkpoint_delay`` seconds. Records each checkpoint received."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.pending: list[wpb.Assignment] = []
         self.checkpoints: list[tuple[str, bytes, float]] = []  # job, data, time received
         self.checkpoint_ack = lambda cp: (True, "")
@@ -132,7 +132,7 @@ async def run(worker: Worker, body) -> None:
         await asyncio.wait_for(task, 15)
 
 
-def test_checkpoint_validates_size_and_type_and_is_a_cancellation_point():
+def test_checkpoint_validates_size_and_type_and_is_a_cancellation_point() -> None:
     ctx = JobContext(job="namespaces/default/jobs/j")
     assert ctx.last_checkpoint is None
     ctx.checkpoint(b"x" * MAX_CHECKPOINT_BYTES)  # exactly 64 KiB is fine

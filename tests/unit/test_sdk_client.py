@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 from google.protobuf import any_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -26,9 +27,9 @@ UTC = UTC
 
 
 class FakeJobs(job_service_pb2_grpc.JobServiceServicer, cluster_service_pb2_grpc.ClusterServiceServicer):
-    def __init__(self):
+    def __init__(self) -> None:
         self.jobs: list[job_pb2.Job] = []
-        self.requests = []
+        self.requests: list[Message] = []  # every request received, in order
 
     def CreateJob(self, request, context):
         self.requests.append(request)

@@ -14,7 +14,7 @@ import ast
 import importlib
 import pkgutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy.dialects import postgresql
@@ -58,7 +58,8 @@ def test_statement_compiles(name: str, dialect: str) -> None:
         if getattr(stmt, "is_insert", False) and getattr(stmt, "select", None) is None:
             # an INSERT executed with parameter rows: compile it with every column given
             kw["column_keys"] = [c.key for c in stmt.table.c]  # type: ignore[attr-defined]
-        sql = str(stmt.compile(dialect=DIALECTS[dialect], **kw))
+        # the statements (select/insert/update/delete/text) are ClauseElements as well as Executables
+        sql = str(cast(ClauseElement, stmt).compile(dialect=DIALECTS[dialect], **kw))
         assert sql.strip()
 
 
