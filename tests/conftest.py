@@ -308,7 +308,7 @@ async def _serve_dead_letters(engine):
     async with serving(
         (
             pb_grpc.add_DeadLetterServiceServicer_to_server,
-            DeadLetterServicer(engine, shards=dlq_support.SHARDS),
+            DeadLetterServicer.on(engine, shards=dlq_support.SHARDS),
             "gnomon.v1.DeadLetterService",
         ),
         job_service(engine, dlq_support.SHARDS),  # GetJob, for the CLI's progress display

@@ -1,9 +1,10 @@
-"""``gnomon.v1.DeadLetterService``: a thin gRPC adapter over ``gnomon.common.storage.dead_letters``.
+"""``gnomon.v1.DeadLetterService``: a thin gRPC adapter over the dead-letter engine
+(:class:`gnomon.api.dead_letters.DeadLetterEngine`).
 
 Here: who is calling (``x-gnomon-actor`` + the gRPC peer, for the audit log, read by the auth seam
 :mod:`gnomon.common.rpc.auth`, which also checks the caller's namespaces), validation (every rule a field violation, all reported at once, nothing
 written on bad input), proto <-> row conversion and page tokens. The replay itself (pacing,
-idempotency, batches, audit) lives in the storage module.
+idempotency, batches, audit) lives in the storage module the engine calls.
 
 Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` 1-16 characters of
 ``[A-Z_]``; ``error_contains`` at most 1000 characters; ``start_time``/``end_time`` in
@@ -24,13 +25,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
 from gnomon.api.convert import job_to_proto
+from gnomon.api.dead_letters import DeadLetterEngine
 from gnomon.api.validation import request_fingerprint
 from gnomon.common import pagination
+from gnomon.common.coordination.hints import DispatcherHints
+from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayRequest
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, audit_entry_name, job_name, parse_parent
 from gnomon.common.rpc.auth import current_caller
-from gnomon.common.storage import dead_letters as dlq
-from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_timestamp
 
 MAX_RATE = 1000.0
@@ -49,7 +51,7 @@ def _timestamp(v: Validator, msg, field: str) -> datetime | None:
     return datetime.fromtimestamp(msg.seconds, tz=UTC) + timedelta(microseconds=msg.nanos // 1000)
 
 
-def validate_filter(v: Validator, namespace: str, req) -> dlq.DeadLetterFilter:
+def validate_filter(v: Validator, namespace: str, req) -> DeadLetterFilter:
     """The filter fields shared by ListDeadLetters and ReplayDeadLetters."""
     if req.queue:
         v.check(
@@ -72,7 +74,7 @@ def validate_filter(v: Validator, namespace: str, req) -> dlq.DeadLetterFilter:
     end = _timestamp(v, req.end_time, "end_time") if req.HasField("end_time") else None
     if start is not None and end is not None and end <= start:
         v.add("end_time", "must be after start_time")
-    return dlq.DeadLetterFilter(
+    return DeadLetterFilter(
         namespace=namespace,
         queue=req.queue or None,
         failure_class=req.failure_class or None,
@@ -93,7 +95,7 @@ def _keyset(v: Validator, token: str, method: str, filt: str) -> tuple[datetime,
         return None
 
 
-def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -> dlq.ReplayRequest:
+def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -> ReplayRequest:
     """Checks every field; raises :class:`InvalidArgument` listing all violations (nothing is written)."""
     v = Validator()
     f = validate_filter(v, namespace, req)
@@ -117,7 +119,7 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
     v.raise_if_any()
     assert request_id is not None  # None only with a violation, raised above
     who = current_caller(context)
-    return dlq.ReplayRequest(
+    return ReplayRequest(
         filter=f,
         max_rate=req.max_rate,
         max_jobs=req.max_jobs,
@@ -175,13 +177,21 @@ def audit_to_proto(row: dict) -> pb.AuditEntry:
 
 
 class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
-    """``gnomon.v1.DeadLetterService`` over the DLQ storage module. ``shards`` is the region's shard
-    count (new jobs get a shard); ``hints`` (optional) wakes dispatchers after a replay. The caller's
-    namespaces are checked by the auth seam before any handler runs (PERMISSION_DENIED,
-    NAMESPACE_NOT_ALLOWED)."""
+    """``gnomon.v1.DeadLetterService`` over the dead-letter engine ``dead_letters`` (built by
+    :func:`gnomon.api.service.build`, or by :meth:`on`). The caller's namespaces are checked by the
+    auth seam before any handler runs (PERMISSION_DENIED, NAMESPACE_NOT_ALLOWED)."""
 
-    def __init__(self, engine: AsyncEngine, *, shards: int, hints=None):
-        self.engine, self.shards, self.hints = engine, shards, hints
+    def __init__(self, dead_letters: DeadLetterEngine):
+        self.dead_letters = dead_letters
+
+    @classmethod
+    def on(
+        cls, engine: AsyncEngine, *, shards: int, hints: DispatcherHints | None = None
+    ) -> DeadLetterServicer:
+        """A servicer over a new :class:`DeadLetterEngine` on ``engine``: ``shards`` is the region's
+        shard count (new jobs get a shard); ``hints`` (None: none) wakes dispatchers after a replay."""
+        wake = hints.wake if hints is not None else None
+        return cls(DeadLetterEngine(engine, shards=shards, wake_dispatchers=wake))
 
     async def ListDeadLetters(self, request, context):
         """Dead jobs of ``parent`` matching the filter, newest death first, each with its recent
@@ -201,14 +211,9 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         )
         after = _keyset(v, request.page_token, "ListDeadLetters", filt)
         v.raise_if_any()
-
-        async def read(conn):
-            rows = await dlq.list_dead_letters(
-                conn, f, include_replayed=request.include_replayed, limit=size + 1, after=after
-            )
-            return rows, await dlq.recent_attempts(conn, [r["id"] for r in rows[:size]])
-
-        rows, atts = await run_transaction(self.engine, read)
+        rows, atts = await self.dead_letters.list_dead_letters(
+            f, include_replayed=request.include_replayed, limit=size + 1, after=after
+        )
         page, token = pagination.next_page(
             rows, size, "ListDeadLetters", filt, lambda r: pagination.keyset(r["finished_at"], r["id"])
         )
@@ -223,9 +228,7 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         another request."""
         ns = parse_parent(request.parent)
         req = validate_replay(request, ns, context)
-        out = await dlq.replay_dead_letters(self.engine, req, shards=self.shards)
-        if self.hints is not None and out.replayed and not out.dry_run:
-            self.hints.wake(datetime.now(UTC))
+        out = await self.dead_letters.replay(req)
         return pb.ReplayDeadLettersResponse(
             matched_count=out.matched,
             replayed_count=out.replayed,
@@ -242,9 +245,7 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         filt = pagination.fingerprint(ns)
         after = _keyset(v, request.page_token, "ListAuditEntries", filt)
         v.raise_if_any()
-        rows = await run_transaction(
-            self.engine, lambda c: dlq.list_audit_entries(c, ns, limit=size + 1, after=after)
-        )
+        rows = await self.dead_letters.audit_entries(ns, limit=size + 1, after=after)
         page, token = pagination.next_page(
             rows, size, "ListAuditEntries", filt, lambda r: pagination.keyset(r["created_at"], r["id"])
         )

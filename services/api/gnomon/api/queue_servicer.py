@@ -1,95 +1,69 @@
 """``gnomon.v1.QueueService``: a queue's circuit breaker, retry budget and backlog (thin adapter
-over :mod:`gnomon.common.storage.queues`)."""
+over the queue engine, :class:`gnomon.api.queues.QueueEngine`)."""
 
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
-
-from sqlalchemy.ext.asyncio import AsyncEngine
+from datetime import timedelta
 
 from gnomon._proto.gnomon.v1 import queue_service_pb2 as qpb
 from gnomon._proto.gnomon.v1 import queue_service_pb2_grpc
-from gnomon.common.config import BreakerSettings, RetryBudgetSettings
+from gnomon.api.queues import QueueEngine, QueueStatus
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.names import parse_queue_name, queue_name
-from gnomon.common.retry import budget_allowed
 from gnomon.common.storage import queues as qstore
-from gnomon.common.storage import rate_limits
-from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_duration, to_timestamp
 
-_STATES = {
+_STATES: dict[str, qpb.BreakerState] = {
     qstore.CLOSED: qpb.BREAKER_STATE_CLOSED,
     qstore.OPEN: qpb.BREAKER_STATE_OPEN,
     qstore.HALF_OPEN: qpb.BREAKER_STATE_HALF_OPEN,
 }
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_RATE, MAX_BURST = 100_000.0, 100_000
 
 
 class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
-    """Reads one queue of the API's region: breaker row, window counts, backlog (one transaction)."""
+    """Validates, calls the queue engine (``queues``: one queue of the API's region per call) and
+    converts."""
 
-    def __init__(
-        self,
-        engine: AsyncEngine,
-        *,
-        region: str,
-        budget: RetryBudgetSettings | None = None,
-        breaker: BreakerSettings | None = None,
-    ):
-        self.engine, self.region = engine, region
-        self.budget, self.breaker = budget or RetryBudgetSettings(), breaker or BreakerSettings()
+    def __init__(self, queues: QueueEngine):
+        self.queues = queues
 
     async def GetQueue(self, request, context):
         """Queue ``name`` of this region: breaker state and failure ratio, retry budget window
         (counts, window as a Duration), due backlog (``due_jobs``, oldest due age) and dispatch rate
         limit (jobs/s, burst). INVALID_ARGUMENT for a bad name; an unknown queue reads as empty."""
         ns, queue = parse_queue_name(request.name)
-        b, k, region = self.budget, self.breaker, self.region
+        return qpb.GetQueueResponse(queue=self._proto(ns, queue, await self.queues.status(ns, queue)))
 
-        async def tx(conn):
-            row = await qstore.get_state(conn, region=region, namespace=ns, queue=queue)
-            results, failures = await qstore.failure_stats(
-                conn, region=region, namespace=ns, queue=queue, window_s=k.window_s, since=_EPOCH
-            )
-            counts = await qstore.budget_counts(
-                conn, region=region, namespace=ns, queue=queue, window_s=b.window_s
-            )
-            backlog = await qstore.read_backlog(conn, region=region, namespace=ns, queue=queue)
-            limit = await rate_limits.get_limit(conn, region=region, namespace=ns, queue=queue)
-            return row, results, failures, counts, backlog, limit
-
-        row, results, failures, counts, (due, truncated, oldest), limit = await run_transaction(
-            self.engine, tx
-        )
+    def _proto(self, ns: str, queue: str, st: QueueStatus) -> qpb.Queue:
+        """A :class:`QueueStatus` -> ``gnomon.v1.Queue``."""
+        row = st.breaker
         q = qpb.Queue(
             name=queue_name(ns, queue),
-            region=region,
-            breaker_state=_STATES.get(row["state"] if row else qstore.CLOSED, qpb.BREAKER_STATE_UNSPECIFIED),
-            failure_ratio=failures / results if results else 0.0,
-            window_results=results,
+            region=self.queues.region,
+            breaker_state=_STATES.get(st.breaker_state, qpb.BREAKER_STATE_UNSPECIFIED),
+            failure_ratio=st.failure_ratio,
+            window_results=st.window_results,
             retry_budget=qpb.RetryBudget(
-                used=counts.retries,
-                first_attempts=counts.first_attempts,
-                allowed=budget_allowed(
-                    counts.first_attempts, ratio=b.ratio, window_s=b.window_s, min_per_s=b.min_per_s
-                ),
-                window=to_duration(timedelta(seconds=b.window_s)),
+                used=st.retries,
+                first_attempts=st.first_attempts,
+                allowed=st.allowed_retries,
+                window=to_duration(timedelta(seconds=st.budget_window_s)),
             ),
-            due_jobs=due,
-            due_jobs_truncated=truncated,
+            due_jobs=st.due_jobs,
+            due_jobs_truncated=st.due_truncated,
         )
         if row and row["opened_at"] is not None:
             q.opened_time.CopyFrom(to_timestamp(row["opened_at"]))
         if row and row["version"] > 1:
             q.breaker_update_time.CopyFrom(to_timestamp(row["updated_at"]))
-        if oldest is not None:
-            q.oldest_due_age.CopyFrom(to_duration(timedelta(seconds=oldest)))
+        if st.oldest_due_s is not None:
+            q.oldest_due_age.CopyFrom(to_duration(timedelta(seconds=st.oldest_due_s)))
+        limit = st.rate_limit
         if limit is not None:
             q.rate_limit.CopyFrom(qpb.RateLimit(rate=limit.rate, burst=limit.burst, available=limit.tokens))
-        return qpb.GetQueueResponse(queue=q)
+        return q
 
     async def SetQueueRateLimit(self, request, context):
         """Sets the queue's dispatch rate limit: ``rate`` jobs/s (0-100000; 0 stops dispatch),
@@ -109,11 +83,6 @@ class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
         burst = request.burst or (max(1, math.ceil(rate)) if math.isfinite(rate) else 1)
         v.check(1 <= burst <= MAX_BURST, "burst", f"must be between 1 and {MAX_BURST} (0 = rate rounded up)")
         v.raise_if_any()
-        await run_transaction(
-            self.engine,
-            lambda c: rate_limits.set_limit(
-                c, region=self.region, namespace=ns, queue=queue, rate=rate, burst=burst
-            ),
-        )
+        await self.queues.set_rate_limit(ns, queue, rate=rate, burst=burst)
         got = await self.GetQueue(qpb.GetQueueRequest(name=request.name), context)
         return qpb.SetQueueRateLimitResponse(queue=got.queue)

@@ -26,8 +26,10 @@ from gnomon._proto.gnomon.v1 import (
 )
 from gnomon.api.cluster import ClusterEngine
 from gnomon.api.dead_letter_servicer import DeadLetterServicer
+from gnomon.api.dead_letters import DeadLetterEngine
 from gnomon.api.jobs import JobEngine
 from gnomon.api.queue_servicer import QueueServicer
+from gnomon.api.queues import QueueEngine
 from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
 from gnomon.common.config import (
@@ -113,12 +115,12 @@ def build(
         ),
         (
             dead_letter_service_pb2_grpc.add_DeadLetterServiceServicer_to_server,
-            DeadLetterServicer(engine, shards=cluster.shards, hints=hints),
+            DeadLetterServicer(DeadLetterEngine(engine, shards=cluster.shards, wake_dispatchers=hints.wake)),
             dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name,
         ),
         (
             queue_service_pb2_grpc.add_QueueServiceServicer_to_server,
-            QueueServicer(engine, region=cluster.region),
+            QueueServicer(QueueEngine(engine, region=cluster.region)),
             queue_service_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
         ),
         (
