@@ -12,6 +12,8 @@ from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc
 from gnomon.common import metrics
 from gnomon.common.domain.attempts import AttemptKey, Result
+from gnomon.common.domain.failures import FailureClass
+from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.timeconv import to_duration, to_timestamp
@@ -21,11 +23,11 @@ from gnomon.dispatcher.writes import WriteBatcher
 log = logging.getLogger(__name__)
 
 _CLASSES = {
-    wpb.FAILURE_CLASS_UNSPECIFIED: "TRANSIENT",
-    wpb.FAILURE_CLASS_TRANSIENT: "TRANSIENT",
-    wpb.FAILURE_CLASS_THROTTLED: "THROTTLED",
-    wpb.FAILURE_CLASS_PERMANENT: "PERMANENT",
-    wpb.FAILURE_CLASS_AMBIGUOUS: "AMBIGUOUS",
+    wpb.FAILURE_CLASS_UNSPECIFIED: FailureClass.TRANSIENT,
+    wpb.FAILURE_CLASS_TRANSIENT: FailureClass.TRANSIENT,
+    wpb.FAILURE_CLASS_THROTTLED: FailureClass.THROTTLED,
+    wpb.FAILURE_CLASS_PERMANENT: FailureClass.PERMANENT,
+    wpb.FAILURE_CLASS_AMBIGUOUS: FailureClass.AMBIGUOUS,
 }
 
 
@@ -80,7 +82,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         except StopAsyncIteration:
             return
         if first.WhichOneof("kind") != "hello":
-            raise GnomonError("the first message must be hello", reason="PROTOCOL_VIOLATION")
+            raise GnomonError("the first message must be hello", reason=ErrorReason.PROTOCOL_VIOLATION)
         h = first.hello
         v = []
         if not h.queues:
@@ -91,7 +93,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         if v:
             raise InvalidArgument(v)
         if self.draining:
-            raise GnomonError("dispatcher is draining", reason="SHUTTING_DOWN")
+            raise GnomonError("dispatcher is draining", reason=ErrorReason.SHUTTING_DOWN)
         session = self.registry.add(h.worker_id or "anonymous", ns, list(h.queues), h.credits)
         metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
         log.info(
@@ -166,7 +168,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 try:
                     res = await fut
                 except Exception:
-                    acks.append(wpb.Ack(attempt=ref, kind=kind, ok=False, reason="DATABASE_UNAVAILABLE"))
+                    acks.append(
+                        wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.DATABASE_UNAVAILABLE)
+                    )
                     continue
                 acks.append(build(ref, res))
             if acks and not s.closed:
@@ -198,7 +202,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 s.accepted.add((k.job_id, k.attempt))
             else:
                 s.held.pop((k.job_id, k.attempt), None)
-            a = wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_ACCEPT, ok=ok, reason="" if ok else "STALE_ATTEMPT")
+            a = wpb.Ack(
+                attempt=ref, kind=wpb.ACK_KIND_ACCEPT, ok=ok, reason="" if ok else ErrorReason.STALE_ATTEMPT
+            )
             if ok:
                 a.lease_expire_time.CopyFrom(to_timestamp(lease_end))
             return a
@@ -214,7 +220,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 attempt=ref,
                 kind=wpb.ACK_KIND_HEARTBEAT,
                 ok=renewed is not None,
-                reason="" if renewed is not None else "STALE_ATTEMPT",
+                reason="" if renewed is not None else ErrorReason.STALE_ATTEMPT,
             )
             if renewed is not None:
                 a.lease_expire_time.CopyFrom(to_timestamp(renewed[0]))
@@ -239,7 +245,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                         attempt=cp.attempt,
                         kind=wpb.ACK_KIND_CHECKPOINT,
                         ok=False,
-                        reason="CHECKPOINT_TOO_LARGE",
+                        reason=ErrorReason.CHECKPOINT_TOO_LARGE,
                     )
                 )
                 continue
@@ -256,7 +262,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     attempt=ref,
                     kind=wpb.ACK_KIND_CHECKPOINT,
                     ok=bool(saved),
-                    reason="" if saved else "STALE_ATTEMPT",
+                    reason="" if saved else ErrorReason.STALE_ATTEMPT,
                 ),
             )
 
@@ -269,7 +275,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             res = Result(
                 key=k,
                 succeeded=r.outcome == wpb.OUTCOME_SUCCEEDED,
-                failure_class=_CLASSES.get(r.failure_class, "TRANSIENT"),
+                failure_class=_CLASSES.get(r.failure_class, FailureClass.TRANSIENT),
                 error=r.error,
                 retry_after_s=r.retry_after.ToTimedelta().total_seconds() if r.HasField("retry_after") else 0,
             )
