@@ -5,13 +5,12 @@ RULE_NEVER_FIRES, ...) to the ``ErrorInfo``. Limits are in docs/schedules.md.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
 from gnomon._proto.gnomon.v1 import schedule_pb2
-from gnomon.api.validation import _duration, _timestamp, job_fields
+from gnomon.api.validation import _duration, _timestamp, job_fields, request_fingerprint
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.names import parse_parent
@@ -234,9 +233,7 @@ def validate_create(req, *, region: str) -> store.NewSchedule:
         region=region,
         values=values,
         request_id=request_id,
-        request_hash=hashlib.sha256(req.SerializeToString(deterministic=True)).hexdigest()
-        if request_id
-        else None,
+        request_hash=request_fingerprint(req) if request_id else None,
     )
 
 
