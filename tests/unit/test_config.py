@@ -8,13 +8,8 @@ import sys
 
 import pytest
 
-from gnomon.common.config import (
-    SETTINGS_CLASSES,
-    ConfigError,
-    DispatcherSettings,
-    check_environment,
-    known_variables,
-)
+from gnomon.common.config import DispatcherSettings
+from gnomon.common.config_check import SETTINGS_CLASSES, ConfigError, check_environment, known_variables
 
 
 @pytest.fixture

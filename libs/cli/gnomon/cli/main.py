@@ -15,15 +15,8 @@ from gnomon.cli import jobs as jobs_cmd
 from gnomon.cli import queues as queues_cmd
 from gnomon.cli import schedules as schedules_cmd
 from gnomon.cli import worker as worker_cmd
-from gnomon.common.config import (
-    ClusterSettings,
-    ConfigError,
-    DatabaseSettings,
-    EtcdSettings,
-    ServerSettings,
-    check_environment,
-    env_name,
-)
+from gnomon.common.config import ClusterSettings, DatabaseSettings, EtcdSettings, ServerSettings
+from gnomon.common.config_check import ConfigError, check_environment, env_name
 
 app = typer.Typer(help="Gnomon: a distributed job scheduler.", no_args_is_help=True, add_completion=False)
 app.add_typer(jobs_cmd.app, name="job")
