@@ -119,6 +119,13 @@ class DispatcherSettings(BaseSettings):
     heartbeat_interval_s: float = Field(
         default=5.0, gt=0, description="Heartbeat period asked of workers, seconds."
     )
+    hello_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        description="A worker stream that sends no hello this long after opening is closed "
+        "(INVALID_ARGUMENT, reason PROTOCOL_VIOLATION), seconds.",
+    )
     write_batch: int = Field(
         default=500, ge=1, description="Max accepts/heartbeats/results written per transaction."
     )

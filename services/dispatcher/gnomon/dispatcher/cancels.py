@@ -98,6 +98,6 @@ class CancelPusher:
                 self.pushed[s.session_id].add(k)
         for sid, items in acks.items():
             s = by_id[sid]
-            log.info("pushing cancellation of %d attempt(s) to worker %s", len(items), s.worker_id)
+            log.info("pushing cancellation of %d attempt(s) to worker %r", len(items), s.worker_id)
             s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=items)))
         return sum(len(v) for v in acks.values())

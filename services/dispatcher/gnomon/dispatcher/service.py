@@ -147,6 +147,7 @@ def build(
         region=cluster.region,
         heartbeat_interval_s=settings.heartbeat_interval_s,
         on_credits=wake.set,
+        hello_timeout_s=settings.hello_timeout_s,
     )
     server = GrpcServer(
         srv.listen,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from typing import Any
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
@@ -14,9 +13,10 @@ from gnomon.common import metrics
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
-from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.errors import GnomonError, InvalidArgument
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.timeconv import to_duration, to_timestamp
+from gnomon.dispatcher.hello import attempt_key, clip, validate_hello
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import WriteBatcher
 
@@ -32,11 +32,7 @@ _CLASSES = {
 
 
 def _key(ref: wpb.AttemptRef) -> AttemptKey | None:
-    try:
-        parts = ref.job.split("/")
-        return AttemptKey(uuid.UUID(parts[3]), ref.attempt, ref.version, ref.fencing_token)
-    except (ValueError, IndexError):
-        return None
+    return attempt_key(ref)
 
 
 def _known_key(ref: wpb.AttemptRef) -> AttemptKey:
@@ -44,6 +40,16 @@ def _known_key(ref: wpb.AttemptRef) -> AttemptKey:
     k = _key(ref)
     assert k is not None
     return k
+
+
+def _malformed(ref: wpb.AttemptRef, kind: int) -> wpb.Ack:
+    """The ack refusing one item whose attempt reference does not parse (the others go on)."""
+    return wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.INVALID_FIELD)
+
+
+def _send(s: WorkerSession, acks: list[wpb.Ack]) -> None:
+    if acks and not s.closed:
+        s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
 
 
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
@@ -58,6 +64,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         region: str,
         heartbeat_interval_s: float,
         on_credits,
+        hello_timeout_s: float = 10.0,
     ):
         self.registry, self.writes = registry, writes
         self.dispatcher_id, self.region, self.heartbeat_interval_s = (
@@ -66,6 +73,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             heartbeat_interval_s,
         )
         self.on_credits = on_credits
+        self.hello_timeout_s = hello_timeout_s
         self.draining = False
         # The event loop holds tasks only weakly: pending ack tasks are kept here until they finish,
         # or one could be garbage-collected before its acks are sent.
@@ -78,29 +86,30 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         closes the stream or the dispatcher drains; its unfinished attempts are re-delivered by the
         relay or reaped when their lease expires."""
         try:
-            first = await request_iterator.__anext__()
+            first = await asyncio.wait_for(request_iterator.__anext__(), self.hello_timeout_s)
         except StopAsyncIteration:
             return
+        except TimeoutError:
+            log.info("stream closed: no hello within %.1f s", self.hello_timeout_s)
+            raise GnomonError(
+                f"no hello within {self.hello_timeout_s:g} s", reason=ErrorReason.PROTOCOL_VIOLATION
+            ) from None
         if first.WhichOneof("kind") != "hello":
             raise GnomonError("the first message must be hello", reason=ErrorReason.PROTOCOL_VIOLATION)
-        h = first.hello
-        v = []
-        if not h.queues:
-            v.append(FieldViolation("hello.queues", "name at least one queue"))
-        if not (1 <= h.credits <= 10000):
-            v.append(FieldViolation("hello.credits", "must be between 1 and 10000"))
-        ns = h.namespace.split("/")[-1] if h.namespace else "default"
-        if v:
-            raise InvalidArgument(v)
+        try:
+            h = validate_hello(first.hello)
+        except InvalidArgument:
+            log.info("hello refused: worker_id=%s", clip(first.hello.worker_id))
+            raise
         if self.draining:
             raise GnomonError("dispatcher is draining", reason=ErrorReason.SHUTTING_DOWN)
-        session = self.registry.add(h.worker_id or "anonymous", ns, list(h.queues), h.credits)
+        session = self.registry.add(h.worker_id, h.namespace, h.queues, h.credits)
         metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
         log.info(
-            "worker %s connected: ns=%s queues=%s credits=%d",
-            session.worker_id,
-            ns,
-            list(h.queues),
+            "worker %s connected: ns=%r queues=%r credits=%d",
+            clip(session.worker_id, 128),
+            h.namespace,
+            h.queues,
             h.credits,
         )
         self.on_credits()
@@ -128,7 +137,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             # their outbox rows are still unpublished: the relay's recovery scan re-delivers them
             log.info(
                 "worker %s disconnected (%d unaccepted attempts go back to the outbox)",
-                session.worker_id,
+                clip(session.worker_id, 128),
                 len(unaccepted),
             )
 
@@ -181,12 +190,14 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         task.add_done_callback(self._ack_tasks.discard)
 
     def _accepts(self, s: WorkerSession, refs) -> None:
-        futs = []
+        futs, bad = [], []
         for ref in refs:
             k = _key(ref)
             if k is None:
+                bad.append(_malformed(ref, wpb.ACK_KIND_ACCEPT))
                 continue
             futs.append((ref, self.writes.submit("accept", k, s.worker_id)))
+        _send(s, bad)
 
         def build(ref, lease_end):
             k = _known_key(ref)
@@ -213,6 +224,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
 
     def _heartbeats(self, s: WorkerSession, refs) -> None:
         futs = [(ref, self.writes.submit("heartbeat", k)) for ref in refs if (k := _key(ref)) is not None]
+        _send(s, [_malformed(ref, wpb.ACK_KIND_HEARTBEAT) for ref in refs if _key(ref) is None])
 
         def build(ref, renewed):
             # renewed: (lease end, cancel_requested) or None (not live: refused)
@@ -238,6 +250,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         for cp in checkpoints:
             k = _key(cp.attempt)
             if k is None:
+                refused.append(_malformed(cp.attempt, wpb.ACK_KIND_CHECKPOINT))
                 continue
             if len(cp.data) > MAX_CHECKPOINT_BYTES:
                 refused.append(
@@ -267,10 +280,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             )
 
     def _results(self, s: WorkerSession, results) -> None:
-        futs = []
+        futs, bad = [], []
         for r in results:
             k = _key(r.attempt)
             if k is None:
+                bad.append(_malformed(r.attempt, wpb.ACK_KIND_RESULT))
                 continue
             res = Result(
                 key=k,
@@ -280,6 +294,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 retry_after_s=r.retry_after.ToTimedelta().total_seconds() if r.HasField("retry_after") else 0,
             )
             futs.append((r.attempt, self.writes.submit("result", res)))
+        _send(s, bad)
 
         throttled = {
             (k.job_id, k.attempt)
@@ -305,7 +320,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         acks = []
         for ref in refs:
             k = _key(ref)
-            if k is not None and (k.job_id, k.attempt) not in s.accepted:
+            if k is None:
+                acks.append(_malformed(ref, wpb.ACK_KIND_RELEASE))
+                continue
+            if (k.job_id, k.attempt) not in s.accepted:
                 s.held.pop((k.job_id, k.attempt), None)
             acks.append(wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_RELEASE, ok=True))
         if acks:

@@ -1,0 +1,126 @@
+"""Validation of what a worker sends on the lease stream, at the edge: nothing reaches storage or the
+session registry before it passed here.
+
+Limits (also in ``proto/gnomon/v1/worker_service.proto`` and ``docs/api.md``):
+
+* ``hello.worker_id``: 1-:data:`MAX_WORKER_ID_CHARS` printable characters (no NUL, newline or other
+  control or non-printable character).
+* ``hello.namespace``: ``namespaces/{namespace}`` or a bare namespace id (what the SDK sends); empty
+  means ``default``. The id follows :data:`gnomon.common.names.NAMESPACE_RE`.
+* ``hello.queues``: 1-:data:`MAX_HELLO_QUEUES` names, each matching
+  :data:`gnomon.common.names.QUEUE_RE`.
+* ``hello.credits``: 1-:data:`MAX_CREDITS`.
+
+Values echoed in error text are cut to :data:`ECHO_CHARS` characters and escaped (:func:`clip`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.common import names
+from gnomon.common.domain.attempts import AttemptKey
+from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+
+#: Most queues one hello may name.
+MAX_HELLO_QUEUES = 100
+#: Longest ``hello.worker_id``, characters.
+MAX_WORKER_ID_CHARS = 128
+#: Most credits a hello may grant (the session's initial credit count).
+MAX_CREDITS = 10_000
+#: Longest client value echoed in an error message or a log line, characters (before escaping).
+ECHO_CHARS = 64
+#: Most field violations reported for one hello (the rest are summarised in one more).
+_MAX_VIOLATIONS = 10
+
+
+def clip(value: str, limit: int = ECHO_CHARS) -> str:
+    """A client string safe to echo in error text or a log field: at most ``limit`` characters of it
+    (then ``...``), escaped as a Python literal (``repr``), so a newline or NUL cannot forge a line."""
+    return repr(value[:limit] + ("..." if len(value) > limit else ""))
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A validated hello: ``namespace`` is the bare id; ``queues`` deduplicated, in order."""
+
+    worker_id: str
+    namespace: str
+    queues: list[str]
+    credits: int
+
+
+def _namespace(raw: str) -> str | None:
+    if not raw:
+        return names.DEFAULT_NAMESPACE
+    if raw.startswith("namespaces/"):
+        try:
+            return names.parse_parent(raw, "hello.namespace")
+        except InvalidArgument:
+            return None
+    return raw if names.NAMESPACE_RE.fullmatch(raw) else None
+
+
+def validate_hello(h: wpb.WorkerHello) -> Hello:
+    """Checks every field of a hello; returns it normalised.
+
+    Raises :class:`InvalidArgument` (``INVALID_ARGUMENT``, reason ``INVALID_FIELD``) with one field
+    violation per bad field (``hello.worker_id``, ``hello.namespace``, ``hello.queues``,
+    ``hello.queues[i]``, ``hello.credits``; at most 10 plus a summary), echoing input cut by
+    :func:`clip`. Performs no I/O."""
+    v: list[FieldViolation] = []
+    wid = h.worker_id
+    if not wid:
+        v.append(FieldViolation("hello.worker_id", "must not be empty"))
+    elif len(wid) > MAX_WORKER_ID_CHARS:
+        v.append(FieldViolation("hello.worker_id", f"at most {MAX_WORKER_ID_CHARS} characters, got {len(wid)}"))
+    elif not wid.isprintable():
+        v.append(
+            FieldViolation(
+                "hello.worker_id", f"must be printable (no NUL, newline or control character): {clip(wid)}"
+            )
+        )
+    ns = _namespace(h.namespace)
+    if ns is None:
+        v.append(
+            FieldViolation(
+                "hello.namespace",
+                f"must be namespaces/{{namespace}} or a namespace id matching [a-z0-9-]{{1,63}}: "
+                f"{clip(h.namespace)}",
+            )
+        )
+    queues = list(h.queues)
+    if not queues:
+        v.append(FieldViolation("hello.queues", "name at least one queue"))
+    elif len(queues) > MAX_HELLO_QUEUES:
+        v.append(FieldViolation("hello.queues", f"at most {MAX_HELLO_QUEUES} queues, got {len(queues)}"))
+    else:
+        bad = [(i, q) for i, q in enumerate(queues) if not names.QUEUE_RE.fullmatch(q)]
+        for i, q in bad[:_MAX_VIOLATIONS]:
+            v.append(
+                FieldViolation(
+                    f"hello.queues[{i}]", f"must match [a-z0-9][a-z0-9._-]{{0,63}}: {clip(q)}"
+                )
+            )
+        if len(bad) > _MAX_VIOLATIONS:
+            v.append(FieldViolation("hello.queues", f"{len(bad) - _MAX_VIOLATIONS} more invalid queue names"))
+    if not (1 <= h.credits <= MAX_CREDITS):
+        v.append(FieldViolation("hello.credits", f"must be between 1 and {MAX_CREDITS}"))
+    if v:
+        raise InvalidArgument(v)
+    assert ns is not None
+    return Hello(wid, ns, list(dict.fromkeys(queues)), h.credits)
+
+
+def attempt_key(ref: wpb.AttemptRef) -> AttemptKey | None:
+    """The key of an :class:`AttemptRef` whose ``job`` is ``namespaces/{ns}/jobs/{uuid}`` (parsed by
+    :func:`gnomon.common.names.parse_job_name`) and whose attempt is >= 1; None for a malformed one
+    (the caller refuses that item alone)."""
+    try:
+        _, job_id = names.parse_job_name(ref.job, "attempt.job")
+    except GnomonError:
+        return None
+    if ref.attempt < 1:
+        return None
+    return AttemptKey(job_id, ref.attempt, ref.version, ref.fencing_token)
