@@ -74,7 +74,9 @@ def validate_hello(h: wpb.WorkerHello) -> Hello:
     if not wid:
         v.append(FieldViolation("hello.worker_id", "must not be empty"))
     elif len(wid) > MAX_WORKER_ID_CHARS:
-        v.append(FieldViolation("hello.worker_id", f"at most {MAX_WORKER_ID_CHARS} characters, got {len(wid)}"))
+        v.append(
+            FieldViolation("hello.worker_id", f"at most {MAX_WORKER_ID_CHARS} characters, got {len(wid)}")
+        )
     elif not wid.isprintable():
         v.append(
             FieldViolation(
@@ -99,9 +101,7 @@ def validate_hello(h: wpb.WorkerHello) -> Hello:
         bad = [(i, q) for i, q in enumerate(queues) if not names.QUEUE_RE.fullmatch(q)]
         for i, q in bad[:_MAX_VIOLATIONS]:
             v.append(
-                FieldViolation(
-                    f"hello.queues[{i}]", f"must match [a-z0-9][a-z0-9._-]{{0,63}}: {clip(q)}"
-                )
+                FieldViolation(f"hello.queues[{i}]", f"must match [a-z0-9][a-z0-9._-]{{0,63}}: {clip(q)}")
             )
         if len(bad) > _MAX_VIOLATIONS:
             v.append(FieldViolation("hello.queues", f"{len(bad) - _MAX_VIOLATIONS} more invalid queue names"))
