@@ -42,7 +42,7 @@ def _known_key(ref: wpb.AttemptRef) -> AttemptKey:
     return k
 
 
-def _malformed(ref: wpb.AttemptRef, kind: wpb.AckKind.ValueType) -> wpb.Ack:
+def _malformed(ref: wpb.AttemptRef, kind: wpb.AckKind) -> wpb.Ack:
     """The ack refusing one item whose attempt reference does not parse (the others go on)."""
     return wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.INVALID_FIELD)
 
