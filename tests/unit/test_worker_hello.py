@@ -1,0 +1,97 @@
+"""Unit tests of the worker stream's edge validation (gnomon.dispatcher.hello): every hello field,
+attempt references and the escaping of echoed values."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.common.errors import InvalidArgument
+from gnomon.dispatcher.hello import (
+    MAX_HELLO_QUEUES,
+    MAX_WORKER_ID_CHARS,
+    attempt_key,
+    clip,
+    validate_hello,
+)
+
+
+def hello(**kw) -> wpb.WorkerHello:
+    base = {"worker_id": "host:1:abc", "queues": ["q"], "credits": 1}
+    base.update(kw)
+    return wpb.WorkerHello(**base)
+
+
+def fields(h: wpb.WorkerHello) -> list[str]:
+    with pytest.raises(InvalidArgument) as ei:
+        validate_hello(h)
+    return [v.field for v in ei.value.violations]
+
+
+@pytest.mark.parametrize(
+    ("raw", "ns"),
+    [("", "default"), ("default", "default"), ("namespaces/alice", "alice"), ("alice", "alice")],
+)
+def test_namespace_forms_the_sdk_and_clients_send_are_accepted(raw, ns):
+    assert validate_hello(hello(namespace=raw)).namespace == ns
+
+
+@pytest.mark.parametrize("raw", ["x/y/alice", "namespaces/alice/x", "namespaces/", "Alice", "a\x00b", "-a"])
+def test_bad_namespaces_are_refused(raw):
+    assert fields(hello(namespace=raw)) == ["hello.namespace"]
+
+
+def test_queue_count_and_names():
+    assert validate_hello(hello(queues=[f"q{i}" for i in range(MAX_HELLO_QUEUES)])).queues[-1] == "q99"
+    assert fields(hello(queues=[f"q{i}" for i in range(MAX_HELLO_QUEUES + 1)])) == ["hello.queues"]
+    assert fields(hello(queues=[])) == ["hello.queues"]
+    assert fields(hello(queues=["a", "b", "c", "x\x00y"])) == ["hello.queues[3]"]
+    assert fields(hello(queues=["ok", "UPPER", "a b"])) == ["hello.queues[1]", "hello.queues[2]"]
+    many = fields(hello(queues=["BAD"] * 50))
+    assert len(many) == 11 and many[-1] == "hello.queues"
+    assert validate_hello(hello(queues=["a", "b", "a"])).queues == ["a", "b"]
+
+
+def test_worker_id_bounds():
+    assert fields(hello(worker_id="")) == ["hello.worker_id"]
+    assert fields(hello(worker_id="w\nforged")) == ["hello.worker_id"]
+    assert fields(hello(worker_id="w\x00")) == ["hello.worker_id"]
+    assert fields(hello(worker_id="w" * (MAX_WORKER_ID_CHARS + 1))) == ["hello.worker_id"]
+    assert validate_hello(hello(worker_id="w" * MAX_WORKER_ID_CHARS)).worker_id == "w" * MAX_WORKER_ID_CHARS
+
+
+def test_credits_bounds():
+    assert fields(hello(credits=0)) == ["hello.credits"]
+    assert fields(hello(credits=10_001)) == ["hello.credits"]
+    assert validate_hello(hello(credits=10_000)).credits == 10_000
+
+
+def test_every_bad_field_is_reported_and_echoes_are_cut():
+    with pytest.raises(InvalidArgument) as ei:
+        validate_hello(wpb.WorkerHello(worker_id="", namespace="x/" * 1000, queues=["\n" * 1000], credits=0))
+    assert [v.field for v in ei.value.violations] == [
+        "hello.worker_id",
+        "hello.namespace",
+        "hello.queues[0]",
+        "hello.credits",
+    ]
+    assert len(ei.value.message) < 600
+    assert "\n" not in ei.value.message
+
+
+def test_clip():
+    assert clip("a\nb") == "'a\\nb'"
+    assert clip("x" * 100) == repr("x" * 64 + "...")
+
+
+def test_attempt_key():
+    jid = uuid.uuid4()
+    k = attempt_key(
+        wpb.AttemptRef(job=f"namespaces/default/jobs/{jid}", attempt=2, version=3, fencing_token=4)
+    )
+    assert k is not None and (k.job_id, k.attempt, k.version, k.token) == (jid, 2, 3, 4)
+    for job in [f"x/y/jobs/{jid}", f"namespaces/default/jobs/{jid}/x", "namespaces/default/jobs/nope", ""]:
+        assert attempt_key(wpb.AttemptRef(job=job, attempt=1)) is None
+    assert attempt_key(wpb.AttemptRef(job=f"namespaces/default/jobs/{jid}", attempt=0)) is None
