@@ -4,6 +4,7 @@ attempt references and the escaping of echoed values."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from gnomon.dispatcher.hello import (
 
 
 def hello(**kw) -> wpb.WorkerHello:
-    base = {"worker_id": "host:1:abc", "queues": ["q"], "credits": 1}
+    base: dict[str, Any] = {"worker_id": "host:1:abc", "queues": ["q"], "credits": 1}
     base.update(kw)
     return wpb.WorkerHello(**base)
 
