@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
+from gnomon.common.auth.settings import AuthSettings, InsecureSettings, TlsSettings
 from gnomon.common.config import (
     BreakerSettings,
     ClientSettings,
@@ -53,6 +54,9 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     ClientSettings,
     DevServerSettings,
     DesktopSettings,
+    InsecureSettings,
+    TlsSettings,
+    AuthSettings,
 )
 """Every settings class; together their fields are all the ``GNOMON_*`` variables there are."""
 

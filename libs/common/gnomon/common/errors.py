@@ -69,7 +69,16 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
     ),
     ErrorReason.NAMESPACE_NOT_ALLOWED: (
         grpc.StatusCode.PERMISSION_DENIED,
-        "The namespace is not in the caller's x-gnomon-namespaces metadata.",
+        "The caller holds no role in that namespace that allows this method (whether or not the "
+        "resource exists).",
+    ),
+    ErrorReason.UNAUTHENTICATED: (
+        grpc.StatusCode.UNAUTHENTICATED,
+        "No valid credential: missing, malformed, unknown, expired, revoked or of a disabled principal.",
+    ),
+    ErrorReason.QUEUE_NOT_GRANTED: (
+        grpc.StatusCode.PERMISSION_DENIED,
+        "The worker's principal is not granted a queue its hello names.",
     ),
     ErrorReason.SCHEDULE_NOT_FOUND: (
         grpc.StatusCode.NOT_FOUND,
@@ -186,9 +195,16 @@ class Aborted(GnomonError):
 
 
 class PermissionDenied(GnomonError):
-    """The caller may not act on that namespace (PERMISSION_DENIED). Nothing was read or written."""
+    """The caller may not do this in that namespace (PERMISSION_DENIED), whether or not the resource
+    exists (https://google.aip.dev/211). Nothing was read or written."""
 
     reason: str = ErrorReason.NAMESPACE_NOT_ALLOWED
+
+
+class Unauthenticated(GnomonError):
+    """No valid credential came with the call (UNAUTHENTICATED). Nothing was read or written."""
+
+    reason: str = ErrorReason.UNAUTHENTICATED
 
 
 class Unavailable(GnomonError):

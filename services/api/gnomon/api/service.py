@@ -46,7 +46,7 @@ from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
-from gnomon.common.rpc.server import GrpcServer
+from gnomon.common.rpc.server import GrpcServer, secure_server
 from gnomon.common.scheduling.engine import ScheduleEngine
 from gnomon.common.storage.engine import make_engine
 
@@ -150,7 +150,7 @@ def build(
     return ApiService(
         engine=engine,
         etcd=etcd,
-        server=GrpcServer(srv.listen, services),
+        server=secure_server(srv.listen, services, engine, role="api"),
         region=cluster.region,
         metrics_listen=srv.metrics_listen,
     )

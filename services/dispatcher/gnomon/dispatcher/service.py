@@ -33,7 +33,7 @@ from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
-from gnomon.common.rpc.server import GrpcServer
+from gnomon.common.rpc.server import GrpcServer, secure_server
 from gnomon.common.storage.engine import make_engine
 from gnomon.dispatcher.cancels import CancelPusher
 from gnomon.dispatcher.failover import Standby
@@ -149,7 +149,7 @@ def build(
         on_credits=wake.set,
         hello_timeout_s=settings.hello_timeout_s,
     )
-    server = GrpcServer(
+    server = secure_server(
         srv.listen,
         [
             (

@@ -35,7 +35,7 @@ from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
-from gnomon.common.rpc.server import GrpcServer
+from gnomon.common.rpc.server import GrpcServer, secure_server
 from gnomon.common.storage.engine import make_engine
 from gnomon.common.time import tzdata_version
 from gnomon.planner.planning import Planner
@@ -149,7 +149,7 @@ def build(
     etcd = EtcdClient(etcd_s.endpoint_list)
     hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
     planner = Planner(engine, settings, region=cluster.region, shards=cluster.shards, hint=hints.wake)
-    server = GrpcServer(
+    server = secure_server(
         srv.listen,
         [
             (

@@ -18,7 +18,7 @@ from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
-from gnomon.common.rpc.server import GrpcServer
+from gnomon.common.rpc.server import GrpcServer, secure_server
 from gnomon.common.storage.engine import make_engine
 from gnomon.reaper.sweeps import Sweeper
 
@@ -63,7 +63,7 @@ def build(
     engine = make_engine(db, pool_size=2)
     return ReaperService(
         engine=engine,
-        server=GrpcServer(srv.listen, []),
+        server=secure_server(srv.listen, [], engine, role="reaper"),
         sweeper=Sweeper(engine, settings, region=cluster.region),
         metrics_listen=srv.metrics_listen,
     )

@@ -1,148 +1,255 @@
-"""Who is calling, and may they act on a namespace: the one authorization seam of every server.
+"""Authentication and authorization of every call, in one place: :class:`AuthInterceptor`.
 
-:class:`AuthInterceptor` (installed by :class:`gnomon.common.rpc.server.GrpcServer` on every server)
-runs before the handlers of the services under the namespace policy. It reads the :class:`Caller` from
-the call metadata, makes it available to the handler through :func:`current_caller` (the audit log
-records it) and checks the namespace the request names (its ``parent``, else its ``name``, parsed
-by :func:`gnomon.common.names.namespace_of`) against the caller's namespaces, so no handler checks
-namespaces itself. A malformed or missing name is left to the handler, which reports the field
-(INVALID_ARGUMENT), exactly as before the seam existed.
+Installed by :class:`gnomon.common.rpc.server.GrpcServer` on every server, before any handler (so
+before any storage access). For each call it
 
-Today there is no authentication: the caller's namespaces come from the ``x-gnomon-namespaces``
-metadata a trusted gateway sets (comma-separated; absent = every namespace), and the policy covers
-``gnomon.v1.DeadLetterService`` only (:data:`ENFORCED_SERVICES`). Authentication replaces
-:meth:`Caller.from_metadata` with verified credentials and widens the policy; handlers do not change.
+1. answers health checks without a credential (and reflection as ``GNOMON_AUTH_REFLECTION`` says);
+2. authenticates the caller (:class:`gnomon.common.auth.authenticator.Authenticator`): no valid
+   credential is UNAUTHENTICATED;
+3. authorizes the method against :data:`gnomon.common.auth.policy.POLICY`: the permission must be
+   held in the namespace the request names (its ``parent``, ``name`` or the rule's ``field``) or
+   cluster-wide. A caller without it gets PERMISSION_DENIED whether or not the resource exists, so it
+   learns nothing about the namespace (https://google.aip.dev/211). Methods without a rule are refused;
+4. makes the :class:`Caller` available to the handler (:func:`current_caller`) and, for mutating
+   methods, records one audit entry with the authenticated principal and the outcome
+   (:class:`gnomon.common.rpc.audit.AuditLog`).
+
+The worker stream (``STREAM`` scope) is authenticated here; the dispatcher checks the hello's
+namespace and queues against :meth:`Principal.worker_queues` once it arrives.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 
-from gnomon.common.errors import PermissionDenied
+from gnomon.common.auth.authenticator import INSECURE, Authenticator
+from gnomon.common.auth.policy import POLICY, PUBLIC_SERVICES, REFLECTION_SERVICES, Rule, Scope
+from gnomon.common.auth.principals import ALL, Principal
+from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument, PermissionDenied
 from gnomon.common.names import namespace_of
-
-#: Call metadata: comma-separated namespaces the caller may act on (set by a trusted gateway).
-NAMESPACES_HEADER = "x-gnomon-namespaces"
-#: Call metadata: who the caller says they are, recorded in the audit log next to the gRPC peer.
-ACTOR_HEADER = "x-gnomon-actor"
-#: The actor header is cut to this many characters (after dropping control characters).
-MAX_ACTOR = 200
-#: Full names of the services whose requests are checked against the caller's namespaces.
-ENFORCED_SERVICES = frozenset({"gnomon.v1.DeadLetterService"})
 
 
 @dataclass(frozen=True)
 class Caller:
-    """The caller of one RPC: ``namespaces`` it may act on (None: every namespace), the claimed
-    ``actor_header`` ("" if none) and the gRPC ``peer`` (e.g. ``ipv4:127.0.0.1:5123``)."""
+    """The authenticated caller of one RPC: its ``principal`` and gRPC ``peer`` (e.g. ``ipv4:127.0.0.1:5123``)."""
 
-    namespaces: frozenset[str] | None
-    actor_header: str
+    principal: Principal
     peer: str
 
     @property
     def actor(self) -> str:
-        """``"{actor_header} ({peer})"``, or just the peer when no actor was claimed."""
-        return f"{self.actor_header} ({self.peer})" if self.actor_header else self.peer
-
-    @classmethod
-    def from_metadata(cls, metadata: Iterable[tuple[str, str | bytes]], peer: str) -> Caller:
-        """The caller described by the call's ``metadata`` and ``peer`` (see the module docstring)."""
-        md = [(k.lower(), v if isinstance(v, str) else v.decode("utf-8", "replace")) for k, v in metadata]
-        values = [v for k, v in md if k == NAMESPACES_HEADER]
-        allowed = frozenset(n.strip() for v in values for n in v.split(",") if n.strip()) if values else None
-        claimed = next((v for k, v in md if k == ACTOR_HEADER), "")
-        claimed = "".join(ch for ch in claimed if ch.isprintable()).strip()[:MAX_ACTOR]
-        return cls(allowed, claimed, peer or "unknown")
-
-    @classmethod
-    def from_context(cls, context: Any) -> Caller:
-        """The caller of the RPC served with ``context`` (a ``grpc.aio.ServicerContext``; None gives
-        an anonymous caller allowed every namespace, for handlers called directly in tests)."""
-        if context is None:
-            return ANONYMOUS
-        return cls.from_metadata(context.invocation_metadata() or (), context.peer() or "unknown")
+        """The audit log's actor: the principal's name (never a client-claimed value)."""
+        return self.principal.name
 
 
-#: The caller of a handler invoked without a gRPC context.
-ANONYMOUS = Caller(None, "", "unknown")
+#: The caller of a handler invoked without the interceptor (in-process tests): may do everything.
+ANONYMOUS = Caller(INSECURE, "unknown")
 
 _CURRENT: ContextVar[Caller | None] = ContextVar("gnomon_caller", default=None)
-
-
-def authorize(caller: Caller, namespace: str) -> None:
-    """Raises :class:`PermissionDenied` (PERMISSION_DENIED, reason NAMESPACE_NOT_ALLOWED, metadata
-    ``namespace``) unless ``caller`` may act on ``namespace``."""
-    if caller.namespaces is not None and namespace not in caller.namespaces:
-        raise PermissionDenied(
-            f"namespace {namespace!r} is not among the caller's namespaces", metadata={"namespace": namespace}
-        )
+#: Callers of open streams, by ``id`` of their servicer context (a stream handler is an async
+#: generator, which must not carry a context variable across its ``yield`` s).
+_STREAMS: dict[int, Caller] = {}
 
 
 def current_caller(context: Any = None) -> Caller:
-    """The caller of the RPC being handled: the one :class:`AuthInterceptor` read, else the one
-    ``context`` describes (a handler called without the interceptor)."""
+    """The caller of the RPC being handled: for a stream, the one its ``context`` was admitted with;
+    for a unary call, the one set by :class:`AuthInterceptor`; else :data:`ANONYMOUS`."""
+    if context is not None and (streaming := _STREAMS.get(id(context))) is not None:
+        return streaming
     caller = _CURRENT.get()
-    return caller if caller is not None else Caller.from_context(context)
+    return caller if caller is not None else ANONYMOUS
 
 
-def request_namespace(request: Any) -> str | None:
-    """The namespace a request acts on: its ``parent`` (empty = the default namespace), else its
-    ``name``; None when neither field exists or the name is malformed."""
+def _field(request: Any, path: str) -> Any:
+    value = request
+    for part in path.split("."):
+        if not hasattr(value, part):
+            return None
+        value = getattr(value, part)
+    return value
+
+
+def request_namespace(request: Any, rule: Rule) -> tuple[str | None, str]:
+    """``(namespace, source field)`` a request acts on: its ``parent`` (empty = the default
+    namespace), else ``name``, else the rule's ``field`` (a namespace id or a name under one).
+    The namespace is None when the field is malformed (the caller gets INVALID_ARGUMENT)."""
     fields = getattr(getattr(request, "DESCRIPTOR", None), "fields_by_name", {})
+    if rule.field:
+        value = _field(request, rule.field)
+        if isinstance(value, str) and "/" not in value and value:
+            return (value if value == ALL else namespace_of(f"namespaces/{value}")), rule.field
+        return (namespace_of(value) if isinstance(value, str) else None), rule.field
     if "parent" in fields:
-        return namespace_of(request.parent, parent=True)
+        return namespace_of(request.parent, parent=True), "parent"
     if "name" in fields:
-        return namespace_of(request.name)
-    return None
+        return namespace_of(request.name), "name"
+    return None, "name"
+
+
+def authorize(principal: Principal, rule: Rule, request: Any) -> str | None:
+    """Checks ``principal`` against ``rule`` for ``request``; returns the namespace acted on (None for
+    cluster-wide and authenticated-only rules). Raises :class:`PermissionDenied` (reason
+    NAMESPACE_NOT_ALLOWED, metadata ``namespace``) or :class:`InvalidArgument` (the namespace field
+    is malformed)."""
+    if rule.scope in (Scope.AUTHENTICATED, Scope.STREAM) or rule.permission is None:
+        return None
+    if rule.scope is Scope.CLUSTER:
+        if not principal.can(rule.permission, ALL):
+            raise PermissionDenied("this method needs a cluster-wide grant the caller does not hold")
+        return None
+    ns, source = request_namespace(request, rule)
+    if ns is None:
+        raise InvalidArgument([FieldViolation(source, "must name a namespace: namespaces/{namespace}[/...]")])
+    if not principal.can(rule.permission, ns):
+        raise PermissionDenied(
+            f"the caller may not call this method in namespace {ns!r}", metadata={"namespace": ns}
+        )
+    return ns
+
+
+class AuditSink(Protocol):
+    """Where the interceptor records mutating calls (see :class:`gnomon.common.rpc.audit.AuditLog`)."""
+
+    def record(
+        self, *, caller: Caller, method: str, namespace: str | None, request: Any, response: Any, outcome: str
+    ) -> None:
+        """Records one call (never raises, never blocks)."""
 
 
 if TYPE_CHECKING:  # the stubs make it generic; at run time it is not subscriptable
     Handler = grpc.RpcMethodHandler[Any, Any]
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Enforces the namespace policy on the unary methods of the services in ``enforced`` (full
-    service names, default :data:`ENFORCED_SERVICES`) and makes their caller available to the handler.
-    Other methods pass unwrapped (no cost on the job hot path); their handlers read the caller from
-    their context with :func:`current_caller` if they need it."""
+def _outcome(exc: BaseException, context: Any) -> str:
+    if isinstance(exc, GnomonError):
+        return exc.code.name
+    code = context.code() if hasattr(context, "code") else None
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
-    def __init__(self, enforced: frozenset[str] = ENFORCED_SERVICES):
-        self.enforced = enforced
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates and authorizes every call (see the module docstring). ``reflection``: ``open``,
+    ``authenticated`` or ``off``; ``audit``: sink for mutating calls (None: not recorded)."""
+
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        *,
+        audit: AuditSink | None = None,
+        reflection: str = "authenticated",
+    ) -> None:
+        self.authenticator, self.audit, self.reflection = authenticator, audit, reflection
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Handler | None:
-        """Wraps the unary-unary handlers of enforced services; everything else passes unchanged."""
+        """Wraps every handler but the public ones with authentication and authorization."""
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
         method = handler_call_details.method
-        if method.count("/") != 2 or method.split("/")[1] not in self.enforced:
+        service = method.split("/")[1] if method.count("/") == 2 else ""
+        if service in PUBLIC_SERVICES:
             return handler
+        if service in REFLECTION_SERVICES:
+            if self.reflection == "open":
+                return handler
+            rule: Rule | None = None if self.reflection == "off" else Rule(None, Scope.AUTHENTICATED)
+        else:
+            rule = POLICY.get(method)
+        return self._wrap(handler, method, rule)
+
+    async def _admit(
+        self, context: Any, method: str, rule: Rule | None, request: Any
+    ) -> tuple[Caller, str | None]:
+        principal = await self.authenticator.authenticate(
+            context.invocation_metadata() or (), context.auth_context() or {}
+        )
+        if rule is None:
+            raise PermissionDenied(f"method {method[:100]} is not open to callers")
+        ns = authorize(principal, rule, request)
+        return Caller(principal, (context.peer() or "unknown")[:128]), ns
+
+    def _wrap(self, handler: Handler, method: str, rule: Rule | None) -> Handler:
         if handler.unary_unary:
-            inner: Callable[..., Any] = handler.unary_unary  # a coroutine function on an aio server
+            inner: Callable[..., Any] = handler.unary_unary
+            audit = self.audit if rule is not None and rule.mutating else None
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                caller = Caller.from_context(context)
-                if (ns := request_namespace(request)) is not None:
-                    authorize(caller, ns)
+                caller, ns = await self._admit(context, method, rule, request)
                 token = _CURRENT.set(caller)
+                response, outcome = None, "OK"
                 try:
-                    return await inner(request, context)
+                    response = await inner(request, context)
+                    return response
+                except BaseException as exc:
+                    outcome = _outcome(exc, context)
+                    raise
                 finally:
                     _CURRENT.reset(token)
+                    if audit is not None:
+                        audit.record(
+                            caller=caller,
+                            method=method,
+                            namespace=ns,
+                            request=request,
+                            response=response,
+                            outcome=outcome,
+                        )
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler
+        if handler.stream_stream:
+            inner_ss: Callable[..., Any] = handler.stream_stream
+            if not inspect.isasyncgenfunction(inner_ss):
+                raise TypeError(f"{method}: stream handlers must be async generators")
+
+            async def stream_stream(
+                request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                if rule is not None and rule.scope is Scope.NAMESPACE:
+                    raise PermissionDenied(f"method {method[:100]} is not open to callers")
+                caller, _ = await self._admit(context, method, rule, None)
+                _STREAMS[id(context)] = caller
+                try:
+                    async for item in inner_ss(request_iterator, context):
+                        yield item
+                finally:
+                    _STREAMS.pop(id(context), None)
+
+            return grpc.stream_stream_rpc_method_handler(
+                stream_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            inner_us: Callable[..., Any] = handler.unary_stream
+
+            async def unary_stream(
+                request: Any, context: grpc.aio.ServicerContext[Any, Any]
+            ) -> AsyncIterator[Any]:
+                caller, _ = await self._admit(context, method, rule, request)
+                _STREAMS[id(context)] = caller
+                try:
+                    async for item in inner_us(request, context):
+                        yield item
+                finally:
+                    _STREAMS.pop(id(context), None)
+
+            return grpc.unary_stream_rpc_method_handler(
+                unary_stream,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        raise TypeError(f"{method}: stream-unary handlers are not served")

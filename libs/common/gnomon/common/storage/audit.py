@@ -67,3 +67,27 @@ async def list_audit_entries(
     """Up to ``limit`` audit entries of ``namespace``, newest first, strictly after the keyset cursor
     ``after`` = (created_at, id)."""
     return [dict(r) for r in (await conn.execute(list_audit_stmt(namespace, limit, after))).mappings()]
+
+
+@builder(
+    rows=[
+        {
+            "id": uuid.UUID(int=1),
+            "namespace": "ns",
+            "actor": "a",
+            "action": "x",
+            "reason": "",
+            "details": "{}",
+        }
+    ]
+)
+def insert_audit_rows_stmt(rows: list[dict[str, Any]]) -> Insert:
+    """Inserts the ``audit_log`` rows ``rows`` (each: column -> value) in one statement; ``created_at``
+    is given per row (the instant the call finished) or defaults to ``now()``."""
+    return insert(audit_log).values(rows)
+
+
+async def insert_audit_rows(conn: AsyncConnection, rows: list[dict[str, Any]]) -> None:
+    """Appends ``rows`` (see :func:`insert_audit_rows_stmt`); nothing for an empty list."""
+    if rows:
+        await conn.execute(insert_audit_rows_stmt(rows))

@@ -219,7 +219,8 @@ shard_owners = Table(
     Column("acquired_at", TS, nullable=False),
 )
 
-#: Audit log of operator actions (DLQ replays and dry runs): who, when, why, what.
+#: Audit log: one row per mutating call (migration 0011; before it, DLQ replays only): who, when,
+#: what, on which resource, with which outcome.
 audit_log = Table(
     "audit_log",
     metadata,
@@ -227,12 +228,15 @@ audit_log = Table(
     Column("namespace", String(63), nullable=False),
     Column("created_at", TS, nullable=False, server_default=func.now()),
     Column(
-        "actor", String(512), nullable=False, comment="x-gnomon-actor metadata (if sent) and the gRPC peer"
+        "actor", String(512), nullable=False, comment="the authenticated principal (never client-claimed)"
     ),
-    Column("action", String(64), nullable=False),
+    Column("action", String(64), nullable=False, comment="the RPC method, e.g. CreateJob"),
     Column("reason", Text, nullable=False),
     Column("request_id", Uuid, nullable=True),
     Column("details", Text, nullable=False, comment="JSON object: filter, limits, counts"),
+    Column("resource", String(512), nullable=False, server_default="", comment="the resource name acted on"),
+    Column("outcome", String(32), nullable=False, server_default="OK", comment="gRPC status code name"),
+    Column("peer", String(128), nullable=False, server_default="", comment="the caller's address"),
     Index(None, "namespace", "created_at"),
 )
 
@@ -454,3 +458,6 @@ region_owners = Table(
     Column("token", BigInteger, nullable=False, comment="etcd create revision of the region ownership key"),
     Column("acquired_at", TS, nullable=False),
 )
+
+# The tenancy tables register themselves on ``metadata`` (kept in their own module for size).
+from gnomon.common.storage import schema_tenancy as _schema_tenancy  # noqa: E402,F401

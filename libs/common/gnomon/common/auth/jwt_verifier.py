@@ -1,0 +1,100 @@
+"""JWT bearer tokens from an organisation's identity provider, verified with PyJWT against the
+issuer's JWKS (RFC 7517) and turned into a :class:`Principal` by a claim mapper.
+
+The mapper has the shape of Temporal's default ClaimMapper: the principal is one claim (``sub`` by
+default) and grants are a list claim (``permissions`` by default) of ``"namespace:role"`` strings,
+e.g. ``["payments:client", "payments:worker:emails,reports", "*:reader"]``. A worker entry may end with
+``:queue1,queue2``; without it the worker may lease from every queue of the namespace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import jwt
+
+from gnomon.common.auth.principals import ALL, Grant, Principal, PrincipalKind, Role
+from gnomon.common.auth.settings import AuthSettings
+from gnomon.common.errors import Unauthenticated
+from gnomon.common.names import NAMESPACE_RE
+
+
+def map_permissions(values: Iterable[Any]) -> tuple[Grant, ...]:
+    """Grants from a permissions claim; malformed entries are ignored (they grant nothing)."""
+    out = []
+    for v in values:
+        if not isinstance(v, str):
+            continue
+        ns, _, rest = v.partition(":")
+        role, _, queues = rest.partition(":")
+        if ns != ALL and not NAMESPACE_RE.fullmatch(ns):
+            continue
+        try:
+            r = Role(role)
+        except ValueError:
+            continue
+        qs = tuple(sorted(q for q in queues.split(",") if q)) if r is Role.WORKER else ()
+        out.append(Grant(ns, r, qs or ((ALL,) if r is Role.WORKER else ())))
+    return tuple(sorted(set(out), key=lambda g: (g.namespace, g.role.value, g.queues)))
+
+
+class JwtVerifier:
+    """Verifies JWTs of one issuer. ``settings`` needs ``jwt_issuer``, ``jwt_audience`` and one of
+    ``jwt_jwks_url`` / ``jwt_jwks_file``. Raises ``ValueError`` at construction when misconfigured."""
+
+    def __init__(self, settings: AuthSettings) -> None:
+        if not settings.jwt_audience:
+            raise ValueError("GNOMON_AUTH_JWT_AUDIENCE is required with GNOMON_AUTH_JWT_ISSUER")
+        self.settings = settings
+        self.algorithms = [a.strip() for a in settings.jwt_algorithms.split(",") if a.strip()]
+        self._client: jwt.PyJWKClient | None = None
+        self._set: jwt.PyJWKSet | None = None
+        if settings.jwt_jwks_url:
+            self._client = jwt.PyJWKClient(settings.jwt_jwks_url, cache_keys=True, lifespan=300, timeout=5)
+        elif settings.jwt_jwks_file:
+            with open(settings.jwt_jwks_file) as f:
+                self._set = jwt.PyJWKSet.from_json(f.read())
+        else:
+            raise ValueError(
+                "GNOMON_AUTH_JWT_JWKS_URL or GNOMON_AUTH_JWT_JWKS_FILE is required with an issuer"
+            )
+
+    def _key(self, token: str) -> Any:
+        if self._client is not None:
+            return self._client.get_signing_key_from_jwt(token).key
+        assert self._set is not None
+        kid = jwt.get_unverified_header(token).get("kid")
+        for k in self._set.keys:
+            if kid is None or k.key_id == kid:
+                return k.key
+        raise jwt.InvalidKeyError("no JWKS key matches the token's kid")
+
+    def verify_sync(self, token: str) -> Principal:
+        """The principal ``token`` names. Raises :class:`Unauthenticated` for a bad signature, issuer,
+        audience, expiry (``exp`` is required) or a missing principal claim (no detail is echoed)."""
+        s = self.settings
+        try:
+            claims = jwt.decode(
+                token,
+                self._key(token),
+                algorithms=self.algorithms,
+                audience=s.jwt_audience,
+                issuer=s.jwt_issuer,
+                options={"require": ["exp", "iss", "aud"]},
+                leeway=30,
+            )
+        except (jwt.PyJWTError, ValueError) as exc:
+            raise Unauthenticated(f"JWT refused: {type(exc).__name__}") from None
+        sub = claims.get(s.jwt_principal_claim)
+        if not isinstance(sub, str) or not sub or len(sub) > 100 or not sub.isprintable():
+            raise Unauthenticated(f"JWT refused: claim {s.jwt_principal_claim!r} missing or malformed")
+        perms = claims.get(s.jwt_permissions_claim) or []
+        return Principal(
+            f"jwt:{sub}", PrincipalKind.JWT, map_permissions(perms if isinstance(perms, list) else [])
+        )
+
+    async def verify(self, token: str) -> Principal:
+        """:meth:`verify_sync` off the event loop (fetching the JWKS may block)."""
+        return await asyncio.to_thread(self.verify_sync, token)

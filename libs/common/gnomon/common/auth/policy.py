@@ -1,0 +1,131 @@
+"""What every RPC requires: the one table the authorization interceptor consults
+(:data:`POLICY`, keyed by full method name ``/package.Service/Method``).
+
+A :class:`Rule` names a :class:`Permission` and where the namespace comes from (:class:`Scope`):
+
+* ``NAMESPACE``: the request's ``parent`` (empty = ``default``), else its ``name``, else the field
+  ``field`` names; the caller needs the permission there (or in ``*``);
+* ``CLUSTER``: the caller needs the permission in ``*`` (cluster-wide methods);
+* ``AUTHENTICATED``: any authenticated caller (discovery; listings that filter to what the caller sees);
+* ``STREAM``: any authenticated caller; the worker stream checks its namespace and queues itself
+  against the principal's worker grants once the hello arrives.
+
+A method of a registered service that is missing here is refused (deny by default); a unit test
+checks that every method of every service the servers register has a rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gnomon.common.auth.principals import Permission as P
+
+
+class Scope(StrEnum):
+    """Where a rule's namespace comes from (see the module docstring)."""
+
+    NAMESPACE = "namespace"
+    CLUSTER = "cluster"
+    AUTHENTICATED = "authenticated"
+    STREAM = "stream"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``permission`` required in the namespace ``scope`` gives; ``mutating`` calls are audited;
+    ``field``: dotted request field holding the namespace or a name under it (NAMESPACE scope,
+    when the request has neither ``parent`` nor ``name``)."""
+
+    permission: P | None
+    scope: Scope
+    mutating: bool = False
+    field: str = ""
+
+
+def _ns(permission: P, *, mutating: bool = False, field: str = "") -> Rule:
+    return Rule(permission, Scope.NAMESPACE, mutating, field)
+
+
+def _cluster(permission: P, *, mutating: bool = False) -> Rule:
+    return Rule(permission, Scope.CLUSTER, mutating)
+
+
+_ANY = Rule(None, Scope.AUTHENTICATED)
+
+_METHODS: dict[str, dict[str, Rule]] = {
+    "gnomon.v1.JobService": {
+        "CreateJob": _ns(P.JOBS_WRITE, mutating=True),
+        "BatchCreateJobs": _ns(P.JOBS_WRITE, mutating=True),
+        "GetJob": _ns(P.JOBS_READ),
+        "ListJobs": _ns(P.JOBS_READ),
+        "ListJobAttempts": _ns(P.JOBS_READ),
+        "CancelJob": _ns(P.JOBS_WRITE, mutating=True),
+        "RescheduleJob": _ns(P.JOBS_WRITE, mutating=True),
+    },
+    "gnomon.v1.ScheduleService": {
+        "CreateSchedule": _ns(P.SCHEDULES_WRITE, mutating=True),
+        "GetSchedule": _ns(P.SCHEDULES_READ),
+        "ListSchedules": _ns(P.SCHEDULES_READ),
+        "UpdateSchedule": _ns(P.SCHEDULES_WRITE, mutating=True, field="schedule.name"),
+        "DeleteSchedule": _ns(P.SCHEDULES_WRITE, mutating=True),
+        "PauseSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
+        "ResumeSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
+        "TriggerSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
+        "BackfillSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
+        "PreviewSchedule": _ns(P.SCHEDULES_READ),
+        "ListScheduleOccurrences": _ns(P.SCHEDULES_READ),
+    },
+    "gnomon.v1.QueueService": {
+        "GetQueue": _ns(P.QUEUES_READ),
+        "SetQueueRateLimit": _ns(P.QUEUES_WRITE, mutating=True),
+    },
+    "gnomon.v1.DeadLetterService": {
+        "ListDeadLetters": _ns(P.DEAD_LETTERS_READ),
+        "ReplayDeadLetters": _ns(P.DEAD_LETTERS_REPLAY, mutating=True),
+        "ListAuditEntries": _ns(P.AUDIT_READ),
+    },
+    "gnomon.v1.ClusterService": {
+        "ListDispatchers": _ANY,
+        "ListShards": _ANY,
+    },
+    "gnomon.v1.NamespaceService": {
+        "CreateNamespace": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "GetNamespace": _ns(P.NAMESPACE_READ),
+        "ListNamespaces": _ANY,
+        "UpdateNamespace": _ns(P.NAMESPACE_ADMIN, mutating=True, field="namespace.name"),
+        "DeleteNamespace": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+    },
+    "gnomon.v1.AccessService": {
+        "CreatePrincipal": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "GetPrincipal": _cluster(P.NAMESPACE_ADMIN),
+        "ListPrincipals": _cluster(P.NAMESPACE_ADMIN),
+        "DisablePrincipal": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "CreateApiKey": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "ListApiKeys": _cluster(P.NAMESPACE_ADMIN),
+        "RevokeApiKey": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "GrantRole": _ns(P.NAMESPACE_ADMIN, mutating=True, field="namespace"),
+        "RevokeRole": _ns(P.NAMESPACE_ADMIN, mutating=True, field="namespace"),
+        "ListGrants": _ns(P.NAMESPACE_ADMIN, field="namespace"),
+        "WhoAmI": _ANY,
+    },
+    "gnomon.v1.WorkerService": {
+        "Lease": Rule(P.LEASE, Scope.STREAM),
+    },
+    "gnomon.internal.v1.HintService": {
+        "WakeDispatcher": _cluster(P.SERVICE),
+        "WakePlanner": _cluster(P.SERVICE),
+    },
+}
+
+#: ``/package.Service/Method`` -> its rule.
+POLICY: dict[str, Rule] = {
+    f"/{svc}/{m}": rule for svc, methods in _METHODS.items() for m, rule in methods.items()
+}
+
+#: Services answered without any credential (health checks by load balancers and orchestrators).
+PUBLIC_SERVICES = frozenset({"grpc.health.v1.Health"})
+#: Server reflection (open, authenticated or off by GNOMON_AUTH_REFLECTION).
+REFLECTION_SERVICES = frozenset(
+    {"grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection"}
+)

@@ -1,0 +1,71 @@
+"""TLS material of the servers and of service-to-service calls (``GNOMON_TLS_*``).
+
+Server certificates are re-read when their files change (gRPC asks for the configuration at every
+new connection handshake; the files' modification times are compared), so rotating a certificate is
+"replace the files"; connections already open keep the old one until they reconnect.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import grpc
+
+from gnomon.common.auth.settings import TlsSettings
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class _Reloading:
+    """The fetch callback of ``grpc.dynamic_ssl_server_credentials``: a new configuration when any
+    file's mtime changed, else None (keep the current one)."""
+
+    def __init__(self, settings: TlsSettings) -> None:
+        self.settings = settings
+        self.paths = [p for p in (settings.cert_file, settings.key_file, settings.client_ca_file) if p]
+        self.stamp = self._stamp()
+        self.lock = threading.Lock()
+
+    def _stamp(self) -> tuple[float, ...]:
+        return tuple(os.stat(p).st_mtime for p in self.paths)
+
+    def config(self) -> grpc.ServerCertificateConfiguration:
+        s = self.settings
+        roots = _read(s.client_ca_file) if s.client_ca_file and s.client_auth == "require" else None
+        return grpc.ssl_server_certificate_configuration([(_read(s.key_file), _read(s.cert_file))], roots)
+
+    def __call__(self) -> grpc.ServerCertificateConfiguration | None:
+        with self.lock:
+            try:
+                stamp = self._stamp()
+                if stamp == self.stamp:
+                    return None
+                cfg = self.config()
+            except OSError:
+                return None  # mid-rotation: keep serving the old certificate
+            self.stamp = stamp
+            return cfg
+
+
+def server_credentials(settings: TlsSettings | None = None) -> grpc.ServerCredentials | None:
+    """Credentials for a listener: None when no certificate is configured (plaintext). Raises
+    ``ValueError`` for a half configuration (cert without key, require without a client CA) and
+    ``OSError`` for unreadable files."""
+    s = settings or TlsSettings()
+    if not s.cert_file and not s.key_file:
+        return None
+    if not (s.cert_file and s.key_file):
+        raise ValueError("GNOMON_TLS_CERT_FILE and GNOMON_TLS_KEY_FILE must be set together")
+    if s.client_auth == "require" and not s.client_ca_file:
+        raise ValueError("GNOMON_TLS_CLIENT_AUTH=require needs GNOMON_TLS_CLIENT_CA_FILE")
+    fetch = _Reloading(s)
+    # the stubs say the callback must return a configuration; gRPC documents None as "no change"
+    return grpc.dynamic_ssl_server_credentials(
+        fetch.config(),
+        fetch,  # type: ignore[arg-type]
+        require_client_authentication=s.client_auth == "require",
+    )
