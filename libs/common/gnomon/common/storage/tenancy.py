@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import Insert, Select, Update, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.sql.dml import ReturningDelete
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import ReturningDelete
 
 from gnomon.common.auth.keys import ApiKey
 from gnomon.common.auth.principals import Grant, Role, grants_from
