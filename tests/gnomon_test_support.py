@@ -187,9 +187,10 @@ async def serving(*services) -> AsyncIterator:
     yields ``(channel, address)``: an open ``grpc.aio`` channel to it and its host:port."""
     import grpc
 
+    from gnomon.common.auth.authenticator import Authenticator
     from gnomon.common.rpc.server import GrpcServer
 
-    server = GrpcServer("127.0.0.1:0", list(services))
+    server = GrpcServer("127.0.0.1:0", list(services), authenticator=Authenticator(None, insecure=True))
     await server.start()
     await server.set_serving(True)
     channel = grpc.aio.insecure_channel(server.address)

@@ -50,6 +50,14 @@ ALTER TABLE queue_limits SET LOCALITY REGIONAL BY ROW AS crdb_region;
 -- region_owners: home region column `region`
 ALTER TABLE region_owners ADD COLUMN IF NOT EXISTS crdb_region crdb_internal_region AS (region::crdb_internal_region) STORED NOT NULL;
 ALTER TABLE region_owners SET LOCALITY REGIONAL BY ROW AS crdb_region;
+-- namespaces: read everywhere, written rarely: GLOBAL
+ALTER TABLE namespaces SET LOCALITY GLOBAL;
+-- principals: read everywhere, written rarely: GLOBAL
+ALTER TABLE principals SET LOCALITY GLOBAL;
+-- api_keys: read everywhere, written rarely: GLOBAL
+ALTER TABLE api_keys SET LOCALITY GLOBAL;
+-- grants: read everywhere, written rarely: GLOBAL
+ALTER TABLE grants SET LOCALITY GLOBAL;
 
 -- 3. Session defaults the FOR UPDATE SKIP LOCKED claim transactions need (role of the services).
 -- https://www.cockroachlabs.com/docs/stable/alter-role  https://www.cockroachlabs.com/docs/stable/set-vars  https://www.cockroachlabs.com/docs/stable/session-variables

@@ -1,8 +1,8 @@
 """``gnomon.v1.DeadLetterService``: a thin gRPC adapter over the dead-letter engine
 (:class:`gnomon.api.dead_letters.DeadLetterEngine`).
 
-Here: who is calling (``x-gnomon-actor`` + the gRPC peer, for the audit log, read by the auth seam
-:mod:`gnomon.common.rpc.auth`, which also checks the caller's namespaces), validation (every rule a field violation, all reported at once, nothing
+Here: who is calling (the authenticated principal and the gRPC peer, for the audit log, set by
+:mod:`gnomon.common.rpc.auth`, which also checked the caller may act on the namespace), validation (every rule a field violation, all reported at once, nothing
 written on bad input), proto <-> row conversion and page tokens. The replay itself (pacing,
 idempotency, batches, audit) lives in the storage module the engine calls.
 
@@ -128,7 +128,7 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
         request_id=request_id,
         request_hash=request_fingerprint(req, "parent", "reason", "request_id"),
         actor=who.actor,
-        audit_extra={"peer": who.peer, "actor_header": who.actor_header or None},
+        audit_extra={"peer": who.peer, "principal_kind": who.principal.kind.value},
     )
 
 

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.common import names
+from gnomon.common.auth.principals import ALL, Principal
 from gnomon.common.domain.attempts import AttemptKey
-from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument
+from gnomon.common.domain.reasons import ErrorReason
+from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument, PermissionDenied
 
 #: Most queues one hello may name.
 MAX_HELLO_QUEUES = 100
@@ -111,6 +113,34 @@ def validate_hello(h: wpb.WorkerHello) -> Hello:
         raise InvalidArgument(v)
     assert ns is not None
     return Hello(wid, ns, list(dict.fromkeys(queues)), h.credits)
+
+
+def authorize_hello(h: Hello, principal: Principal, *, namespace_given: bool) -> Hello:
+    """The hello as the authenticated ``principal`` may hold it: the namespace and queues come from
+    its worker grants, never from the hello alone. A hello without a namespace
+    (``namespace_given`` false) gets the principal's one worker namespace when it has exactly one
+    (else ``default``).
+
+    Raises :class:`PermissionDenied`: NAMESPACE_NOT_ALLOWED when the principal holds no worker grant
+    there (the same whether or not the namespace exists), QUEUE_NOT_GRANTED naming the first queue
+    outside its grant. Performs no I/O."""
+    ns = h.namespace
+    if not namespace_given:
+        mine = principal.worker_namespaces()
+        if len(mine) == 1 and principal.worker_queues(names.DEFAULT_NAMESPACE) is None:
+            ns = mine[0]
+    allowed = principal.worker_queues(ns)
+    if allowed is None:
+        raise PermissionDenied(f"the caller may not lease from namespace {ns!r}", metadata={"namespace": ns})
+    if ALL not in allowed:
+        for q in h.queues:
+            if q not in allowed:
+                raise PermissionDenied(
+                    f"queue {clip(q)} is not granted to the caller in namespace {ns!r}",
+                    reason=ErrorReason.QUEUE_NOT_GRANTED,
+                    metadata={"namespace": ns, "queue": q[:ECHO_CHARS]},
+                )
+    return Hello(h.worker_id, ns, h.queues, h.credits)
 
 
 def attempt_key(ref: wpb.AttemptRef) -> AttemptKey | None:

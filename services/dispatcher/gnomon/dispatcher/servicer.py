@@ -14,9 +14,10 @@ from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import GnomonError, InvalidArgument
+from gnomon.common.rpc.auth import current_caller
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.timeconv import to_duration, to_timestamp
-from gnomon.dispatcher.hello import attempt_key, clip, validate_hello
+from gnomon.dispatcher.hello import attempt_key, authorize_hello, clip, validate_hello
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import WriteBatcher
 
@@ -101,13 +102,20 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         except InvalidArgument:
             log.info("hello refused: worker_id=%s", clip(first.hello.worker_id))
             raise
+        principal = current_caller(context).principal
+        try:
+            h = authorize_hello(h, principal, namespace_given=bool(first.hello.namespace))
+        except GnomonError:
+            log.info("hello refused: principal %s may not lease as asked", clip(principal.name, 128))
+            raise
         if self.draining:
             raise GnomonError("dispatcher is draining", reason=ErrorReason.SHUTTING_DOWN)
-        session = self.registry.add(h.worker_id, h.namespace, h.queues, h.credits)
+        session = self.registry.add(h.worker_id, h.namespace, h.queues, h.credits, owner=principal.name)
         metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
         log.info(
-            "worker %s connected: ns=%r queues=%r credits=%d",
+            "worker %s of %s connected: ns=%r queues=%r credits=%d",
             clip(session.worker_id, 128),
+            clip(principal.name, 128),
             h.namespace,
             h.queues,
             h.credits,
@@ -196,7 +204,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             if k is None:
                 bad.append(_malformed(ref, wpb.ACK_KIND_ACCEPT))
                 continue
-            futs.append((ref, self.writes.submit("accept", k, s.worker_id)))
+            # an attempt not delivered to this stream may only be re-accepted by its owner (reconnect)
+            fresh = (k.job_id, k.attempt) in s.held
+            futs.append((ref, self.writes.submit("accept", k, s.worker_id, owner=s.owner, fresh=fresh)))
         _send(s, bad)
 
         def build(ref, lease_end):
@@ -223,7 +233,16 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self._ack_later(s, futs, wpb.ACK_KIND_ACCEPT, build)
 
     def _heartbeats(self, s: WorkerSession, refs) -> None:
-        futs = [(ref, self.writes.submit("heartbeat", k)) for ref in refs if (k := _key(ref)) is not None]
+        futs = [
+            (
+                ref,
+                self.writes.submit(
+                    "heartbeat", k, s.worker_id, owner=s.owner, held=(k.job_id, k.attempt) in s.held
+                ),
+            )
+            for ref in refs
+            if (k := _key(ref)) is not None
+        ]
         _send(s, [_malformed(ref, wpb.ACK_KIND_HEARTBEAT) for ref in refs if _key(ref) is None])
 
         def build(ref, renewed):
@@ -262,7 +281,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     )
                 )
                 continue
-            item = CheckpointWrite(k.job_id, k.attempt, k.token, bytes(cp.data))
+            item = CheckpointWrite(
+                k.job_id, k.attempt, k.token, bytes(cp.data), owner=s.owner, worker_id=s.worker_id
+            )
             futs.append((cp.attempt, self.writes.submit("checkpoint", item)))
         if refused:
             s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=refused)))
@@ -292,6 +313,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 failure_class=_CLASSES.get(r.failure_class, FailureClass.TRANSIENT),
                 error=r.error,
                 retry_after_s=r.retry_after.ToTimedelta().total_seconds() if r.HasField("retry_after") else 0,
+                owner=s.owner,
+                worker_id=s.worker_id,
             )
             futs.append((r.attempt, self.writes.submit("result", res)))
         _send(s, bad)
@@ -316,16 +339,25 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
 
     def _releases(self, s: WorkerSession, refs) -> None:
         """Unstarted attempts handed back: forget them here; their outbox rows are unpublished, so
-        the relay's recovery scan re-delivers them (to any worker)."""
+        the relay's recovery scan re-delivers them (to any worker). Only attempts delivered to this
+        stream and not accepted can be released; any other is refused (STALE_ATTEMPT) and unchanged."""
         acks = []
         for ref in refs:
             k = _key(ref)
             if k is None:
                 acks.append(_malformed(ref, wpb.ACK_KIND_RELEASE))
                 continue
-            if (k.job_id, k.attempt) not in s.accepted:
+            mine = (k.job_id, k.attempt) in s.held and (k.job_id, k.attempt) not in s.accepted
+            if mine:
                 s.held.pop((k.job_id, k.attempt), None)
-            acks.append(wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_RELEASE, ok=True))
+            acks.append(
+                wpb.Ack(
+                    attempt=ref,
+                    kind=wpb.ACK_KIND_RELEASE,
+                    ok=mine,
+                    reason="" if mine else ErrorReason.STALE_ATTEMPT,
+                )
+            )
         if acks:
             s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
 

@@ -15,7 +15,8 @@ Key = tuple[uuid.UUID, int]
 @dataclass(eq=False)
 class WorkerSession:
     """One worker's lease stream. ``credits`` = attempts it can still take; ``held`` = attempts
-    delivered to it and not finished; ``accepted`` = the subset it started."""
+    delivered to it and not finished; ``accepted`` = the subset it started; ``owner`` = the
+    authenticated principal of the stream (the owner of every attempt it accepts)."""
 
     session_id: int
     worker_id: str
@@ -26,6 +27,7 @@ class WorkerSession:
     held: dict[Key, Claimed] = field(default_factory=dict)
     accepted: set[Key] = field(default_factory=set)
     closed: bool = False
+    owner: str | None = None
 
 
 class SessionRegistry:
@@ -37,9 +39,11 @@ class SessionRegistry:
         self._rr = itertools.count()
         self.changed = asyncio.Event()
 
-    def add(self, worker_id: str, namespace: str, queues: list[str], credits: int) -> WorkerSession:
-        """Registers a new stream."""
-        s = WorkerSession(next(self._ids), worker_id, namespace, frozenset(queues), credits)
+    def add(
+        self, worker_id: str, namespace: str, queues: list[str], credits: int, owner: str | None = None
+    ) -> WorkerSession:
+        """Registers a new stream of principal ``owner``."""
+        s = WorkerSession(next(self._ids), worker_id, namespace, frozenset(queues), credits, owner=owner)
         self.sessions[s.session_id] = s
         self.changed.set()
         return s

@@ -26,12 +26,18 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Op:
-    """One pending write: ``kind`` in accept|heartbeat|checkpoint|result."""
+    """One pending write: ``kind`` in accept|heartbeat|checkpoint|result. ``owner``: the principal of
+    the stream (accept records it, heartbeat checks it; checkpoints and results carry it in their
+    item); ``fresh``: an accept of an attempt delivered to this stream (else only a re-accept);
+    ``held``: a heartbeat of an attempt delivered to this stream (may extend a QUEUED lease)."""
 
     kind: str
     item: Any  # AttemptKey (accept, heartbeat), CheckpointWrite (checkpoint) or Result (result)
     worker_id: str = ""
     future: asyncio.Future | None = None
+    owner: str | None = None
+    fresh: bool = True
+    held: bool = True
 
 
 class WriteBatcher:
@@ -60,10 +66,21 @@ class WriteBatcher:
             for t in self.tasks:
                 t.cancel()
 
-    def submit(self, kind: str, item, worker_id: str = "", want_result: bool = True) -> asyncio.Future | None:
-        """Queues one operation; returns a future resolved with its outcome after commit."""
+    def submit(
+        self,
+        kind: str,
+        item,
+        worker_id: str = "",
+        want_result: bool = True,
+        *,
+        owner: str | None = None,
+        fresh: bool = True,
+        held: bool = True,
+    ) -> asyncio.Future | None:
+        """Queues one operation (fields: see :class:`Op`); returns a future resolved with its outcome
+        after commit (None when ``want_result`` is false)."""
         fut = asyncio.get_running_loop().create_future() if want_result else None
-        self.pending.append(Op(kind, item, worker_id, fut))
+        self.pending.append(Op(kind, item, worker_id, fut, owner, fresh, held))
         self.wakeup.set()
         return fut
 
@@ -93,14 +110,18 @@ class WriteBatcher:
         async def tx(conn):
             out: dict[str, Any] = {}
             accepted: dict = {}
-            by_worker: dict[str, list] = defaultdict(list)
+            by_worker: dict[tuple[str, str | None, bool], list] = defaultdict(list)
             for op in by_kind.get("accept", []):
-                by_worker[op.worker_id].append(op.item)
-            for worker, keys in by_worker.items():
-                accepted.update(await lease_store.accept(conn, keys, worker))
+                by_worker[(op.worker_id, op.owner, op.fresh)].append(op.item)
+            for (worker, owner, fresh), keys in by_worker.items():
+                accepted.update(await lease_store.accept(conn, keys, worker, owner, fresh=fresh))
             out["accept"] = accepted
+            beats = by_kind.get("heartbeat", [])
             out["heartbeat"] = await lease_store.heartbeat(
-                conn, [op.item for op in by_kind.get("heartbeat", [])]
+                conn,
+                [op.item for op in beats],
+                [(op.owner, op.worker_id) for op in beats],
+                [op.held for op in beats],
             )
             # after the heartbeats, before the results: a checkpoint sent before a result is saved first
             out["checkpoint"] = await checkpoint_store.save_checkpoints(

@@ -35,16 +35,18 @@ class Scope(StrEnum):
 class Rule:
     """``permission`` required in the namespace ``scope`` gives; ``mutating`` calls are audited;
     ``field``: dotted request field holding the namespace or a name under it (NAMESPACE scope,
-    when the request has neither ``parent`` nor ``name``)."""
+    when the request has neither ``parent`` nor ``name``); ``optional``: an empty ``name`` means the
+    call reads no namespace (any authenticated caller may make it)."""
 
     permission: P | None
     scope: Scope
     mutating: bool = False
     field: str = ""
+    optional: bool = False
 
 
-def _ns(permission: P, *, mutating: bool = False, field: str = "") -> Rule:
-    return Rule(permission, Scope.NAMESPACE, mutating, field)
+def _ns(permission: P, *, mutating: bool = False, field: str = "", optional: bool = False) -> Rule:
+    return Rule(permission, Scope.NAMESPACE, mutating, field, optional)
 
 
 def _cluster(permission: P, *, mutating: bool = False) -> Rule:
@@ -73,7 +75,8 @@ _METHODS: dict[str, dict[str, Rule]] = {
         "ResumeSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
         "TriggerSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
         "BackfillSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
-        "PreviewSchedule": _ns(P.SCHEDULES_READ),
+        # a preview of a rule (no name) reads nothing of any namespace
+        "PreviewSchedule": _ns(P.SCHEDULES_READ, optional=True),
         "ListScheduleOccurrences": _ns(P.SCHEDULES_READ),
     },
     "gnomon.v1.QueueService": {
@@ -82,7 +85,8 @@ _METHODS: dict[str, dict[str, Rule]] = {
     },
     "gnomon.v1.DeadLetterService": {
         "ListDeadLetters": _ns(P.DEAD_LETTERS_READ),
-        "ReplayDeadLetters": _ns(P.DEAD_LETTERS_REPLAY, mutating=True),
+        # audited by the replay itself, in its own transaction, with its filter and counts
+        "ReplayDeadLetters": _ns(P.DEAD_LETTERS_REPLAY),
         "ListAuditEntries": _ns(P.AUDIT_READ),
     },
     "gnomon.v1.ClusterService": {

@@ -94,13 +94,17 @@ class Claimed:
 @dataclass(frozen=True)
 class Result:
     """A worker's report: ``succeeded`` or a failure with ``failure_class``, ``error`` text and, for
-    THROTTLED, ``retry_after_s`` (seconds)."""
+    THROTTLED, ``retry_after_s`` (seconds). ``owner`` and ``worker_id``: the principal and worker
+    reporting it (they must be the ones that accepted the attempt; owner None skips the check, for
+    in-process callers)."""
 
     key: AttemptKey
     succeeded: bool
     failure_class: FailureClass | str = FailureClass.TRANSIENT
     error: str = ""
     retry_after_s: float = 0.0
+    owner: str | None = None
+    worker_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,17 +36,21 @@ def _text(request: Any, field: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _named(msg: Any) -> str:
+    """``msg.name``, else the ``name`` of its first singular message field that has one."""
+    if value := _text(msg, "name"):
+        return value
+    for f in getattr(getattr(msg, "DESCRIPTOR", None), "fields", ()):
+        if f.message_type is not None and not f.is_repeated and msg.HasField(f.name):
+            if value := _text(getattr(msg, f.name), "name"):
+                return value
+    return ""
+
+
 def _resource(request: Any, response: Any) -> str:
-    """The resource a call acted on: the response's ``name`` (a created resource), else the
-    request's ``name`` or the ``name`` of its resource field, else its ``parent``."""
-    for msg, field in ((response, "name"), (request, "name")):
-        if value := _text(msg, field):
-            return value
-    for field in ("schedule", "namespace", "queue"):
-        inner = getattr(request, field, None)
-        if inner is not None and not isinstance(inner, str) and (value := _text(inner, "name")):
-            return value
-    return _text(request, "parent")
+    """The resource a call acted on: the ``name`` in the response (a created or changed resource,
+    e.g. ``CreateJobResponse.job.name``), else in the request, else the request's ``parent``."""
+    return _named(response) or _named(request) or _text(request, "parent")
 
 
 def _request_id(request: Any) -> uuid.UUID | None:
@@ -74,6 +78,11 @@ class AuditLog:
         if len(self.pending) >= _MAX_BUFFER:
             self.pending.pop(0)
             self.dropped += 1
+        try:
+            resource = _resource(request, response)[:512]
+        except Exception:  # a message shape not foreseen: record the call without its resource
+            log.debug("audit: no resource name found", exc_info=True)
+            resource = ""
         self.pending.append(
             {
                 "id": uuid.uuid4(),
@@ -84,7 +93,7 @@ class AuditLog:
                 "reason": _text(request, "reason")[:1000],
                 "request_id": _request_id(request),
                 "details": "{}",
-                "resource": _resource(request, response)[:512],
+                "resource": resource,
                 "outcome": outcome[:32],
                 "peer": caller.peer[:128],
             }

@@ -103,6 +103,8 @@ def authorize(principal: Principal, rule: Rule, request: Any) -> str | None:
         if not principal.can(rule.permission, ALL):
             raise PermissionDenied("this method needs a cluster-wide grant the caller does not hold")
         return None
+    if rule.optional and not getattr(request, "name", ""):
+        return None
     ns, source = request_namespace(request, rule)
     if ns is None:
         raise InvalidArgument([FieldViolation(source, "must name a namespace: namespaces/{namespace}[/...]")])

@@ -19,11 +19,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Integer, LargeBinary, Uuid, update
+from sqlalchemy import BigInteger, Integer, LargeBinary, String, Uuid, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.states import AttemptState
 from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.leases import owned_by
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
 
@@ -33,21 +34,27 @@ MAX_CHECKPOINT_BYTES = 64 * 1024
 
 @dataclass(frozen=True)
 class CheckpointWrite:
-    """One checkpoint as sent by a worker: the attempt ``(job_id, attempt, token)`` and its bytes."""
+    """One checkpoint as sent by a worker: the attempt ``(job_id, attempt, token)`` and its bytes;
+    ``owner``/``worker_id`` the sending principal and worker (they must have accepted the attempt;
+    owner None skips the check, in-process callers)."""
 
     job_id: uuid.UUID
     attempt: int
     token: int
     data: bytes
+    owner: str | None = None
+    worker_id: str | None = None
 
 
-_C = unnest_rows("c", job_id=Uuid, attempt=Integer, token=BigInteger, data=LargeBinary)
+_C = unnest_rows(
+    "c", job_id=Uuid, attempt=Integer, token=BigInteger, data=LargeBinary, owner=String, worker=String
+)
 
 SAVE_CHECKPOINTS = named(
     __name__,
     "SAVE_CHECKPOINTS",
     """Prebuilt: saves each row's data on its job when the attempt is current and RUNNING under the
-    token.""",
+    token and owned by the row's ``owner`` (NULL: any owner).""",
     update(jobs)
     .where(
         jobs.c.id == _C.c.job_id,
@@ -55,6 +62,7 @@ SAVE_CHECKPOINTS = named(
         attempts.c.job_id == _C.c.job_id,
         attempts.c.attempt == _C.c.attempt,
         attempts.c.token == _C.c.token,
+        owned_by(_C.c.owner, _C.c.worker),
         attempts.c.state == AttemptState.RUNNING,
     )
     .values(checkpoint=_C.c.data)
@@ -73,12 +81,14 @@ async def save_checkpoints(
     validate first; nothing is silently truncated).
     """
     latest: dict[tuple[uuid.UUID, int, int], bytes] = {}
+    owner: dict[tuple[uuid.UUID, int, int], tuple[str | None, str | None]] = {}
     for it in items:
         if len(it.data) > MAX_CHECKPOINT_BYTES:
             raise ValueError(f"checkpoint of {len(it.data)} bytes exceeds {MAX_CHECKPOINT_BYTES}")
         # UPDATE ... FROM with two source rows for one target row applies an arbitrary one: dedupe.
         latest.pop((it.job_id, it.attempt, it.token), None)
         latest[(it.job_id, it.attempt, it.token)] = it.data
+        owner[(it.job_id, it.attempt, it.token)] = (it.owner, it.worker_id)
     if not latest:
         return set()
     keys = list(latest)
@@ -91,6 +101,8 @@ async def save_checkpoints(
                 attempt=[k[1] for k in keys],
                 token=[k[2] for k in keys],
                 data=[latest[k] or None for k in keys],
+                owner=[owner[k][0] for k in keys],
+                worker=[owner[k][1] for k in keys],
             ),
         )
     ).all()

@@ -152,8 +152,15 @@ def region_column_ddl(table: Table, dialect: Dialect | None = None) -> str:
     return f"ALTER TABLE {prep.format_table(table)} ADD COLUMN IF NOT EXISTS {spec}"
 
 
+#: Tables read on every call in every region and written rarely (identity and tenancy): GLOBAL
+#: tables, whose reads are served locally in every region at the cost of slower writes
+#: (https://www.cockroachlabs.com/docs/stable/global-tables).
+GLOBAL_TABLES = frozenset({"namespaces", "principals", "api_keys", "grants"})
+
+
 def locality_ddl(table: Table, dialect: Dialect | None = None) -> str:
-    """``ALTER TABLE <table> SET LOCALITY REGIONAL BY ROW [AS crdb_region]``.
+    """``ALTER TABLE <table> SET LOCALITY REGIONAL BY ROW [AS crdb_region]``, or ``SET LOCALITY
+    GLOBAL`` for :data:`GLOBAL_TABLES`.
 
     Tables with a ``region`` column are homed on it (through :func:`region_column_ddl`'s computed
     column); the others (``audit_log``, ``dlq_replays``) get CockroachDB's hidden ``crdb_region``
@@ -162,6 +169,8 @@ def locality_ddl(table: Table, dialect: Dialect | None = None) -> str:
     """
     dialect = dialect or cockroach_dialect()
     prep = dialect.identifier_preparer
+    if table.name in GLOBAL_TABLES:
+        return f"ALTER TABLE {prep.format_table(table)} SET LOCALITY GLOBAL"
     head = f"ALTER TABLE {prep.format_table(table)} SET LOCALITY REGIONAL BY ROW"
     if HOME_REGION_COLUMN in table.c:
         return f"{head} AS {prep.quote(REGION_COLUMN)}"
@@ -308,9 +317,12 @@ def render_sql(
     rest = stmts[n_db:]
     for t in metadata.tables.values():
         mine = [s for s in rest if s.startswith((f"ALTER TABLE {t.name} ", f'ALTER TABLE "{t.name}" '))]
-        keyed = (
-            "home region column `region`" if HOME_REGION_COLUMN in t.c else "no region column: gateway region"
-        )
+        if t.name in GLOBAL_TABLES:
+            keyed = "read everywhere, written rarely: GLOBAL"
+        elif HOME_REGION_COLUMN in t.c:
+            keyed = "home region column `region`"
+        else:
+            keyed = "no region column: gateway region"
         lines.append(f"-- {t.name}: {keyed}")
         lines += [s + ";" for s in mine]
     lines += [

@@ -1,7 +1,11 @@
 """The worker's writes on a dispatched attempt: accept (QUEUED -> RUNNING) and heartbeat (lease
-renewal). Each is compare-and-set on the attempt row: ``(job_id, attempt, token[, version])`` must
-match, so a stale message changes nothing. All instants are the database's ``now()``; leases are
-``attempts.lease_ms`` milliseconds long.
+renewal). Each is compare-and-set on the attempt row: ``(job_id, attempt, token, version)`` must
+match, so a stale message changes nothing. Ownership: the accept records the principal of the
+accepting worker in ``attempts.owner``; every later write (heartbeat, checkpoint, result, a re-sent
+accept) must come from that principal, so what a reader sees of an attempt (its id, token and version)
+is not enough to write to it. ``owner`` None skips that check (in-process callers and tests only;
+the dispatcher always passes the stream's principal). All instants are the database's ``now()``;
+leases are ``attempts.lease_ms`` milliseconds long.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, Uuid, bindparam, func, select, update
+from sqlalchemy import BigInteger, Boolean, Integer, String, Uuid, and_, bindparam, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.attempts import AttemptId, AttemptKey
@@ -25,19 +29,46 @@ _P = unnest_rows("p", job_id=Uuid, attempt=Integer)
 _KEY_COLS: dict[str, Any] = dict(job_id=Uuid, attempt=Integer, token=BigInteger)
 
 
-def key_params(name: str, keys: Sequence[AttemptKey], *, with_version: bool = False) -> dict[str, list[Any]]:
+def key_params(
+    name: str,
+    keys: Sequence[AttemptKey],
+    *,
+    with_version: bool = False,
+    owners: Sequence[str | None] | None = None,
+) -> dict[str, list[Any]]:
     """Parameters of a batch of attempt keys for :func:`unnest_rows` arrays ``name`` (``job_id``,
-    ``attempt``, ``token`` and, ``with_version``, ``version``)."""
+    ``attempt``, ``token`` and, ``with_version``, ``version``; with ``owners`` (one per key, None =
+    unchecked), ``owner``)."""
     cols: dict[str, list[Any]] = dict(
         job_id=[k.job_id for k in keys], attempt=[k.attempt for k in keys], token=[k.token for k in keys]
     )
     if with_version:
         cols["version"] = [k.version for k in keys]
+    if owners is not None:
+        cols["owner"] = [o[0] for o in owners]
+        cols["worker"] = [o[1] for o in owners]
     return row_params(name, **cols)
 
 
 _V4 = unnest_rows("v", job_id=Uuid, attempt=Integer, token=BigInteger, version=BigInteger)
-_V3 = unnest_rows("v", **_KEY_COLS)
+_HB = unnest_rows(
+    "v",
+    job_id=Uuid,
+    attempt=Integer,
+    token=BigInteger,
+    version=BigInteger,
+    owner=String,
+    worker=String,
+    held=Boolean,
+)
+
+
+def owned_by(owner: Any, worker: Any) -> Any:
+    """SQL: the attempt was accepted by worker ``worker`` of principal ``owner`` (columns of an
+    unnested batch; a NULL owner = unchecked)."""
+    return or_(owner.is_(None), and_(attempts.c.owner == owner, attempts.c.worker_id == worker))
+
+
 ACCEPT_JOBS = named(
     __name__,
     "ACCEPT_JOBS",
@@ -62,15 +93,16 @@ ACCEPT_JOBS = named(
 ACCEPT_ATTEMPTS = named(
     __name__,
     "ACCEPT_ATTEMPTS",
-    """Attempts ``(p_job_id, p_attempt)`` (arrays) -> RUNNING for worker ``p_worker_id``,
-    ``accepted_at = now()``, lease restarted (``now() + lease_ms``); returns ``(job_id, attempt,
-    lease_expires_at)``.""",
+    """Attempts ``(p_job_id, p_attempt)`` (arrays) -> RUNNING for worker ``p_worker_id`` of
+    principal ``p_owner``, ``accepted_at = now()``, lease restarted (``now() + lease_ms``); returns
+    ``(job_id, attempt, lease_expires_at)``.""",
     update(attempts)
     .where(attempts.c.job_id == _P.c.job_id, attempts.c.attempt == _P.c.attempt)
     .values(
         state=AttemptState.RUNNING,
         accepted_at=func.now(),
         worker_id=bindparam("p_worker_id"),
+        owner=bindparam("p_owner", type_=String),
         lease_expires_at=func.now() + attempts.c.lease_ms * _LEASE,
     )
     .returning(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at),
@@ -78,38 +110,57 @@ ACCEPT_ATTEMPTS = named(
 ACCEPT_AGAIN = named(
     __name__,
     "ACCEPT_AGAIN",
-    """The attempts ``(v_job_id, v_attempt, v_token)`` (arrays) already RUNNING for worker
-    ``p_worker_id`` under that token (a re-sent accept): ``(job_id, attempt, lease_expires_at)``.""",
+    """The attempts ``(v_job_id, v_attempt, v_token, v_version)`` (arrays) already RUNNING for worker
+    ``p_worker_id`` of principal ``p_owner`` (NULL: any) under that token and version (a re-sent
+    accept): ``(job_id, attempt, lease_expires_at)``.""",
     select(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at).where(
-        attempts.c.job_id == _V3.c.job_id,
-        attempts.c.attempt == _V3.c.attempt,
-        attempts.c.token == _V3.c.token,
+        attempts.c.job_id == _V4.c.job_id,
+        attempts.c.attempt == _V4.c.attempt,
+        attempts.c.token == _V4.c.token,
+        attempts.c.version == _V4.c.version,
         attempts.c.state == AttemptState.RUNNING,
         attempts.c.worker_id == bindparam("p_worker_id"),
+        or_(
+            bindparam("p_owner", type_=String).is_(None),
+            attempts.c.owner == bindparam("p_owner", type_=String),
+        ),
     ),
 )
 
 
-async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str) -> dict[AttemptId, datetime]:
+async def accept(
+    conn: AsyncConnection,
+    keys: list[AttemptKey],
+    worker_id: str,
+    owner: str | None = None,
+    *,
+    fresh: bool = True,
+) -> dict[AttemptId, datetime]:
     """QUEUED -> RUNNING for each attempt whose job is still at the dispatched version and whose
-    attempt row still carries the token; the lease restarts from now. Returns
-    ``(job_id, attempt) -> lease end`` for the accepted ones. Idempotent: an attempt already RUNNING
-    for the same ``worker_id`` under the same token counts as accepted again (a re-sent accept
-    after a lost ack). Anything else (cancelled, re-dispatched, stale token, a duplicate delivery
+    attempt row still carries the token; the lease restarts from now and ``owner`` (the worker's
+    principal) becomes the attempt's owner. Returns ``(job_id, attempt) -> lease end`` for the
+    accepted ones. Idempotent: an attempt already RUNNING for the same ``worker_id`` and ``owner``
+    under the same token and version counts as accepted again (a re-sent accept after a lost ack or a
+    reconnect). ``fresh`` False: only that re-accept is allowed (the attempt was not delivered to
+    the calling stream). Anything else (cancelled, re-dispatched, stale token, a duplicate delivery
     accepted by another worker) is refused and left unchanged."""
     if not keys:
         return {}
-    ok = (await conn.execute(ACCEPT_JOBS, key_params("v", keys, with_version=True))).all()
-    pairs = [(r[0], r[1]) for r in ok]
     out: dict[AttemptId, datetime] = {}
-    if pairs:
-        p = row_params("p", job_id=[x[0] for x in pairs], attempt=[x[1] for x in pairs])
-        rows = (await conn.execute(ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, **p})).all()
-        out = {AttemptId(r[0], r[1]): r[2] for r in rows}
-        await conn.execute(MARK_PUBLISHED, p)
+    if fresh:
+        ok = (await conn.execute(ACCEPT_JOBS, key_params("v", keys, with_version=True))).all()
+        pairs = [(r[0], r[1]) for r in ok]
+        if pairs:
+            p = row_params("p", job_id=[x[0] for x in pairs], attempt=[x[1] for x in pairs])
+            rows = (
+                await conn.execute(ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, "p_owner": owner, **p})
+            ).all()
+            out = {AttemptId(r[0], r[1]): r[2] for r in rows}
+            await conn.execute(MARK_PUBLISHED, p)
     rest = [k for k in keys if (k.job_id, k.attempt) not in out]
     if rest:
-        again = (await conn.execute(ACCEPT_AGAIN, {"p_worker_id": worker_id, **key_params("v", rest)})).all()
+        params = {"p_worker_id": worker_id, "p_owner": owner, **key_params("v", rest, with_version=True)}
+        again = (await conn.execute(ACCEPT_AGAIN, params)).all()
         out.update({AttemptId(r[0], r[1]): r[2] for r in again})
     return out
 
@@ -117,14 +168,21 @@ async def accept(conn: AsyncConnection, keys: list[AttemptKey], worker_id: str) 
 HEARTBEAT = named(
     __name__,
     "HEARTBEAT",
-    """Extends the lease of the live (QUEUED or RUNNING) attempts ``(v_job_id, v_attempt, v_token)``
-    (arrays) to ``now() + lease_ms``; returns ``(job_id, attempt, lease_expires_at, cancel_requested)``.""",
+    """Extends the lease of the live attempts ``(v_job_id, v_attempt, v_token, v_version)`` (arrays)
+    to ``now() + lease_ms``: RUNNING ones accepted by worker ``v_worker`` of principal ``v_owner``
+    (NULL: any), QUEUED ones only where
+    ``v_held`` (delivered to the heartbeating stream); returns ``(job_id, attempt, lease_expires_at,
+    cancel_requested)``.""",
     update(attempts)
     .where(
-        attempts.c.job_id == _V3.c.job_id,
-        attempts.c.attempt == _V3.c.attempt,
-        attempts.c.token == _V3.c.token,
-        attempts.c.state.in_([AttemptState.QUEUED, AttemptState.RUNNING]),
+        attempts.c.job_id == _HB.c.job_id,
+        attempts.c.attempt == _HB.c.attempt,
+        attempts.c.token == _HB.c.token,
+        attempts.c.version == _HB.c.version,
+        or_(
+            and_(attempts.c.state == AttemptState.RUNNING, owned_by(_HB.c.owner, _HB.c.worker)),
+            and_(attempts.c.state == AttemptState.QUEUED, _HB.c.held),
+        ),
     )
     .values(lease_expires_at=func.now() + attempts.c.lease_ms * _LEASE)
     .returning(
@@ -133,12 +191,21 @@ HEARTBEAT = named(
 )
 
 
-async def heartbeat(conn: AsyncConnection, keys: list[AttemptKey]) -> dict[AttemptId, tuple[datetime, bool]]:
-    """Extends the lease of every live attempt (QUEUED or RUNNING, matching token) by its lease
-    duration from now; returns ``(job_id, attempt) -> (new lease end, cancel_requested)`` for those
-    renewed (``cancel_requested``: a caller asked to cancel the job, see
+async def heartbeat(
+    conn: AsyncConnection,
+    keys: list[AttemptKey],
+    owners: Sequence[tuple[str | None, str | None]] | None = None,
+    held: Sequence[bool] | None = None,
+) -> dict[AttemptId, tuple[datetime, bool]]:
+    """Extends the lease of every live attempt (matching token and version; RUNNING and accepted by
+    its entry of ``owners``, ``(principal, worker_id)``, or QUEUED and ``held`` by the caller's
+    stream; default: no owner check, every QUEUED one held) by its lease duration from now; returns
+    ``(job_id, attempt) -> (new lease end, cancel_requested)`` for those renewed (``cancel_requested``: a caller asked to cancel the job, see
     :func:`gnomon.common.storage.cancel.cancel_job`; the worker is told in the heartbeat ack)."""
     if not keys:
         return {}
-    rows = (await conn.execute(HEARTBEAT, key_params("v", keys))).all()
+    unchecked: list[tuple[str | None, str | None]] = [(None, None)] * len(keys)
+    params = key_params("v", keys, with_version=True, owners=owners if owners is not None else unchecked)
+    params["v_held"] = list(held) if held is not None else [True] * len(keys)
+    rows = (await conn.execute(HEARTBEAT, params)).all()
     return {AttemptId(r[0], r[1]): (r[2], bool(r[3])) for r in rows}

@@ -41,7 +41,7 @@ from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.domain.transitions import AfterFailure, after_failure
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.jobs import POLICY_COLS
-from gnomon.common.storage.leases import key_params
+from gnomon.common.storage.leases import key_params, owned_by
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import builder, named
 
@@ -49,18 +49,23 @@ from gnomon.common.storage.statements import builder, named
 MAX_ERROR_CHARS = 4096
 
 _P = unnest_rows("p", job_id=Uuid, attempt=Integer)
-_V3 = unnest_rows("v", job_id=Uuid, attempt=Integer, token=BigInteger)
+_V3 = unnest_rows(
+    "v", job_id=Uuid, attempt=Integer, token=BigInteger, version=BigInteger, owner=String, worker=String
+)
 
 FINISH_ATTEMPTS = named(
     __name__,
     "FINISH_ATTEMPTS",
-    """Attempts ``(v_job_id, v_attempt, v_token)`` (arrays) still RUNNING under that token -> state
-    ``p_state`` (SUCCEEDED or FAILED), ``finished_at = now()``; returns their ``(job_id, attempt)``.""",
+    """Attempts ``(v_job_id, v_attempt, v_token, v_version, v_owner)`` (arrays) still RUNNING under
+    that token and version and accepted by worker ``v_worker`` of ``v_owner`` (NULL: any) -> state ``p_state``
+    (SUCCEEDED or FAILED), ``finished_at = now()``; returns their ``(job_id, attempt)``.""",
     update(attempts)
     .where(
         attempts.c.job_id == _V3.c.job_id,
         attempts.c.attempt == _V3.c.attempt,
         attempts.c.token == _V3.c.token,
+        attempts.c.version == _V3.c.version,
+        owned_by(_V3.c.owner, _V3.c.worker),
         attempts.c.state == AttemptState.RUNNING,
     )
     .values(state=bindparam("p_state", type_=String), finished_at=func.now())
@@ -172,6 +177,12 @@ def judge(
     )
 
 
+def _finish_params(results: list[Result]) -> dict[str, list[Any]]:
+    return key_params(
+        "v", [r.key for r in results], with_version=True, owners=[(r.owner, r.worker_id) for r in results]
+    )
+
+
 @builder(keys=[_SAMPLE])
 def current_attempts_stmt(keys: list[AttemptId]) -> Select[tuple[Any, ...]]:
     """``(job_id, attempt, token, state)`` of the attempts ``keys`` (why a result was not applied)."""
@@ -208,7 +219,7 @@ async def complete(
     fail_keys = [k for k, r in by_key.items() if not r.succeeded]
     applied: set[AttemptId] = set()
     if ok_keys:
-        params = {"p_state": AttemptState.SUCCEEDED, **key_params("v", [by_key[k].key for k in ok_keys])}
+        params = {"p_state": AttemptState.SUCCEEDED, **_finish_params([by_key[k] for k in ok_keys])}
         got = [AttemptId(r[0], r[1]) for r in (await conn.execute(FINISH_ATTEMPTS, params)).all()]
         if got:
             await conn.execute(
@@ -216,7 +227,7 @@ async def complete(
             )
         applied.update(got)
     if fail_keys:
-        params = {"p_state": AttemptState.FAILED, **key_params("v", [by_key[k].key for k in fail_keys])}
+        params = {"p_state": AttemptState.FAILED, **_finish_params([by_key[k] for k in fail_keys])}
         got = [AttemptId(r[0], r[1]) for r in (await conn.execute(FINISH_ATTEMPTS, params)).all()]
         for k in got:
             r = by_key[k]

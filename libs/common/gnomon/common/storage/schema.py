@@ -169,6 +169,12 @@ attempts = Table(
     Column("state", String(16), nullable=False, comment="QUEUED RUNNING SUCCEEDED FAILED LOST CANCELLED"),
     Column("dispatcher_id", String(128), nullable=False),
     Column("worker_id", String(128), nullable=True),
+    Column(
+        "owner",
+        String(128),
+        nullable=True,
+        comment="principal whose worker accepted it (migration 0011); only it may write to the attempt",
+    ),
     Column("claimed_at", TS, nullable=False),
     Column("accepted_at", TS, nullable=True),
     Column("lease_ms", Integer, nullable=False, comment="lease duration, ms; each heartbeat extends by it"),

@@ -66,6 +66,9 @@ def upgrade() -> None:
         sa.Column('created_at', TS, nullable=False),
         sa.PrimaryKeyConstraint('principal', 'namespace', 'role', name=op.f('pk_grants')))
     op.create_index(op.f('ix_grants_namespace'), 'grants', ['namespace'])
+    op.add_column('attempts', sa.Column(
+        'owner', sa.String(length=128), nullable=True,
+        comment='principal whose worker accepted it (migration 0011); only it may write to the attempt'))
     op.alter_column('audit_log', 'actor', comment='the authenticated principal (never client-claimed)',
                     existing_type=sa.String(length=512), existing_nullable=False)
     op.alter_column('audit_log', 'action', comment='the RPC method, e.g. CreateJob',
@@ -79,6 +82,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_column('attempts', 'owner')
     for col in ('peer', 'outcome', 'resource'):
         op.drop_column('audit_log', col)
     op.drop_index(op.f('ix_grants_namespace'), table_name='grants')
