@@ -18,7 +18,7 @@ from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWr
 from gnomon.common.timeconv import to_duration, to_timestamp
 from gnomon.dispatcher.hello import attempt_key, clip, validate_hello
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
-from gnomon.dispatcher.writes import WriteBatcher
+from gnomon.dispatcher.writes import InvalidItem, WriteBatcher
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     continue
                 try:
                     res = await fut
+                except InvalidItem:  # this item alone was refused for its content; never retry it
+                    acks.append(wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.INVALID_ITEM))
+                    continue
                 except Exception:
                     acks.append(
                         wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.DATABASE_UNAVAILABLE)
