@@ -16,7 +16,7 @@ from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import GnomonError, InvalidArgument
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.timeconv import to_duration, to_timestamp
-from gnomon.dispatcher.hello import attempt_key, clip, validate_hello
+from gnomon.dispatcher.hello import MAX_CREDITS, attempt_key, clip, validate_hello
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import InvalidItem, WriteBatcher
 
@@ -146,8 +146,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             async for msg in it:
                 kind = msg.WhichOneof("kind")
                 if kind == "credits":
-                    if msg.credits.credits > 0:
-                        self.registry.add_credits(s, msg.credits.credits)
+                    if msg.credits.credits > 0 and self.registry.add_credits(
+                        s, msg.credits.credits, MAX_CREDITS
+                    ):
                         self.on_credits()
                 elif kind == "accepts":
                     self._accepts(s, msg.accepts.attempts)

@@ -49,10 +49,15 @@ class SessionRegistry:
         s.closed = True
         self.sessions.pop(s.session_id, None)
 
-    def add_credits(self, s: WorkerSession, n: int) -> None:
-        """The worker can take ``n`` more attempts."""
-        s.credits += n
-        self.changed.set()
+    def add_credits(self, s: WorkerSession, n: int, cap: int) -> int:
+        """The worker can take ``n`` (> 0) more attempts, its running total clipped to ``cap``
+        (the hello's credit limit): credits past it are ignored, not an error. Returns the credits
+        actually added (0 .. ``n``)."""
+        added = max(0, min(n, cap - s.credits))
+        s.credits += added
+        if added:
+            self.changed.set()
+        return added
 
     def capacity(self) -> dict[tuple[str, str], int]:
         """(namespace, queue) -> total credits of the streams that serve it (only > 0)."""
