@@ -9,7 +9,7 @@ idempotency, batches, audit) lives in the storage module the engine calls.
 Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` 1-16 characters of
 ``[A-Z_]``; ``error_contains`` at most 1000 characters; ``start_time``/``end_time`` in
 1970..9999 and ``start_time < end_time``; ``page_size`` 0-1000 (0 = 100); ``max_rate``
-0 < r <= 1000 jobs/s; ``max_jobs`` 1-100000; ``reason`` 1-1000 characters, not blank;
+0.001 <= r <= 1000 jobs/s; ``max_jobs`` 1-100000; ``reason`` 1-1000 characters, not blank;
 ``request_id`` a canonical UUID.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -33,22 +33,19 @@ from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayRequest
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, audit_entry_name, job_name, parse_parent
 from gnomon.common.rpc.auth import current_caller
-from gnomon.common.timeconv import to_timestamp
+from gnomon.common.timeconv import check_timestamp, to_timestamp
 
 MAX_RATE = 1000.0
+#: Slowest replay pacing, jobs/s: the paced schedule times of MAX_JOBS jobs stay within ~3.2 years.
+MIN_RATE = 0.001
 MAX_JOBS = 100_000
 MAX_REASON = 1000
 MAX_ERROR_CONTAINS = 1000
 MAX_ACTOR = 200
 FAILURE_CLASS_RE = re.compile(r"^[A-Z_]{1,16}$")
-MIN_SECONDS, MAX_SECONDS = 0, 253402300799  # 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59Z
 
 
-def _timestamp(v: Validator, msg, field: str) -> datetime | None:
-    if not (MIN_SECONDS <= msg.seconds <= MAX_SECONDS) or not (0 <= msg.nanos < 1_000_000_000):
-        v.add(field, "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z")
-        return None
-    return datetime.fromtimestamp(msg.seconds, tz=UTC) + timedelta(microseconds=msg.nanos // 1000)
+_timestamp = check_timestamp  # the one conversion of a client Timestamp (gnomon.common.timeconv)
 
 
 def validate_filter(v: Validator, namespace: str, req) -> DeadLetterFilter:
@@ -100,9 +97,9 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
     v = Validator()
     f = validate_filter(v, namespace, req)
     v.check(
-        not math.isnan(req.max_rate) and 0 < req.max_rate <= MAX_RATE,
+        not math.isnan(req.max_rate) and MIN_RATE <= req.max_rate <= MAX_RATE,
         "max_rate",
-        f"is required: jobs per second, greater than 0 and at most {MAX_RATE:g}",
+        f"is required: jobs per second, from {MIN_RATE:g} to {MAX_RATE:g}",
     )
     v.check(1 <= req.max_jobs <= MAX_JOBS, "max_jobs", f"is required: 1 to {MAX_JOBS}")
     if not req.reason.strip():

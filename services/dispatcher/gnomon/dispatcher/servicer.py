@@ -15,7 +15,7 @@ from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import GnomonError, InvalidArgument
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
-from gnomon.common.timeconv import to_duration, to_timestamp
+from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
 from gnomon.dispatcher.hello import MAX_CREDITS, attempt_key, clip, validate_hello
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import InvalidItem, WriteBatcher
@@ -295,7 +295,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 succeeded=r.outcome == wpb.OUTCOME_SUCCEEDED,
                 failure_class=_CLASSES.get(r.failure_class, FailureClass.TRANSIENT),
                 error=r.error,
-                retry_after_s=r.retry_after.ToTimedelta().total_seconds() if r.HasField("retry_after") else 0,
+                retry_after_s=max(0.0, duration_seconds(r.retry_after)),  # capped by the retry policy
             )
             futs.append((r.attempt, self.writes.submit("result", res)))
         _send(s, bad)
