@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2, timestamp_pb2
 
-from gnomon._proto.gnomon.v1 import schedule_pb2
+import gnomon_dlq_support as dlq
+from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as dpb
+from gnomon._proto.gnomon.v1 import job_service_pb2 as js
+from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jgrpc
+from gnomon._proto.gnomon.v1 import retry_pb2, schedule_pb2
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
 from gnomon._proto.gnomon.v1 import schedule_service_pb2_grpc as sgrpc
 from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.rpc.errors import MALFORMED_MESSAGE
+from gnomon.common.storage.schema import audit_log, dlq_replays
 from gnomon_test_support import decode, job_service, serving
 
 pytestmark = pytest.mark.asyncio
@@ -85,3 +91,146 @@ async def test_a_one_mib_time_zone_gets_a_small_invalid_argument(engine):
         assert any("time_zone" in v.field for v in bad.field_violations)
         assert status.ByteSize() < 2048, status.ByteSize()
         assert len(err.details().encode()) < 2048
+
+
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+
+async def refused(coro) -> tuple[grpc.StatusCode, str, list[str]]:
+    """(code, ErrorInfo reason, BadRequest field paths) of a call that must fail."""
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await coro
+    _, info, bad = decode(e.value)
+    return e.value.code(), info.reason if info else "", [v.field for v in bad.field_violations] if bad else []
+
+
+def _dur(seconds: int, nanos: int = 0) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=seconds, nanos=nanos)
+
+
+def _ts(seconds: int, nanos: int = 0) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+
+
+CREATE_JOB_CASES = [
+    ({"lease_duration": _dur(INT64_MAX)}, "lease_duration"),
+    ({"start_to_close": _dur(INT64_MAX)}, "start_to_close"),
+    ({"delay": _dur(INT64_MAX)}, "delay"),
+    ({"delay": _dur(1, -1)}, "delay"),
+    ({"schedule_time": _ts(INT64_MAX)}, "schedule_time"),
+    ({"schedule_time": _ts(INT64_MIN)}, "schedule_time"),
+    ({"schedule_time": _ts(253402300800)}, "schedule_time"),  # 10000-01-01
+    ({"deadline": _ts(-62135596801)}, "deadline"),  # before year 1
+    ({"deadline": _ts(0, 10**9)}, "deadline"),
+    ({"retry_policy": retry_pb2.RetryPolicy(max_backoff=_dur(INT64_MAX))}, "retry_policy.max_backoff"),
+    (
+        {"retry_policy": retry_pb2.RetryPolicy(initial_backoff=_dur(INT64_MAX))},
+        "retry_policy.initial_backoff",
+    ),
+    ({"retry_policy": retry_pb2.RetryPolicy(max_age=_dur(INT64_MAX))}, "retry_policy.max_age"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field"), CREATE_JOB_CASES)
+async def test_create_job_time_overflow_is_a_field_violation(engine, fields, field):
+    async with serving(job_service(engine)) as (channel, _):
+        stub = jgrpc.JobServiceStub(channel)
+        code, reason, bad = await refused(
+            stub.CreateJob(js.CreateJobRequest(queue="q", **fields), timeout=10)
+        )
+        assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, ErrorReason.INVALID_FIELD)
+        assert field in bad
+
+
+async def test_reschedule_time_overflow_is_a_field_violation(engine):
+    async with serving(job_service(engine)) as (channel, _):
+        stub = jgrpc.JobServiceStub(channel)
+        job = (await stub.CreateJob(js.CreateJobRequest(queue="q"), timeout=10)).job
+        for fields, field in (
+            ({"delay": _dur(INT64_MAX)}, "delay"),
+            ({"schedule_time": _ts(INT64_MAX)}, "schedule_time"),
+        ):
+            code, _, bad = await refused(
+                stub.RescheduleJob(js.RescheduleJobRequest(name=job.name, **fields), timeout=10)
+            )
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and field in bad
+        assert (await stub.GetJob(js.GetJobRequest(name=job.name), timeout=10)).job.version == job.version
+
+
+SCHEDULE_CASES = [
+    ({"interval": _dur(INT64_MAX)}, "schedule.interval"),
+    ({"cron": "* * * * *", "misfire_grace": _dur(INT64_MAX)}, "schedule.misfire_grace"),
+    ({"cron": "* * * * *", "catchup_window": _dur(INT64_MAX)}, "schedule.catchup_window"),
+    ({"cron": "* * * * *", "jitter": _dur(INT64_MAX)}, "schedule.jitter"),
+    ({"cron": "* * * * *", "start_time": _ts(INT64_MAX)}, "schedule.start_time"),
+    ({"cron": "* * * * *", "end_time": _ts(INT64_MIN)}, "schedule.end_time"),
+]
+
+
+@pytest.mark.parametrize(("fields", "field"), SCHEDULE_CASES)
+async def test_create_schedule_time_overflow_is_a_field_violation(engine, fields, field):
+    async with serving(schedule_service(engine)) as (channel, _):
+        stub = sgrpc.ScheduleServiceStub(channel)
+        template = schedule_pb2.JobTemplate(queue="q", start_deadline=_dur(INT64_MAX))
+        req = spb.CreateScheduleRequest(
+            parent="namespaces/default", schedule=schedule_pb2.Schedule(job_template=template, **fields)
+        )
+        code, _, bad = await refused(stub.CreateSchedule(req, timeout=10))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert field in bad and "schedule.job_template.start_deadline" in bad, bad
+        assert list((await stub.ListSchedules(spb.ListSchedulesRequest(), timeout=10)).schedules) == []
+
+
+async def test_replay_and_list_dead_letters_time_overflow_is_a_field_violation(api):
+    stub, engine = api
+    code, _, bad = await refused(stub.ListDeadLetters(dpb.ListDeadLettersRequest(end_time=_ts(INT64_MAX))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["end_time"]
+    code, _, bad = await refused(stub.ReplayDeadLetters(dlq.replay_req(start_time=_ts(INT64_MIN))))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["start_time"]
+    assert await dlq.count(engine, audit_log) == 0
+
+
+async def test_replay_with_a_tiny_rate_is_refused_before_anything_is_written(api):
+    stub, engine = api
+    await dlq.make_dead(engine, 2)
+    for rate in (1e-12, 5e-324, 0.0009, float("inf"), float("nan"), -1.0):
+        code, _, bad = await refused(stub.ReplayDeadLetters(dlq.replay_req(max_rate=rate)))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["max_rate"], rate
+    assert await dlq.count(engine, audit_log) == 0
+    assert await dlq.count(engine, dlq_replays) == 0
+    out = await stub.ReplayDeadLetters(dlq.replay_req(max_rate=0.001))  # the slowest allowed works
+    assert out.replayed_count == 2 and await dlq.count(engine, dlq_replays) == 1
+
+
+async def test_nul_in_list_filters_and_strings_is_a_field_violation(api):
+    stub, engine = api
+    code, _, bad = await refused(stub.ListDeadLetters(dpb.ListDeadLettersRequest(error_contains="a\x00b")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["error_contains"]
+    code, _, bad = await refused(stub.ReplayDeadLetters(dlq.replay_req(reason="why\x00")))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["reason"]
+    assert await dlq.count(engine, audit_log) == 0
+    async with serving(job_service(engine), schedule_service(engine)) as (channel, _):
+        jobs = jgrpc.JobServiceStub(channel)
+        code, _, bad = await refused(jobs.ListJobs(js.ListJobsRequest(queue="q\x00"), timeout=10))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["queue"]
+        code, _, bad = await refused(
+            jobs.BatchCreateJobs(
+                js.BatchCreateJobsRequest(
+                    requests=[
+                        js.CreateJobRequest(queue="q"),
+                        js.CreateJobRequest(queue="q", idempotency_key="\x00"),
+                    ]
+                ),
+                timeout=10,
+            )
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["requests[1].idempotency_key"]
+        assert list((await jobs.ListJobs(js.ListJobsRequest(), timeout=10)).jobs) == []
+        schedules = sgrpc.ScheduleServiceStub(channel)
+        code, _, bad = await refused(
+            schedules.GetSchedule(
+                spb.GetScheduleRequest(name="namespaces/default/schedules/a\x00"), timeout=10
+            )
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["name"]

@@ -7,6 +7,8 @@ https://grpc.io/docs/guides/error/ (richer error model).
 
 Two edge rules hold for every service here, once:
 
+* a unary request with a NUL in any string field is refused with INVALID_ARGUMENT naming the field
+  (:mod:`gnomon.common.rpc.inputs`: PostgreSQL text cannot hold NUL);
 * a request body that is not a valid protobuf message of the method's request type is refused with
   INVALID_ARGUMENT, reason ``MALFORMED_REQUEST`` and a fixed message (never the parser's text);
 * error text that may echo client input is clipped (:func:`clip_text`): the status message to
@@ -24,12 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import DOMAIN, FieldViolation, GnomonError, InvalidArgument, Unavailable
+from gnomon.common.rpc.inputs import nul_violations
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +174,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 try:
                     if request is _MALFORMED:
                         raise malformed_request()
+                    if isinstance(request, Message) and (bad := nul_violations(request)):
+                        raise InvalidArgument(bad)
                     return await inner(request, context)
                 except BaseException as exc:
                     await _abort(exc, context)
