@@ -28,6 +28,7 @@ from gnomon.api.convert import job_to_proto
 from gnomon.api.dead_letters import DeadLetterEngine
 from gnomon.api.validation import request_fingerprint
 from gnomon.common import pagination
+from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayRequest
 from gnomon.common.errors import InvalidArgument, Validator
@@ -178,8 +179,10 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
     :func:`gnomon.api.service.build`, or by :meth:`on`). The caller's namespaces are checked by the
     auth seam before any handler runs (PERMISSION_DENIED, NAMESPACE_NOT_ALLOWED)."""
 
-    def __init__(self, dead_letters: DeadLetterEngine):
+    def __init__(self, dead_letters: DeadLetterEngine, *, reply_budget_bytes: int = REPLY_BUDGET_BYTES):
         self.dead_letters = dead_letters
+        #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
+        self.reply_budget_bytes = reply_budget_bytes
 
     @classmethod
     def on(
@@ -211,12 +214,16 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         rows, atts = await self.dead_letters.list_dead_letters(
             f, include_replayed=request.include_replayed, limit=size + 1, after=after
         )
-        page, token = pagination.next_page(
-            rows, size, "ListDeadLetters", filt, lambda r: pagination.keyset(r["finished_at"], r["id"])
+        items, token = pagination.budgeted_page(
+            rows,
+            size,
+            "ListDeadLetters",
+            filt,
+            lambda r: pagination.keyset(r["finished_at"], r["id"]),
+            lambda r: dead_letter_to_proto(r, atts.get(r["id"], [])),
+            budget_bytes=self.reply_budget_bytes,
         )
-        return pb.ListDeadLettersResponse(
-            dead_letters=[dead_letter_to_proto(r, atts.get(r["id"], [])) for r in page], next_page_token=token
-        )
+        return pb.ListDeadLettersResponse(dead_letters=items, next_page_token=token)
 
     async def ReplayDeadLetters(self, request, context):
         """Re-creates matching dead jobs as new jobs (paced at ``max_rate`` jobs/s, at most
@@ -243,12 +250,16 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         after = _keyset(v, request.page_token, "ListAuditEntries", filt)
         v.raise_if_any()
         rows = await self.dead_letters.audit_entries(ns, limit=size + 1, after=after)
-        page, token = pagination.next_page(
-            rows, size, "ListAuditEntries", filt, lambda r: pagination.keyset(r["created_at"], r["id"])
+        items, token = pagination.budgeted_page(
+            rows,
+            size,
+            "ListAuditEntries",
+            filt,
+            lambda r: pagination.keyset(r["created_at"], r["id"]),
+            audit_to_proto,
+            budget_bytes=self.reply_budget_bytes,
         )
-        return pb.ListAuditEntriesResponse(
-            audit_entries=[audit_to_proto(r) for r in page], next_page_token=token
-        )
+        return pb.ListAuditEntriesResponse(audit_entries=items, next_page_token=token)
 
 
 __all__ = ["DeadLetterServicer", "validate_replay", "validate_filter"]
