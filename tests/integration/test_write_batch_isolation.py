@@ -6,7 +6,11 @@ whole batch with UNAVAILABLE (retried by the worker), as before.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import gnomon_cancel_support as cs
@@ -73,3 +77,27 @@ async def test_a_lost_database_still_fails_the_whole_batch_as_unavailable(cancel
         assert all(f is not None and isinstance(f.exception(), Unavailable) for f in futs)
     finally:
         await gone.dispose()
+
+
+async def test_the_refusal_is_logged_escaped_without_the_bound_values(cancel_env, caplog):
+    stub, engine, _ = cancel_env
+    _, keys = await cs.running(stub, engine, 2)
+    writes = WriteBatcher(engine)
+    honest = writes.submit("heartbeat", keys[0])
+    bad = writes.submit("accept", keys[1], worker_id="w\nFORGED line\x00" + "x" * 500)
+    with caplog.at_level(logging.INFO, logger="gnomon.dispatcher.writes"):
+        await writes.flush_now()
+    assert honest is not None and honest.result() is not None
+    assert bad is not None and isinstance(bad.exception(), InvalidItem)
+    lines = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert len(lines) == 1
+    assert "\n" not in lines[0] and "\\nFORGED" in lines[0] and "x" * 100 not in lines[0]
+
+
+async def test_database_errors_do_not_carry_the_bound_values(engine):
+    # refused before it is sent (NUL in text): the message would list the bound values, hidden here
+    secret = "client-text-\n-not-for-logs\x00"
+    with pytest.raises(DBAPIError) as e:
+        async with engine.connect() as c:
+            await c.execute(text("SELECT CAST(:v AS text), CAST(:w AS text)"), {"v": secret, "w": "ok"})
+    assert "NUL" in str(e.value) and "client-text" not in str(e.value)
