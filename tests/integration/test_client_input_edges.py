@@ -234,3 +234,16 @@ async def test_nul_in_list_filters_and_strings_is_a_field_violation(api):
             )
         )
         assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["name"]
+
+
+async def test_a_batch_whose_reply_could_not_be_delivered_is_refused_before_writing(engine):
+    async with serving(job_service(engine)) as (channel, _):
+        stub = jgrpc.JobServiceStub(channel)
+        big = [js.CreateJobRequest(queue="q", payload=b"p" * 256 * 1024) for _ in range(13)]  # 3.25 MiB
+        code, _, bad = await refused(
+            stub.BatchCreateJobs(js.BatchCreateJobsRequest(requests=big), timeout=10)
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and bad == ["requests"]
+        assert list((await stub.ListJobs(js.ListJobsRequest(), timeout=10)).jobs) == []
+        ok = await stub.BatchCreateJobs(js.BatchCreateJobsRequest(requests=big[:12]), timeout=10)  # 3 MiB
+        assert len(ok.jobs) == 12

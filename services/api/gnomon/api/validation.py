@@ -283,6 +283,9 @@ def validate_reschedule(req: job_service_pb2.RescheduleJobRequest) -> Reschedule
 
 
 MAX_BATCH = 1000
+#: Most payload bytes of one BatchCreateJobs request, all jobs together (3 MiB): the reply, which
+#: echoes them, then fits gRPC's default 4 MiB receive limit.
+MAX_BATCH_PAYLOAD_BYTES = 3 * 1024 * 1024
 
 
 def validate_batch(parent: str, requests, *, region: str, shards: int) -> list[NewJob]:
@@ -295,6 +298,11 @@ def validate_batch(parent: str, requests, *, region: str, shards: int) -> list[N
     if not (1 <= len(requests) <= MAX_BATCH):
         v.add("requests", f"give 1 to {MAX_BATCH} requests")
         v.raise_if_any()
+    total = sum(len(r.payload) for r in requests)
+    if total > MAX_BATCH_PAYLOAD_BYTES:
+        # checked before the write: the reply echoes every payload and must still fit a client's
+        # default 4 MiB receive limit, or the jobs would be created but the caller told it failed
+        v.add("requests", f"payloads total {total} bytes; the limit is {MAX_BATCH_PAYLOAD_BYTES} (3 MiB)")
     out = []
     for i, r in enumerate(requests):
         if r.parent and r.parent != ns_parent:
