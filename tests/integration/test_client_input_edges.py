@@ -5,6 +5,8 @@ strings and filters, each through the real API services served in-process on a f
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -16,10 +18,15 @@ from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jgrpc
 from gnomon._proto.gnomon.v1 import retry_pb2, schedule_pb2
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
 from gnomon._proto.gnomon.v1 import schedule_service_pb2_grpc as sgrpc
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
 from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.rpc.errors import MALFORMED_MESSAGE
 from gnomon.common.storage.schema import audit_log, dlq_replays
+from gnomon.dispatcher.servicer import WorkerServicer
+from gnomon.dispatcher.sessions import SessionRegistry
+from gnomon.dispatcher.writes import WriteBatcher
 from gnomon_test_support import decode, job_service, serving
 
 pytestmark = pytest.mark.asyncio
@@ -247,3 +254,77 @@ async def test_a_batch_whose_reply_could_not_be_delivered_is_refused_before_writ
         assert list((await stub.ListJobs(js.ListJobsRequest(), timeout=10)).jobs) == []
         ok = await stub.BatchCreateJobs(js.BatchCreateJobsRequest(requests=big[:12]), timeout=10)  # 3 MiB
         assert len(ok.jobs) == 12
+
+
+async def test_a_lease_stream_whose_first_message_does_not_parse_is_invalid_argument(engine):
+    writes = WriteBatcher(engine)
+    servicer = WorkerServicer(
+        SessionRegistry(),
+        writes,
+        dispatcher_id="d",
+        region="local",
+        heartbeat_interval_s=1.0,
+        on_credits=lambda: None,
+    )
+    async with serving((wgrpc.add_WorkerServiceServicer_to_server, servicer, "gnomon.v1.WorkerService")) as (
+        ch,
+        _,
+    ):
+        lease = ch.stream_stream(
+            "/gnomon.v1.WorkerService/Lease", request_serializer=None, response_deserializer=None
+        )
+
+        async def body():
+            yield b"\xff\xff\xff"
+
+        call = lease(body(), timeout=10)
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            async for _ in call:
+                raise AssertionError("a malformed hello was answered")
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.details() == MALFORMED_MESSAGE
+        _, info, _ = decode(e.value)
+        assert info is not None and info.reason == ErrorReason.MALFORMED_REQUEST
+
+
+async def test_a_later_lease_message_that_does_not_parse_ends_only_that_stream(engine):
+    writes = WriteBatcher(engine)
+    servicer = WorkerServicer(
+        SessionRegistry(),
+        writes,
+        dispatcher_id="d",
+        region="local",
+        heartbeat_interval_s=1.0,
+        on_credits=lambda: None,
+    )
+    hello = wpb.LeaseRequest(
+        hello=wpb.WorkerHello(worker_id="w", queues=["q"], credits=1)
+    ).SerializeToString()
+    async with serving((wgrpc.add_WorkerServiceServicer_to_server, servicer, "gnomon.v1.WorkerService")) as (
+        ch,
+        _,
+    ):
+        lease = ch.stream_stream(
+            "/gnomon.v1.WorkerService/Lease", request_serializer=None, response_deserializer=None
+        )
+        sent_bad = asyncio.Event()
+        gate = asyncio.Event()
+
+        async def body():
+            yield hello
+            await gate.wait()  # after the welcome
+            yield b"\xff\xff\xff"
+            sent_bad.set()
+            await asyncio.Event().wait()  # keep the request side open: the server must end the call
+
+        call = lease(body(), timeout=10)
+        first = wpb.LeaseResponse.FromString(await call.read())
+        assert first.WhichOneof("kind") == "welcome"
+        assert len(servicer.registry.sessions) == 1
+        gate.set()
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            while await call.read() is not grpc.aio.EOF:
+                pass
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.details() == MALFORMED_MESSAGE
+        assert sent_bad.is_set() and servicer.registry.sessions == {}

@@ -129,6 +129,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 if msg is None:
                     break
                 yield msg
+            if session.refused is not None:  # e.g. a later message that does not parse
+                raise session.refused
         finally:
             reader.cancel()
             self.registry.remove(session)
@@ -162,6 +164,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     self._releases(s, msg.releases.attempts)
         except asyncio.CancelledError:
             raise
+        except GnomonError as e:  # the stream's own input was refused: end it with that status
+            s.refused = e
         except Exception:
             log.debug("stream read ended", exc_info=True)
         finally:

@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from gnomon.common.domain.attempts import Claimed
+from gnomon.common.errors import GnomonError
 
 Key = tuple[uuid.UUID, int]
 
@@ -26,6 +27,9 @@ class WorkerSession:
     held: dict[Key, Claimed] = field(default_factory=dict)
     accepted: set[Key] = field(default_factory=set)
     closed: bool = False
+    #: set when the stream's input was refused (e.g. a message that does not parse): the stream ends
+    #: with this error's status instead of OK
+    refused: GnomonError | None = None
 
 
 class SessionRegistry:
