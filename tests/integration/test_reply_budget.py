@@ -11,7 +11,11 @@ from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as dpb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as dgrpc
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jgrpc
+from gnomon._proto.gnomon.v1 import schedule_pb2
+from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
+from gnomon._proto.gnomon.v1 import schedule_service_pb2_grpc as sgrpc
 from gnomon.api.dead_letter_servicer import DeadLetterServicer
+from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.api.servicer import JobServicer
 from gnomon_test_support import own_shards, serving
 
@@ -63,3 +67,29 @@ async def test_list_dead_letters_pages_stay_under_the_budget(engine):
             if not token:
                 break
         assert len(seen) == len(set(seen)) == len(made) == 9
+
+
+async def test_list_schedules_pages_stay_under_the_budget(engine):
+    servicer = ScheduleServicer.on(engine, region="local", shards=8)
+    servicer.reply_budget_bytes = BUDGET
+    service = (sgrpc.add_ScheduleServiceServicer_to_server, servicer, "gnomon.v1.ScheduleService")
+    async with serving(service) as (ch, _):
+        stub = sgrpc.ScheduleServiceStub(ch)
+        for i in range(11):
+            template = schedule_pb2.JobTemplate(queue="q", payload=b"s" * PAYLOAD)
+            await stub.CreateSchedule(
+                spb.CreateScheduleRequest(
+                    schedule_id=f"s{i}",
+                    schedule=schedule_pb2.Schedule(cron="0 0 1 1 *", job_template=template, paused=True),
+                )
+            )
+        seen: list[str] = []
+        token = ""
+        while True:
+            reply = await stub.ListSchedules(spb.ListSchedulesRequest(page_size=1000, page_token=token))
+            assert reply.ByteSize() <= BUDGET and 1 <= len(reply.schedules) < 11
+            seen += [s.name for s in reply.schedules]
+            token = reply.next_page_token
+            if not token:
+                break
+        assert sorted(seen) == sorted(f"namespaces/default/schedules/s{i}" for i in range(11))
