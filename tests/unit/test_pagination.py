@@ -112,3 +112,21 @@ def test_page_size_and_split():
     assert pg.split_page([1, 2, 3], 2) == ([1, 2], 2)
     assert pg.split_page([1, 2], 2) == ([1, 2], None)
     assert pg.split_page([], 2) == ([], None)
+
+
+def test_budgeted_page_stops_at_the_byte_budget_and_continues_after_the_last_item() -> None:
+    from google.protobuf import wrappers_pb2
+
+    from gnomon.common.pagination import REPLY_RESERVE_BYTES, budgeted_page, decode
+
+    rows = list(range(10))
+    convert = lambda i: wrappers_pb2.BytesValue(value=b"x" * 1000)  # noqa: E731
+    budget = REPLY_RESERVE_BYTES + 2500  # each item is 1003 bytes + framing: 2 fit, 3 do not
+    items, token = budgeted_page(rows, 5, "ListX", "f", lambda i: {"a": i}, convert, budget_bytes=budget)
+    assert len(items) == 2 and decode(token, "ListX", "f") == {"a": 1}  # 3 would pass the budget
+    items, token = budgeted_page(rows, 5, "ListX", "f", lambda i: {"a": i}, convert, budget_bytes=10**9)
+    assert len(items) == 5 and decode(token, "ListX", "f") == {"a": 4}
+    items, token = budgeted_page(rows[:3], 5, "ListX", "f", lambda i: {"a": i}, convert, budget_bytes=10**9)
+    assert len(items) == 3 and token == ""
+    items, token = budgeted_page(rows, 5, "ListX", "f", lambda i: {"a": i}, convert, budget_bytes=1)
+    assert len(items) == 1 and decode(token, "ListX", "f") == {"a": 0}  # one item always goes out

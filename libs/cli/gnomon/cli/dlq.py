@@ -122,7 +122,7 @@ def replay(
     since: str | None = SINCE,
     until: str | None = UNTIL,
     max_rate: float = typer.Option(
-        ..., "--max-rate", help="Release at most this many jobs per second (<= 1000)."
+        ..., "--max-rate", help="Release at most this many jobs per second (0.001-1000)."
     ),
     max_jobs: int = typer.Option(..., "--max-jobs", help="Replay at most this many dead letters (1-100000)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only count (and audit); replay nothing."),

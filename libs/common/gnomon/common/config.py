@@ -78,6 +78,10 @@ class ClusterSettings(BaseSettings):
     )
 
 
+#: Default of ``GNOMON_REPLY_BUDGET_BYTES``: most serialized bytes of one List reply's items (4 MiB).
+REPLY_BUDGET_BYTES = 4 * 1024 * 1024
+
+
 class ServerSettings(BaseSettings):
     """A service's gRPC listener (``GNOMON_LISTEN`` etc.)."""
 
@@ -93,6 +97,13 @@ class ServerSettings(BaseSettings):
         default="", description="host:port for the Prometheus scrape endpoint; empty = off."
     )
     drain_timeout_s: float = Field(default=10.0, ge=0, description="Grace period on SIGTERM, seconds.")
+    reply_budget_bytes: int = Field(
+        default=REPLY_BUDGET_BYTES,
+        ge=1024 * 1024,
+        le=15 * 1024 * 1024,
+        description="Most serialized bytes of the items of one List reply, bytes (1-15 MiB): a page "
+        "stops early at this size and its next_page_token continues after the last item sent.",
+    )
 
 
 class DispatcherSettings(BaseSettings):

@@ -113,6 +113,14 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "The RRULE would expand without bound or too expensively to evaluate.",
     ),
     ErrorReason.INVALID_TIME_RANGE: (grpc.StatusCode.INVALID_ARGUMENT, "end_time is not after start_time."),
+    ErrorReason.MALFORMED_REQUEST: (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The request body is not a valid protobuf message of the method's request type.",
+    ),
+    ErrorReason.INVALID_ITEM: (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "The database refused this one item of a batched write (e.g. a NUL in a text); the rest committed.",
+    ),
     ErrorReason.INTERNAL: (
         grpc.StatusCode.INTERNAL,
         "An unexpected server fault; details are in the server log.",

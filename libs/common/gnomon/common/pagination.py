@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
+from google.protobuf.message import Message
+
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 
 #: A keyset position: JSON-able scalar values by short key.
@@ -44,6 +46,12 @@ MAX_PAGE_SIZE = 1000
 ATTEMPTS_PAGE_SIZE = 100
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
+
+#: Bytes of a List reply kept outside the items' budget: the next_page_token and the field framing.
+REPLY_RESERVE_BYTES = 4096
+#: Framing bytes counted per item on top of its serialized size (field tag and length prefix).
+_ITEM_FRAMING_BYTES = 6
 
 
 def fingerprint(*parts: object) -> str:
@@ -228,3 +236,32 @@ def next_page(
     this is the last page."""
     page, last = split_page(rows, size)
     return page, (encode(method, filters, cursor_of(last)) if last is not None else "")
+
+
+def budgeted_page(
+    rows: Sequence[T],
+    size: int,
+    method: str,
+    filters: str,
+    cursor_of: Callable[[T], Cursor],
+    convert: Callable[[T], M],
+    *,
+    budget_bytes: int,
+) -> tuple[list[M], str]:
+    """Like :func:`next_page`, but converts each row of the page with ``convert`` (row -> protobuf
+    message) and stops early once the items' serialized size (plus framing) would pass
+    ``budget_bytes - REPLY_RESERVE_BYTES``: the token then continues after the last item returned, so
+    paging still yields every row exactly once. At least one item is always returned (one item
+    larger than the budget goes out alone). Returns ``(messages, next page token or "")``."""
+    page, last = split_page(rows, size)
+    limit = max(0, budget_bytes - REPLY_RESERVE_BYTES)
+    out: list[M] = []
+    used = 0
+    for i, row in enumerate(page):
+        msg = convert(row)
+        n = msg.ByteSize() + _ITEM_FRAMING_BYTES
+        if out and used + n > limit:
+            return out, encode(method, filters, cursor_of(page[i - 1]))
+        out.append(msg)
+        used += n
+    return out, (encode(method, filters, cursor_of(last)) if last is not None else "")

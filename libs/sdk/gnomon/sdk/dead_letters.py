@@ -210,7 +210,7 @@ class DeadLettersClient(ClientBase):
         ``x-gnomon-actor`` metadata and address).
 
         Args:
-            max_rate: jobs per second, 0 < max_rate <= 1000.
+            max_rate: jobs per second, 0.001 <= max_rate <= 1000.
             max_jobs: 1-100000.
             reason: why (audit log), 1-1000 characters.
             dry_run: only count (and audit); nothing is replayed.

@@ -46,7 +46,17 @@ S = TypeVar("S")  # what is sent to report a result
 
 #: Ack ``reason`` values that are final refusals (worker_service.proto). Any other reason on an
 #: ``ok = false`` ack (e.g. ``DATABASE_UNAVAILABLE``) is taken as transient: the item is re-sent.
-FINAL_REFUSALS = frozenset({"STALE_ATTEMPT", "STALE_FENCING_TOKEN", "LEASE_EXPIRED", "NOT_FOUND"})
+FINAL_REFUSALS = frozenset(
+    {
+        "STALE_ATTEMPT",
+        "STALE_FENCING_TOKEN",
+        "LEASE_EXPIRED",
+        "NOT_FOUND",
+        "INVALID_FIELD",
+        "INVALID_ITEM",
+        "CHECKPOINT_TOO_LARGE",
+    }
+)
 #: An accept refused for a transient reason is re-sent at most this many times.
 MAX_ACCEPT_RETRIES = 5
 #: Largest credit grant of one hello (the dispatcher's limit).

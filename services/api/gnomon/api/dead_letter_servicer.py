@@ -9,7 +9,7 @@ idempotency, batches, audit) lives in the storage module the engine calls.
 Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` 1-16 characters of
 ``[A-Z_]``; ``error_contains`` at most 1000 characters; ``start_time``/``end_time`` in
 1970..9999 and ``start_time < end_time``; ``page_size`` 0-1000 (0 = 100); ``max_rate``
-0 < r <= 1000 jobs/s; ``max_jobs`` 1-100000; ``reason`` 1-1000 characters, not blank;
+0.001 <= r <= 1000 jobs/s; ``max_jobs`` 1-100000; ``reason`` 1-1000 characters, not blank;
 ``request_id`` a canonical UUID.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -28,27 +28,25 @@ from gnomon.api.convert import job_to_proto
 from gnomon.api.dead_letters import DeadLetterEngine
 from gnomon.api.validation import request_fingerprint
 from gnomon.common import pagination
+from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayRequest
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, audit_entry_name, job_name, parse_parent
 from gnomon.common.rpc.auth import current_caller
-from gnomon.common.timeconv import to_timestamp
+from gnomon.common.timeconv import check_timestamp, to_timestamp
 
 MAX_RATE = 1000.0
+#: Slowest replay pacing, jobs/s: the paced schedule times of MAX_JOBS jobs stay within ~3.2 years.
+MIN_RATE = 0.001
 MAX_JOBS = 100_000
 MAX_REASON = 1000
 MAX_ERROR_CONTAINS = 1000
 MAX_ACTOR = 200
 FAILURE_CLASS_RE = re.compile(r"^[A-Z_]{1,16}$")
-MIN_SECONDS, MAX_SECONDS = 0, 253402300799  # 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59Z
 
 
-def _timestamp(v: Validator, msg, field: str) -> datetime | None:
-    if not (MIN_SECONDS <= msg.seconds <= MAX_SECONDS) or not (0 <= msg.nanos < 1_000_000_000):
-        v.add(field, "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z")
-        return None
-    return datetime.fromtimestamp(msg.seconds, tz=UTC) + timedelta(microseconds=msg.nanos // 1000)
+_timestamp = check_timestamp  # the one conversion of a client Timestamp (gnomon.common.timeconv)
 
 
 def validate_filter(v: Validator, namespace: str, req) -> DeadLetterFilter:
@@ -100,9 +98,9 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
     v = Validator()
     f = validate_filter(v, namespace, req)
     v.check(
-        not math.isnan(req.max_rate) and 0 < req.max_rate <= MAX_RATE,
+        not math.isnan(req.max_rate) and MIN_RATE <= req.max_rate <= MAX_RATE,
         "max_rate",
-        f"is required: jobs per second, greater than 0 and at most {MAX_RATE:g}",
+        f"is required: jobs per second, from {MIN_RATE:g} to {MAX_RATE:g}",
     )
     v.check(1 <= req.max_jobs <= MAX_JOBS, "max_jobs", f"is required: 1 to {MAX_JOBS}")
     if not req.reason.strip():
@@ -181,8 +179,10 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
     :func:`gnomon.api.service.build`, or by :meth:`on`). The caller's namespaces are checked by the
     auth seam before any handler runs (PERMISSION_DENIED, NAMESPACE_NOT_ALLOWED)."""
 
-    def __init__(self, dead_letters: DeadLetterEngine):
+    def __init__(self, dead_letters: DeadLetterEngine, *, reply_budget_bytes: int = REPLY_BUDGET_BYTES):
         self.dead_letters = dead_letters
+        #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
+        self.reply_budget_bytes = reply_budget_bytes
 
     @classmethod
     def on(
@@ -214,12 +214,16 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         rows, atts = await self.dead_letters.list_dead_letters(
             f, include_replayed=request.include_replayed, limit=size + 1, after=after
         )
-        page, token = pagination.next_page(
-            rows, size, "ListDeadLetters", filt, lambda r: pagination.keyset(r["finished_at"], r["id"])
+        items, token = pagination.budgeted_page(
+            rows,
+            size,
+            "ListDeadLetters",
+            filt,
+            lambda r: pagination.keyset(r["finished_at"], r["id"]),
+            lambda r: dead_letter_to_proto(r, atts.get(r["id"], [])),
+            budget_bytes=self.reply_budget_bytes,
         )
-        return pb.ListDeadLettersResponse(
-            dead_letters=[dead_letter_to_proto(r, atts.get(r["id"], [])) for r in page], next_page_token=token
-        )
+        return pb.ListDeadLettersResponse(dead_letters=items, next_page_token=token)
 
     async def ReplayDeadLetters(self, request, context):
         """Re-creates matching dead jobs as new jobs (paced at ``max_rate`` jobs/s, at most
@@ -246,12 +250,16 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         after = _keyset(v, request.page_token, "ListAuditEntries", filt)
         v.raise_if_any()
         rows = await self.dead_letters.audit_entries(ns, limit=size + 1, after=after)
-        page, token = pagination.next_page(
-            rows, size, "ListAuditEntries", filt, lambda r: pagination.keyset(r["created_at"], r["id"])
+        items, token = pagination.budgeted_page(
+            rows,
+            size,
+            "ListAuditEntries",
+            filt,
+            lambda r: pagination.keyset(r["created_at"], r["id"]),
+            audit_to_proto,
+            budget_bytes=self.reply_budget_bytes,
         )
-        return pb.ListAuditEntriesResponse(
-            audit_entries=[audit_to_proto(r) for r in page], next_page_token=token
-        )
+        return pb.ListAuditEntriesResponse(audit_entries=items, next_page_token=token)
 
 
 __all__ = ["DeadLetterServicer", "validate_replay", "validate_filter"]

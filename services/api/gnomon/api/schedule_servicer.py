@@ -22,6 +22,7 @@ from gnomon.api.schedule_validation import (
     violation,
 )
 from gnomon.common import pagination
+from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
@@ -57,8 +58,12 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
     contract). ``schedules``: the engine every handler calls (built by
     :func:`gnomon.api.service.build`, or by :meth:`on`); ``region``: the API's region."""
 
-    def __init__(self, schedules: ScheduleEngine, *, region: str):
+    def __init__(
+        self, schedules: ScheduleEngine, *, region: str, reply_budget_bytes: int = REPLY_BUDGET_BYTES
+    ):
         self.region, self.schedules = region, schedules
+        #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
+        self.reply_budget_bytes = reply_budget_bytes
         self.tzdata = tzdata_version()
 
     @classmethod
@@ -124,10 +129,16 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         rows = await self.schedules.list_schedules(
             ns, paused=paused, queue=request.queue or None, after=after, limit=size + 1
         )
-        page, token = pagination.next_page(
-            rows, size, "ListSchedules", filt, lambda r: {"a": r["schedule_id"]}
+        items, token = pagination.budgeted_page(
+            rows,
+            size,
+            "ListSchedules",
+            filt,
+            lambda r: {"a": r["schedule_id"]},
+            self._proto,
+            budget_bytes=self.reply_budget_bytes,
         )
-        return pb.ListSchedulesResponse(schedules=[self._proto(r) for r in page], next_page_token=token)
+        return pb.ListSchedulesResponse(schedules=items, next_page_token=token)
 
     async def UpdateSchedule(self, request, context):
         """Applies the fields named by ``update_mask`` (empty: all) of ``schedule`` when its ``etag``
@@ -268,13 +279,17 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         rows = await self.schedules.list_occurrences(
             ns, sid, decision=decision, before=before, limit=size + 1
         )
-        page, token = pagination.next_page(
-            rows, size, method, filt, lambda r: {"b": r["nominal_time"].isoformat()}
-        )
         name = schedule_name(ns, sid)
-        return pb.ListScheduleOccurrencesResponse(
-            occurrences=[occurrence_to_proto(r, name) for r in page], next_page_token=token
+        items, token = pagination.budgeted_page(
+            rows,
+            size,
+            method,
+            filt,
+            lambda r: {"b": r["nominal_time"].isoformat()},
+            lambda r: occurrence_to_proto(r, name),
+            budget_bytes=self.reply_budget_bytes,
         )
+        return pb.ListScheduleOccurrencesResponse(occurrences=items, next_page_token=token)
 
 
 def _copy_path(src: schedule_pb2.Schedule, merged: schedule_pb2.Schedule, path: str) -> None:

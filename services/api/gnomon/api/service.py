@@ -110,12 +110,16 @@ def build(
                 JobEngine(engine, wake_dispatchers=hints.wake, prefetch_s=dispatcher.prefetch_s),
                 region=cluster.region,
                 shards=cluster.shards,
+                reply_budget_bytes=srv.reply_budget_bytes,
             ),
             job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
         ),
         (
             dead_letter_service_pb2_grpc.add_DeadLetterServiceServicer_to_server,
-            DeadLetterServicer(DeadLetterEngine(engine, shards=cluster.shards, wake_dispatchers=hints.wake)),
+            DeadLetterServicer(
+                DeadLetterEngine(engine, shards=cluster.shards, wake_dispatchers=hints.wake),
+                reply_budget_bytes=srv.reply_budget_bytes,
+            ),
             dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name,
         ),
         (
@@ -135,6 +139,7 @@ def build(
                     wake_dispatchers=hints.wake,
                 ),
                 region=cluster.region,
+                reply_budget_bytes=srv.reply_budget_bytes,
             ),
             schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
         ),

@@ -19,6 +19,7 @@ from gnomon.api.convert import attempt_to_proto, job_to_proto
 from gnomon.api.jobs import JobEngine
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common import pagination
+from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.errors import FieldViolation, InvalidArgument
 from gnomon.common.names import parse_job_name, parse_parent
@@ -31,8 +32,12 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     a hash of its id). ``jobs``: the engine every handler calls (built by
     :func:`gnomon.api.service.build`, or by :meth:`on`)."""
 
-    def __init__(self, jobs: JobEngine, *, region: str, shards: int):
+    def __init__(
+        self, jobs: JobEngine, *, region: str, shards: int, reply_budget_bytes: int = REPLY_BUDGET_BYTES
+    ):
         self.region, self.shards, self.jobs = region, shards, jobs
+        #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
+        self.reply_budget_bytes = reply_budget_bytes
 
     @classmethod
     def on(
@@ -88,10 +93,16 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         rows = await self.jobs.list_jobs(
             ns, state=state, queue=request.queue or None, after=after, limit=size + 1
         )
-        page, token = pagination.next_page(
-            rows, size, "ListJobs", filt, lambda r: pagination.keyset(r["created_at"], r["id"])
+        items, token = pagination.budgeted_page(
+            rows,
+            size,
+            "ListJobs",
+            filt,
+            lambda r: pagination.keyset(r["created_at"], r["id"]),
+            job_to_proto,
+            budget_bytes=self.reply_budget_bytes,
         )
-        return job_service_pb2.ListJobsResponse(jobs=[job_to_proto(r) for r in page], next_page_token=token)
+        return job_service_pb2.ListJobsResponse(jobs=items, next_page_token=token)
 
     async def CancelJob(self, request, context):
         """Cancels the job ``name`` (``expected_version`` checked when set): a SCHEDULED job is
@@ -125,10 +136,16 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             else 0
         )
         rows = await self.jobs.attempts(ns, job_id, after=after, limit=size + 1)
-        page, token = pagination.next_page(rows, size, "ListJobAttempts", filt, lambda r: {"a": r["attempt"]})
-        return job_service_pb2.ListJobAttemptsResponse(
-            attempts=[attempt_to_proto(r) for r in page], next_page_token=token
+        items, token = pagination.budgeted_page(
+            rows,
+            size,
+            "ListJobAttempts",
+            filt,
+            lambda r: {"a": r["attempt"]},
+            attempt_to_proto,
+            budget_bytes=self.reply_budget_bytes,
         )
+        return job_service_pb2.ListJobAttemptsResponse(attempts=items, next_page_token=token)
 
 
 class ClusterServicer(cluster_service_pb2_grpc.ClusterServiceServicer):

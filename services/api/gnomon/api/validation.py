@@ -14,7 +14,7 @@ import hashlib
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from google.protobuf.message import Message
 
@@ -23,10 +23,16 @@ from gnomon.common.domain.jobs import NewJob, shard_of
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, namespace_name, parse_job_name, parse_parent
 from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
+from gnomon.common.timeconv import (
+    MAX_TIMESTAMP_SECONDS,
+    MIN_TIMESTAMP_SECONDS,
+    check_duration,
+    check_timestamp,
+)
 
 MAX_PAYLOAD_BYTES = 256 * 1024
-MIN_SECONDS = 0  # 1970-01-01T00:00:00Z
-MAX_SECONDS = 253402300799  # 9999-12-31T23:59:59Z
+MIN_SECONDS = MIN_TIMESTAMP_SECONDS  # 1970-01-01T00:00:00Z
+MAX_SECONDS = MAX_TIMESTAMP_SECONDS  # 9999-12-31T23:59:59Z
 MAX_DELAY = timedelta(days=36500)
 DEFAULT_MAX_ATTEMPTS = 3
 MAX_MAX_ATTEMPTS = 100
@@ -34,28 +40,8 @@ DEFAULT_LEASE = timedelta(seconds=30)
 PRINTABLE_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
-def _timestamp(v: Validator, msg, field: str) -> datetime | None:
-    if not (MIN_SECONDS <= msg.seconds <= MAX_SECONDS):
-        v.add(field, "must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z")
-        return None
-    if not (0 <= msg.nanos < 1_000_000_000):
-        v.add(field, "nanos must be in [0, 999999999]")
-        return None
-    return datetime.fromtimestamp(msg.seconds, tz=UTC) + timedelta(microseconds=msg.nanos // 1000)
-
-
-def _duration(v: Validator, msg, field: str, lo: timedelta, hi: timedelta) -> timedelta | None:
-    if msg.seconds < 0 or msg.nanos < 0:
-        v.add(field, "must not be negative")
-        return None
-    if not (0 <= msg.nanos < 1_000_000_000):
-        v.add(field, "nanos must be in [0, 999999999]")
-        return None
-    d = timedelta(seconds=msg.seconds, microseconds=msg.nanos // 1000)
-    if not (lo <= d <= hi):
-        v.add(field, f"must be between {lo.total_seconds():g} s and {hi.total_seconds():g} s")
-        return None
-    return d
+_timestamp = check_timestamp  # the one conversion of a client Timestamp (gnomon.common.timeconv)
+_duration = check_duration  # the one conversion of a client Duration (gnomon.common.timeconv)
 
 
 def _schedule(v: Validator, req) -> tuple[datetime | None, timedelta | None]:
@@ -297,6 +283,9 @@ def validate_reschedule(req: job_service_pb2.RescheduleJobRequest) -> Reschedule
 
 
 MAX_BATCH = 1000
+#: Most payload bytes of one BatchCreateJobs request, all jobs together (3 MiB): the reply, which
+#: echoes them, then fits gRPC's default 4 MiB receive limit.
+MAX_BATCH_PAYLOAD_BYTES = 3 * 1024 * 1024
 
 
 def validate_batch(parent: str, requests, *, region: str, shards: int) -> list[NewJob]:
@@ -309,6 +298,11 @@ def validate_batch(parent: str, requests, *, region: str, shards: int) -> list[N
     if not (1 <= len(requests) <= MAX_BATCH):
         v.add("requests", f"give 1 to {MAX_BATCH} requests")
         v.raise_if_any()
+    total = sum(len(r.payload) for r in requests)
+    if total > MAX_BATCH_PAYLOAD_BYTES:
+        # checked before the write: the reply echoes every payload and must still fit a client's
+        # default 4 MiB receive limit, or the jobs would be created but the caller told it failed
+        v.add("requests", f"payloads total {total} bytes; the limit is {MAX_BATCH_PAYLOAD_BYTES} (3 MiB)")
     out = []
     for i, r in enumerate(requests):
         if r.parent and r.parent != ns_parent:

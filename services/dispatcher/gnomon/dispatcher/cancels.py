@@ -21,6 +21,7 @@ from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.common.names import job_name
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage.engine import run_transaction
+from gnomon.dispatcher.hello import clip
 from gnomon.dispatcher.sessions import Key, SessionRegistry, WorkerSession
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,6 @@ class CancelPusher:
                 self.pushed[s.session_id].add(k)
         for sid, items in acks.items():
             s = by_id[sid]
-            log.info("pushing cancellation of %d attempt(s) to worker %r", len(items), s.worker_id)
+            log.info("pushing cancellation of %d attempt(s) to worker %s", len(items), clip(s.worker_id, 128))
             s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=items)))
         return sum(len(v) for v in acks.values())

@@ -15,13 +15,23 @@ Backpressure: a queue with a dispatch rate limit (:mod:`gnomon.dispatcher.rate_l
 for at most the tokens its shared bucket grants; unused tokens go back in the same transaction, and
 an empty bucket makes the loop sleep until the next token. The rest of the backlog waits SCHEDULED
 (visible in ``QueueService.GetQueue``), it does not pile up in memory.
+
+Isolation: each (namespace, queue) target is claimed inside its own savepoint. A target whose claim
+fails for a reason of its own (a row the code or the database refuses, e.g. a data error) is rolled
+back to its savepoint alone, logged (escaped) and backed off -- skipped for
+:data:`TARGET_BACKOFF_MIN_S`, doubling per consecutive failure up to :data:`TARGET_BACKOFF_MAX_S` --
+while the other targets of the same transaction commit. Failures of the whole claim (database
+unreachable, serialization failure, fencing) still abort it and are retried as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common import faults, metrics
@@ -29,16 +39,69 @@ from gnomon.common.config import DispatcherSettings
 from gnomon.common.errors import StaleFencingToken, Unavailable
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import regions
-from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.engine import RETRYABLE_SQLSTATES, run_transaction, sqlstate
 from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
 from gnomon.dispatcher.breaker import Breakers
 from gnomon.dispatcher.budget import RetryBudget
+from gnomon.dispatcher.hello import clip
 from gnomon.dispatcher.rate_limits import RateLimits
 from gnomon.dispatcher.relay import Relay
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.shards import ShardOwnership
 
 log = logging.getLogger(__name__)
+
+Target = tuple[str, str]  # (namespace, queue)
+
+#: First back-off of a target whose claim failed on its own, seconds.
+TARGET_BACKOFF_MIN_S = 1.0
+#: Longest back-off of a failing target, seconds.
+TARGET_BACKOFF_MAX_S = 60.0
+
+
+def whole_claim_fault(exc: BaseException) -> bool:
+    """True when ``exc`` must abort the whole claim transaction (and be retried as a whole): the
+    database unreachable or the connection broken, a serialization failure or deadlock (40001,
+    40P01: :func:`run_transaction` retries them), a fencing rejection, cancellation. False for a
+    failure that belongs to one target (its savepoint is rolled back, the target backed off)."""
+    if isinstance(exc, (asyncio.CancelledError, StaleFencingToken, Unavailable, OSError)):
+        return True
+    if isinstance(exc, (OperationalError, InterfaceError)) or getattr(exc, "connection_invalidated", False):
+        return True
+    return sqlstate(exc) in RETRYABLE_SQLSTATES
+
+
+class TargetBackoff:
+    """Per-target back-off after claims that failed on their own. ``clock`` (seconds, monotonic) is
+    injectable for tests. A target is skipped until its back-off ends; a success clears it."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._until: dict[Target, float] = {}
+        self._delay: dict[Target, float] = {}
+
+    def failed(self, target: Target) -> float:
+        """Records a failure of ``target``; returns its back-off in seconds (1, 2, 4 ... 60)."""
+        d = min(TARGET_BACKOFF_MAX_S, self._delay.get(target, TARGET_BACKOFF_MIN_S / 2) * 2)
+        self._delay[target] = d
+        self._until[target] = self.clock() + d
+        return d
+
+    def succeeded(self, target: Target) -> None:
+        """Clears ``target``'s back-off."""
+        self._until.pop(target, None)
+        self._delay.pop(target, None)
+
+    def blocked(self, target: Target) -> bool:
+        """True while ``target`` is backed off."""
+        until = self._until.get(target)
+        return until is not None and self.clock() < until
+
+    def next_retry_in(self) -> float | None:
+        """Seconds until the earliest backed-off target may be tried again (None: none backed off)."""
+        if not self._until:
+            return None
+        return max(0.0, min(self._until.values()) - self.clock())
 
 
 class ClaimLoop:
@@ -73,6 +136,7 @@ class ClaimLoop:
         self.rate_limits = rate_limits if rate_limits is not None else RateLimits(region=region)
         self.wake = wake if wake is not None else asyncio.Event()
         self.claimed_total = 0
+        self.backoff = TargetBackoff()
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -95,13 +159,46 @@ class ClaimLoop:
         cap = self.registry.capacity()
         if not tokens or not cap or region_token is None:  # no tokens without the region token
             return 0, None
-        limits = {t: min(self.settings.claim_batch, n) for t, n in cap.items()}
+        limits = {t: min(self.settings.claim_batch, n) for t, n in cap.items() if not self.backoff.blocked(t)}
         # circuit breakers: an OPEN queue is not claimed at all, a HALF_OPEN one only for probes
         modes = {t: self.breakers.state(t) for t in limits}
         limits = {t: n for t, n in limits.items() if modes.get(t, CLOSED) != OPEN}
         if not limits:
             return 0, None
         caps: dict = {}
+        failed: dict[Target, Exception] = {}
+
+        async def claim_target(conn, target, n):
+            """Claims up to ``n`` of ``target``: ``(claimed or None when idle, full, wait or None)``."""
+            mode = modes.get(target, CLOSED)
+            rl = self.rate_limits
+            if mode == HALF_OPEN:
+                n = min(n, await self.breakers.probe_allowance(conn, target))
+                if n <= 0:
+                    return None, False, None  # probes all out: nothing to claim until they finish
+            limited = rl.limited(target)
+            if limited:
+                n, wait = await rl.take(conn, target, n)
+                if n <= 0:
+                    return None, False, wait  # bucket empty: come back when the next token is due
+            c = caps.get(target)
+            got = await claim_store.claim_due(
+                conn,
+                region=self.region,
+                tokens=tokens,
+                targets=[target],
+                limit=n,
+                dispatcher_id=self.dispatcher_id,
+                # HALF_OPEN probes are few (GNOMON_BREAKER_PROBES) and are how the
+                # queue recovers: the retry budget must not hold them back, or an
+                # exhausted budget keeps the breaker HALF_OPEN for a whole window
+                retry_cap=(c.retries if c and mode != HALF_OPEN else None),
+                defer_step_s=c.spacing_s if c else 1.0,
+                breaker_state=mode if self.breakers.enabled else None,
+            )
+            if limited and len(got) < n:
+                await rl.give_back(conn, target, n - len(got))
+            return got, len(got) >= n and mode != HALF_OPEN, None
 
         async def tx(conn):
             out, full, idle, waits = [], False, set(), []
@@ -111,38 +208,26 @@ class ClaimLoop:
             caps.update(await self.budget.caps(conn, list(limits)))
             rl = self.rate_limits
             await rl.refresh(conn)
+            failed.clear()
             for target, n in limits.items():
-                mode = modes.get(target, CLOSED)
-                if mode == HALF_OPEN:
-                    n = min(n, await self.breakers.probe_allowance(conn, target))
-                    if n <= 0:
-                        idle.add(target)  # probes all out: nothing to claim until they finish
+                if not isolate:  # the fast path: no savepoints (one failure aborts the claim)
+                    got, more, wait = await claim_target(conn, target, n)
+                else:
+                    try:
+                        async with conn.begin_nested():  # a savepoint: this target fails alone
+                            got, more, wait = await claim_target(conn, target, n)
+                    except Exception as exc:
+                        if whole_claim_fault(exc):
+                            raise
+                        failed[target] = exc
+                        idle.add(target)
                         continue
-                limited = rl.limited(target)
-                if limited:
-                    n, wait = await rl.take(conn, target, n)
-                    if n <= 0:
-                        idle.add(target)  # bucket empty: come back when the next token is due
-                        waits.append(wait)
-                        continue
-                c = caps.get(target)
-                got = await claim_store.claim_due(
-                    conn,
-                    region=self.region,
-                    tokens=tokens,
-                    targets=[target],
-                    limit=n,
-                    dispatcher_id=self.dispatcher_id,
-                    # HALF_OPEN probes are few (GNOMON_BREAKER_PROBES) and are how the
-                    # queue recovers: the retry budget must not hold them back, or an
-                    # exhausted budget keeps the breaker HALF_OPEN for a whole window
-                    retry_cap=(c.retries if c and mode != HALF_OPEN else None),
-                    defer_step_s=c.spacing_s if c else 1.0,
-                    breaker_state=mode if self.breakers.enabled else None,
-                )
-                if limited and len(got) < n:
-                    await rl.give_back(conn, target, n - len(got))
-                full = full or (len(got) >= n and mode != HALF_OPEN)
+                if wait is not None:
+                    waits.append(wait)
+                if got is None:
+                    idle.add(target)
+                    continue
+                full = full or more
                 out += got
             if out:
                 faults.point("crash_mid_claim")  # test-only: SIGKILL with the claim written, not committed
@@ -164,8 +249,16 @@ class ClaimLoop:
                 delay = min(waits) if delay is None else min(delay, min(waits))
             return out, delay
 
+        isolate = False
         try:
-            claimed, delay = await run_transaction(self.engine, tx)
+            try:
+                claimed, delay = await run_transaction(self.engine, tx)
+            except Exception as exc:
+                if whole_claim_fault(exc):
+                    raise
+                # one target's rows or code failed: claim again, each target in its own savepoint
+                isolate = True
+                claimed, delay = await run_transaction(self.engine, tx)
         except StaleFencingToken as e:
             if "region" in e.metadata:
                 self.shards.region_stale()
@@ -173,6 +266,24 @@ class ClaimLoop:
                 self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
             log.warning("claim rejected by the fence: %s", e)
             raise
+        for target in limits:
+            fault = failed.get(target)
+            if fault is None:
+                self.backoff.succeeded(target)
+                continue
+            backoff_s = self.backoff.failed(target)
+            log.warning(
+                "claims for namespace=%s queue=%s failed (%s: %s); backing off that queue %.0f s",
+                clip(target[0]),
+                clip(target[1]),
+                type(fault).__name__,
+                clip(str(fault), 200),
+                backoff_s,
+            )
+        if failed:
+            next_retry = self.backoff.next_retry_in()
+            if next_retry is not None:
+                delay = next_retry if delay is None else min(delay, next_retry)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claimed %d (limits %s), next due in %s s", len(claimed), limits, delay)
         for target in limits:

@@ -16,10 +16,10 @@ from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import GnomonError, InvalidArgument
 from gnomon.common.rpc.auth import current_caller
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
-from gnomon.common.timeconv import to_duration, to_timestamp
-from gnomon.dispatcher.hello import attempt_key, authorize_hello, clip, validate_hello
+from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
+from gnomon.dispatcher.hello import MAX_CREDITS, attempt_key, authorize_hello, clip, validate_hello
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
-from gnomon.dispatcher.writes import WriteBatcher
+from gnomon.dispatcher.writes import InvalidItem, WriteBatcher
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +137,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 if msg is None:
                     break
                 yield msg
+            if session.refused is not None:  # e.g. a later message that does not parse
+                raise session.refused
         finally:
             reader.cancel()
             self.registry.remove(session)
@@ -154,8 +156,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             async for msg in it:
                 kind = msg.WhichOneof("kind")
                 if kind == "credits":
-                    if msg.credits.credits > 0:
-                        self.registry.add_credits(s, msg.credits.credits)
+                    if msg.credits.credits > 0 and self.registry.add_credits(
+                        s, msg.credits.credits, MAX_CREDITS
+                    ):
                         self.on_credits()
                 elif kind == "accepts":
                     self._accepts(s, msg.accepts.attempts)
@@ -169,6 +172,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     self._releases(s, msg.releases.attempts)
         except asyncio.CancelledError:
             raise
+        except GnomonError as e:  # the stream's own input was refused: end it with that status
+            s.refused = e
         except Exception:
             log.debug("stream read ended", exc_info=True)
         finally:
@@ -184,6 +189,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     continue
                 try:
                     res = await fut
+                except InvalidItem:  # this item alone was refused for its content; never retry it
+                    acks.append(wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.INVALID_ITEM))
+                    continue
                 except Exception:
                     acks.append(
                         wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.DATABASE_UNAVAILABLE)
@@ -312,7 +320,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 succeeded=r.outcome == wpb.OUTCOME_SUCCEEDED,
                 failure_class=_CLASSES.get(r.failure_class, FailureClass.TRANSIENT),
                 error=r.error,
-                retry_after_s=r.retry_after.ToTimedelta().total_seconds() if r.HasField("retry_after") else 0,
+                retry_after_s=max(0.0, duration_seconds(r.retry_after)),  # capped by the retry policy
                 owner=s.owner,
                 worker_id=s.worker_id,
             )

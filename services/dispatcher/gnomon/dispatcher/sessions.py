@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from gnomon.common.domain.attempts import Claimed
+from gnomon.common.errors import GnomonError
 
 Key = tuple[uuid.UUID, int]
 
@@ -28,6 +29,9 @@ class WorkerSession:
     accepted: set[Key] = field(default_factory=set)
     closed: bool = False
     owner: str | None = None
+    #: set when the stream's input was refused (e.g. a message that does not parse): the stream ends
+    #: with this error's status instead of OK
+    refused: GnomonError | None = None
 
 
 class SessionRegistry:
@@ -53,10 +57,15 @@ class SessionRegistry:
         s.closed = True
         self.sessions.pop(s.session_id, None)
 
-    def add_credits(self, s: WorkerSession, n: int) -> None:
-        """The worker can take ``n`` more attempts."""
-        s.credits += n
-        self.changed.set()
+    def add_credits(self, s: WorkerSession, n: int, cap: int) -> int:
+        """The worker can take ``n`` (> 0) more attempts, its running total clipped to ``cap``
+        (the hello's credit limit): credits past it are ignored, not an error. Returns the credits
+        actually added (0 .. ``n``)."""
+        added = max(0, min(n, cap - s.credits))
+        s.credits += added
+        if added:
+            self.changed.set()
+        return added
 
     def capacity(self) -> dict[tuple[str, str], int]:
         """(namespace, queue) -> total credits of the streams that serve it (only > 0)."""

@@ -3,6 +3,10 @@
 docs/performance.md: a transaction per accept/heartbeat/result caps the system near 1.5 k jobs/s, so
 stream handlers enqueue operations here and one flusher commits whatever is pending in a single
 transaction (up to ``write_batch`` operations), then resolves each operation's future.
+
+One bad operation does not fail its neighbours: a batch the database refuses for an item's content
+is split in halves and retried until the bad items stand alone (:meth:`WriteBatcher._commit_isolated`);
+their futures fail with :class:`InvalidItem`, the rest commit.
 """
 
 from __future__ import annotations
@@ -14,14 +18,40 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gnomon.common.domain.reasons import ErrorReason
+from gnomon.common.errors import GnomonError
 from gnomon.common.storage import checkpoints as checkpoint_store
 from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
-from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.engine import run_transaction, sqlstate
+from gnomon.dispatcher.hello import clip
 
 log = logging.getLogger(__name__)
+
+#: SQLSTATE classes that blame the data written, not the database: 22 data exception (e.g. a NUL
+#: in a text: 22021), 23 integrity constraint violation.
+_ITEM_SQLSTATE_CLASSES = ("22", "23")
+
+
+class InvalidItem(GnomonError):
+    """One operation of a batch the database refused for its content (INVALID_ARGUMENT, reason
+    ``INVALID_ITEM``); nothing of it was written, the other operations of its batch committed."""
+
+    reason: str = ErrorReason.INVALID_ITEM
+
+
+def item_fault(exc: BaseException) -> bool:
+    """True when ``exc`` (raised by a batch's transaction) blames what an item holds rather than the
+    database: SQLAlchemy ``DataError``/``IntegrityError`` (psycopg refuses a NUL in a text this way,
+    before sending), SQLSTATE class 22 or 23, or a Python ``ValueError``/``OverflowError`` raised while
+    binding a value. Connection loss, serialization failures and other errors are not."""
+    if isinstance(exc, (DataError, IntegrityError, ValueError, OverflowError)):
+        return True
+    state = sqlstate(exc)
+    return state is not None and state[:2] in _ITEM_SQLSTATE_CLASSES
 
 
 @dataclass
@@ -103,6 +133,40 @@ class WriteBatcher:
 
     async def _flush(self) -> None:
         batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch :]
+        await self._commit_isolated(batch)
+
+    async def _commit_isolated(self, batch: list[Op]) -> None:
+        """Commits ``batch`` in one transaction; when the database refuses it because of what one item
+        holds (:func:`item_fault`, e.g. a NUL in an error text), retries the two halves apart
+        (bisection), down to the single bad items, whose futures get :class:`InvalidItem`; the
+        others commit. A transient failure (connection lost, serialization retries exhausted) fails
+        every future of ``batch`` with it and propagates, as before."""
+        try:
+            out = await self._commit(batch)
+        except Exception as exc:
+            if not item_fault(exc):
+                for op in batch:
+                    if op.future and not op.future.done():
+                        op.future.set_exception(exc)
+                raise
+            if len(batch) > 1:
+                mid = len(batch) // 2
+                await self._commit_isolated(batch[:mid])
+                await self._commit_isolated(batch[mid:])
+                return
+            op = batch[0]
+            log.warning(
+                "batched %s write refused for its content: worker_id=%s error=%s",
+                op.kind,
+                clip(op.worker_id),
+                clip(type(exc).__name__),
+            )
+            if op.future and not op.future.done():
+                op.future.set_exception(InvalidItem(f"the database refused this {op.kind}"))
+            return
+        self._resolve(batch, out)
+
+    async def _commit(self, batch: list[Op]) -> dict[str, Any]:
         by_kind: dict[str, list[Op]] = defaultdict(list)
         for op in batch:
             by_kind[op.kind].append(op)
@@ -132,19 +196,17 @@ class WriteBatcher:
             return out
 
         t0 = time.perf_counter()
-        try:
-            out = await run_transaction(self.engine, tx)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "flushed %s in %.1f ms",
-                    {k: len(v) for k, v in by_kind.items()},
-                    (time.perf_counter() - t0) * 1000,
-                )
-        except Exception as exc:
-            for op in batch:
-                if op.future and not op.future.done():
-                    op.future.set_exception(exc)
-            raise
+        out = await run_transaction(self.engine, tx)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "flushed %s in %.1f ms",
+                {k: len(v) for k, v in by_kind.items()},
+                (time.perf_counter() - t0) * 1000,
+            )
+        return out
+
+    @staticmethod
+    def _resolve(batch: list[Op], out: dict[str, Any]) -> None:
         for op in batch:
             if not op.future or op.future.done():
                 continue

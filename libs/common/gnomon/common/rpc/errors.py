@@ -4,6 +4,18 @@ One server interceptor (:class:`ErrorInterceptor`) wraps every handler of every 
 just raise :class:`gnomon.common.errors.GnomonError`. Unexpected exceptions become INTERNAL with a
 fixed message (the traceback goes to the log, never to the caller). Sources: AIP-193 (errors),
 https://grpc.io/docs/guides/error/ (richer error model).
+
+Two edge rules hold for every service here, once:
+
+* a unary request with a NUL in any string field is refused with INVALID_ARGUMENT naming the field
+  (:mod:`gnomon.common.rpc.inputs`: PostgreSQL text cannot hold NUL);
+* a request body that is not a valid protobuf message of the method's request type is refused with
+  INVALID_ARGUMENT, reason ``MALFORMED_REQUEST`` and a fixed message (never the parser's text);
+* error text that may echo client input is clipped (:func:`clip_text`): the status message to
+  :data:`MAX_MESSAGE_CHARS`, each field name to :data:`MAX_FIELD_CHARS`, each violation description and
+  ``ErrorInfo`` metadata value to :data:`MAX_DETAIL_CHARS` characters, at most
+  :data:`MAX_VIOLATIONS` violations (then one summary), so a reply stays well under 8 KiB whatever
+  the request held.
 """
 
 from __future__ import annotations
@@ -14,39 +26,72 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import any_pb2
+from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from gnomon.common.domain.reasons import ErrorReason
-from gnomon.common.errors import DOMAIN, GnomonError, InvalidArgument, Unavailable
+from gnomon.common.errors import DOMAIN, FieldViolation, GnomonError, InvalidArgument, Unavailable
+from gnomon.common.rpc.inputs import nul_violations
 
 log = logging.getLogger(__name__)
+
+#: Longest status message sent, characters (longer ones end in an ellipsis).
+MAX_MESSAGE_CHARS = 512
+#: Longest BadRequest field path sent, characters.
+MAX_FIELD_CHARS = 128
+#: Longest violation description or ErrorInfo metadata value sent, characters.
+MAX_DETAIL_CHARS = 200
+#: Most field violations sent in one BadRequest (the rest are counted in one more).
+MAX_VIOLATIONS = 20
+#: The message of a request that does not parse (fixed: no parser text reaches the caller).
+MALFORMED_MESSAGE = "the request body is not a valid protobuf message for this method"
 
 if TYPE_CHECKING:  # the stubs make it generic; at run time it is not subscriptable
     Handler = grpc.RpcMethodHandler[Any, Any]
 
 
+def clip_text(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters (the last one then an ellipsis ``…``)."""
+    return text if len(text) <= limit else text[: max(0, limit - 1)] + "\u2026"
+
+
 def to_status(err: GnomonError) -> grpc.Status:
-    """Builds the ``grpc.Status`` (with ``grpc-status-details-bin``) for a domain error."""
+    """Builds the ``grpc.Status`` (with ``grpc-status-details-bin``) for a domain error; every text
+    that may echo client input is clipped (module docstring), so the size is bounded."""
     details = []
-    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN, metadata=err.metadata)
+    metadata = {
+        clip_text(k, MAX_FIELD_CHARS): clip_text(v, MAX_DETAIL_CHARS)
+        for k, v in list(err.metadata.items())[:MAX_VIOLATIONS]
+    }
+    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN, metadata=metadata)
     details.append(info)
     if isinstance(err, InvalidArgument):
-        details.append(
-            error_details_pb2.BadRequest(
-                field_violations=[
-                    error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                    for v in err.violations
-                ]
+        shown = [
+            error_details_pb2.BadRequest.FieldViolation(
+                field=clip_text(v.field, MAX_FIELD_CHARS),
+                description=clip_text(v.description, MAX_DETAIL_CHARS),
             )
-        )
+            for v in err.violations[:MAX_VIOLATIONS]
+        ]
+        if len(err.violations) > MAX_VIOLATIONS:
+            shown.append(
+                error_details_pb2.BadRequest.FieldViolation(
+                    field="request", description=f"{len(err.violations) - MAX_VIOLATIONS} more violations"
+                )
+            )
+        details.append(error_details_pb2.BadRequest(field_violations=shown))
     packed = []
     for d in details:
         a = any_pb2.Any()
         a.Pack(d)
         packed.append(a)
-    status = status_pb2.Status(code=getattr(code_pb2, err.code.name), message=err.message, details=packed)
+    status = status_pb2.Status(
+        code=getattr(code_pb2, err.code.name),
+        message=clip_text(err.message, MAX_MESSAGE_CHARS),
+        details=packed,
+    )
     out: grpc.Status = rpc_status.to_status(status)
     return out
 
@@ -65,8 +110,53 @@ def classify(exc: BaseException) -> GnomonError:
     return GnomonError("internal error", reason=ErrorReason.INTERNAL)
 
 
+class _Malformed:
+    """What a wrapped deserializer returns for bytes that do not parse (the handler then refuses)."""
+
+    __slots__ = ()
+
+
+_MALFORMED = _Malformed()
+
+
+def malformed_request() -> InvalidArgument:
+    """The error for a request body that does not parse: INVALID_ARGUMENT, reason
+    ``MALFORMED_REQUEST``, a violation on ``request`` and the fixed :data:`MALFORMED_MESSAGE`."""
+    return InvalidArgument(
+        [FieldViolation("request", "is not a valid protobuf message of the method's request type")],
+        MALFORMED_MESSAGE,
+        reason=ErrorReason.MALFORMED_REQUEST,
+    )
+
+
+def safe_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserialize`` (bytes -> message) made total: bytes it cannot parse give a marker the
+    interceptor's handler turns into :func:`malformed_request` (grpc would otherwise answer UNKNOWN
+    with the parser's exception text). ``None`` (no deserializer: raw bytes) stays ``None``."""
+    if deserialize is None:
+        return None
+    inner = deserialize
+
+    def parse(data: bytes) -> Any:
+        try:
+            return inner(data)
+        except Exception:  # DecodeError, or any parser fault on hostile bytes
+            return _MALFORMED
+
+    return parse
+
+
+async def _checked(request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """The stream's requests; a message that did not parse raises :func:`malformed_request`."""
+    async for item in request_iterator:
+        if item is _MALFORMED:
+            raise malformed_request()
+        yield item
+
+
 class ErrorInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps unary and streaming handlers so domain errors abort with a rich status."""
+    """Wraps unary and streaming handlers so domain errors abort with a rich status, and request
+    bodies that do not parse abort with INVALID_ARGUMENT (``MALFORMED_REQUEST``)."""
 
     async def intercept_service(
         self,
@@ -82,13 +172,17 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 try:
+                    if request is _MALFORMED:
+                        raise malformed_request()
+                    if isinstance(request, Message) and (bad := nul_violations(request)):
+                        raise InvalidArgument(bad)
                     return await inner(request, context)
                 except BaseException as exc:
                     await _abort(exc, context)
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=safe_deserializer(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         if handler.stream_stream:
@@ -98,14 +192,14 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
                 try:
-                    async for item in inner_ss(request_iterator, context):
+                    async for item in inner_ss(_checked(request_iterator), context):
                         yield item
                 except BaseException as exc:
                     await _abort(exc, context)
 
             return grpc.stream_stream_rpc_method_handler(
                 stream_stream,
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=safe_deserializer(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         return handler

@@ -39,6 +39,9 @@ def make_engine(
     Opening a connection is bounded by ``settings.connect_timeout_s`` (``GNOMON_DATABASE_CONNECT_TIMEOUT_S``,
     default 2 s), so an unreachable database fails requests fast with UNAVAILABLE.
 
+    Bound parameter values are hidden from SQLAlchemy's exception messages (``hide_parameters``), so
+    a failing statement never copies client input (job payloads, error texts, names) into a log line.
+
     Raises ``ValueError`` if the URL is empty.
     """
     if not settings.url:
@@ -48,6 +51,8 @@ def make_engine(
     # fails its next transaction with UNAVAILABLE (nothing committed) and is discarded by the pool.
     return create_async_engine(
         settings.url,
+        # bound values (client text, payloads) never appear in exception messages, hence never in logs
+        hide_parameters=True,
         pool_size=size,
         max_overflow=size,
         pool_recycle=300,

@@ -1,0 +1,153 @@
+"""The claim loop isolates queues (gnomon.dispatcher.claims): against the real database, a claim that
+fails for one (namespace, queue) -- here a statement PostgreSQL refuses, run inside that queue's claim
+-- does not stop claims for the other queues of the same transaction; the failing queue alone is
+backed off, then claimed normally once it recovers. A lost database still fails the whole claim.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from gnomon.common.config import BreakerSettings, DispatcherSettings, RetryBudgetSettings
+from gnomon.common.errors import Unavailable
+from gnomon.common.storage import claims as claim_store
+from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage import regions
+from gnomon.common.storage.engine import run_transaction
+from gnomon.devservers import free_port
+from gnomon.dispatcher.breaker import Breakers
+from gnomon.dispatcher.budget import RetryBudget
+from gnomon.dispatcher.claims import TARGET_BACKOFF_MIN_S, ClaimLoop, TargetBackoff
+from gnomon.dispatcher.sessions import SessionRegistry
+from gnomon_test_support import new_job_spec, own_shards
+
+pytestmark = pytest.mark.asyncio
+TOKEN = 5
+BAD = ("default", "bad")
+
+
+class Shards:
+    """Owns shard 0 of region "local" with :data:`TOKEN` (what ShardOwnership reports)."""
+
+    region_token = TOKEN
+
+    def tokens(self) -> dict[int, int]:
+        return {0: TOKEN}
+
+    def region_stale(self) -> None:
+        raise AssertionError("the region fence must hold")
+
+    def drop(self, shards) -> None:
+        raise AssertionError(f"shards {shards} must stay owned")
+
+
+class Relay:
+    """Records deliveries instead of sending them to streams."""
+
+    def __init__(self) -> None:
+        self.delivered: list = []
+
+    def deliver(self, claimed) -> None:
+        self.delivered += claimed
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def loop_on(engine, relay: Relay) -> ClaimLoop:
+    registry = SessionRegistry()
+    registry.add("w", "default", ["good", "bad", "other"], 100)
+    loop = ClaimLoop(
+        engine,
+        Shards(),  # type: ignore[arg-type]
+        registry,
+        relay,  # type: ignore[arg-type]
+        DispatcherSettings(),
+        region="local",
+        dispatcher_id="D",
+        budget=RetryBudget(RetryBudgetSettings(), region="local"),
+        breakers=Breakers(engine, BreakerSettings(), region="local", targets=registry.targets),
+    )
+    loop.backoff = TargetBackoff(clock=Clock())
+    return loop
+
+
+@pytest.fixture
+async def setup(engine):
+    await own_shards(engine, TOKEN)
+    await run_transaction(
+        engine,
+        partial(
+            regions.record_region_ownership, region="local", owner_region="local", owner="D", token=TOKEN
+        ),
+    )
+    for queue in ("good", "bad", "other"):
+        for _ in range(3):
+            await run_transaction(engine, lambda c, q=queue: jobs_store.insert_job(c, new_job_spec(queue=q)))
+    return engine
+
+
+async def test_a_failing_queue_does_not_stop_claims_for_the_others(setup, monkeypatch):
+    engine = setup
+    real = claim_store.claim_due
+    poisoned = {"on": True}
+
+    async def claim_due(conn, **kw):
+        if poisoned["on"] and kw["targets"] == [BAD]:
+            await conn.execute(text("SELECT 1 / 0"))  # division_by_zero (22012): aborts the transaction
+        return await real(conn, **kw)
+
+    monkeypatch.setattr(claim_store, "claim_due", claim_due)
+    relay = Relay()
+    loop = loop_on(engine, relay)
+
+    n, _ = await loop.claim_once()
+    assert n == 6
+    assert sorted({c.queue for c in relay.delivered}) == ["good", "other"]
+    assert loop.backoff.blocked(BAD)
+
+    # backed off: the next claims skip the bad queue (nothing more is due for the others)
+    assert (await loop.claim_once())[0] == 0
+
+    # it recovers after its back-off: claimed normally, back-off cleared
+    poisoned["on"] = False
+    clock = loop.backoff.clock
+    assert isinstance(clock, Clock)
+    clock.now += TARGET_BACKOFF_MIN_S + 0.001
+    assert (await loop.claim_once())[0] == 3
+    assert sorted(c.queue for c in relay.delivered).count("bad") == 3
+    assert not loop.backoff.blocked(BAD)
+
+
+async def test_backoff_doubles_per_failure_up_to_the_cap():
+    clock = Clock()
+    b = TargetBackoff(clock=clock)
+    assert [b.failed(BAD) for _ in range(8)] == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert b.blocked(BAD) and not b.blocked(("default", "good"))
+    assert b.next_retry_in() == 60.0
+    clock.now += 60.0
+    assert not b.blocked(BAD)
+    b.succeeded(BAD)
+    assert b.next_retry_in() is None and b.failed(BAD) == 1.0
+
+
+async def test_a_lost_database_still_fails_the_whole_claim(setup):
+    gone = create_async_engine(
+        f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none", connect_args={"connect_timeout": 2}
+    )
+    try:
+        loop = loop_on(gone, Relay())
+        with pytest.raises(Unavailable):
+            await loop.claim_once()
+        assert not loop.backoff.blocked(BAD) and loop.backoff.next_retry_in() is None
+    finally:
+        await gone.dispose()
