@@ -9,17 +9,18 @@ https://grpc.io/docs/guides/error/ (richer error model).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from gnomon.common.domain.reasons import ErrorReason
-from gnomon.common.errors import DOMAIN, GnomonError, InvalidArgument, Unavailable
+from gnomon.common.errors import DOMAIN, GnomonError, InvalidArgument, QuotaExceeded, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,16 @@ if TYPE_CHECKING:  # the stubs make it generic; at run time it is not subscripta
 
 
 def to_status(err: GnomonError) -> grpc.Status:
-    """Builds the ``grpc.Status`` (with ``grpc-status-details-bin``) for a domain error."""
-    details = []
+    """Builds the ``grpc.Status`` (with ``grpc-status-details-bin``) for a domain error: an
+    ``ErrorInfo`` always, a ``BadRequest`` for :class:`InvalidArgument`, a ``RetryInfo`` (the delay
+    rounded up to whole milliseconds) for :class:`QuotaExceeded`."""
+    details: list[Any] = []
     info = error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN, metadata=err.metadata)
     details.append(info)
+    if isinstance(err, QuotaExceeded):
+        ms = max(0, math.ceil(err.retry_after_s * 1000))
+        delay = duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
     if isinstance(err, InvalidArgument):
         details.append(
             error_details_pb2.BadRequest(
