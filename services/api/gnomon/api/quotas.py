@@ -23,7 +23,7 @@ from collections.abc import Callable
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common.errors import QuotaExceeded
-from gnomon.common.quotas import NamespaceCache, Quota, Quotas, TokenBucket, burst_of
+from gnomon.common.quotas import NamespaceCache, Quota, TokenBucket, burst_of
 from gnomon.common.storage import namespaces as ns_store
 from gnomon.common.storage.engine import run_transaction
 
@@ -46,12 +46,9 @@ class QuotaGuard:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine, self.pending_ttl_s, self.clock = engine, pending_ttl_s, clock
-        self.cache = NamespaceCache(self._load, ttl_s=settings_ttl_s, clock=clock)
+        self.cache = NamespaceCache(ns_store.quotas_loader(engine), ttl_s=settings_ttl_s, clock=clock)
         self._buckets: dict[str, TokenBucket] = {}
         self._pending: dict[str, tuple[float, int]] = {}
-
-    async def _load(self, namespace: str) -> Quotas | None:
-        return await run_transaction(self.engine, lambda c: ns_store.find_quotas(c, namespace))
 
     def forget(self, namespace: str) -> None:
         """Drops what this process cached about ``namespace`` (it was just changed here)."""

@@ -9,14 +9,14 @@ A namespace needs no row for jobs to live in it; a missing row means no quotas.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Delete, Select, Update, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.dml import ReturningInsert
 
 from gnomon.common.domain.reasons import ErrorReason
@@ -260,3 +260,14 @@ async def count_pending_jobs(conn: AsyncConnection, namespace: str, *, cap: int)
 async def count_schedules(conn: AsyncConnection, namespace: str, *, cap: int) -> int:
     """Schedules of ``namespace``, counted up to ``cap`` (>= 1)."""
     return int((await conn.execute(schedule_count_stmt(namespace, cap))).scalar_one())
+
+
+def quotas_loader(engine: AsyncEngine) -> Callable[[str], Awaitable[Quotas | None]]:
+    """A loader for :class:`gnomon.common.quotas.NamespaceCache`: reads a namespace's quotas in its
+    own transaction on ``engine`` (None: no row)."""
+    from gnomon.common.storage.engine import run_transaction
+
+    async def load(namespace: str) -> Quotas | None:
+        return await run_transaction(engine, lambda c: find_quotas(c, namespace))
+
+    return load
