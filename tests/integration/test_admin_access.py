@@ -58,6 +58,7 @@ class Api:
     access: ag.AccessServiceStub
     root: str
     engine: object
+    address: str
 
 
 def bearer(token: str) -> list[tuple[str, str]]:
@@ -110,6 +111,7 @@ async def api(engine):
             ag.AccessServiceStub(channel),
             root.token,
             engine,
+            server.address,
         )
     finally:
         await channel.close()
@@ -514,3 +516,40 @@ async def test_quotas_refuse_with_retry_info_and_write_nothing(api):
         js.BatchCreateJobsRequest(parent="namespaces/free", requests=[create("free")] * 5), metadata=md
     )
     assert await count_jobs(api.engine, "free") == 5
+
+
+async def test_sdk_manages_namespaces_principals_keys_and_grants(api):
+    from gnomon.sdk import AsyncClient, GnomonError, NamespaceQuotas
+
+    async with AsyncClient(api.address, metadata=bearer(api.root)) as c:
+        ns = await c.create_namespace(
+            "sdk", description="via sdk", retention=3600, quotas=NamespaceQuotas(max_schedules=2)
+        )
+        assert (ns.id, ns.retention.total_seconds(), ns.quotas.max_schedules) == ("sdk", 3600, 2)
+        ns = await c.update_namespace("sdk", quotas={"max_pending_jobs": 9}, etag=ns.etag)
+        assert (ns.quotas.max_pending_jobs, ns.quotas.max_schedules, ns.etag) == (9, 2, "2")
+        assert [n.id async for n in c.list_namespaces(page_size=1)] == ["default", "sdk"]
+        p = await c.create_principal("ops", "operators")
+        assert p.name == "principals/ops"
+        g = await c.grant_role("ops", "worker", "sdk", ["emails"])
+        assert (g.role, g.queues, g.namespace) == ("WORKER", ("emails",), "sdk")
+        created = await c.create_api_key("ops", "laptop")
+        assert created.token.startswith("gnk_" + created.key.id)
+        assert [k.id async for k in c.list_api_keys("ops")] == [created.key.id]
+        assert [(x.principal, x.role) async for x in c.list_grants("sdk")] == [("principals/ops", "WORKER")]
+        assert (await c.get_principal("ops")).grants == (g,)
+        assert (await c.revoke_api_key("ops", created.key.id)).revoke_time is not None
+        assert await c.revoke_role("ops", "worker", "sdk")
+        assert (await c.disable_principal("ops")).disable_time is not None
+        me = await c.whoami()
+        assert (me.principal, me.kind, [(x.namespace, x.role) for x in me.grants]) == (
+            "principals/root",
+            "API_KEY",
+            [("*", "ADMIN")],
+        )
+        await c.delete_namespace("sdk")
+        with pytest.raises(GnomonError) as e:
+            await c.get_namespace("sdk")
+        assert e.value.reason == "NAMESPACE_NOT_FOUND"
+        with pytest.raises(ValueError):
+            await c.grant_role("ops", "superuser", "sdk")
