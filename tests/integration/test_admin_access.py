@@ -1,169 +1,26 @@
 """NamespaceService and AccessService end to end: real gRPC with the real authenticating server
 (API keys checked against a real PostgreSQL, the method policy enforced by the interceptor), the
-API's JobService and ScheduleService beside them with namespace quotas.
-
-The server runs in the test's event loop, built like ``gnomon api`` builds it (one QuotaGuard shared
-by the job, schedule and namespace servicers); the credential cache is 0.2 s so a revoked key is
-refused within that window (polled, never slept on). A ``root`` principal with admin on ``*`` is
-bootstrapped straight into storage, as ``gnomon dev`` does.
-"""
+API's JobService beside them (gnomon_access_support builds the server); and the SDK's part for them.
+Quotas: test_namespace_quotas.py."""
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import grpc
 import pytest
 from google.protobuf import duration_pb2, field_mask_pb2
-from google.rpc import error_details_pb2
-from grpc_status import rpc_status
-from sqlalchemy import func, select
 
 from gnomon._proto.gnomon.v1 import access_service_pb2 as apb
-from gnomon._proto.gnomon.v1 import access_service_pb2_grpc as ag
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
-from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import namespace_service_pb2 as npb
-from gnomon._proto.gnomon.v1 import namespace_service_pb2_grpc as ng
-from gnomon._proto.gnomon.v1 import schedule_pb2
-from gnomon._proto.gnomon.v1 import schedule_service_pb2 as spb
-from gnomon._proto.gnomon.v1 import schedule_service_pb2_grpc as sg
-from gnomon.api.access import AccessEngine
-from gnomon.api.access_servicer import AccessServicer
-from gnomon.api.jobs import JobEngine
-from gnomon.api.namespace_servicer import NamespaceServicer
-from gnomon.api.namespaces import NamespaceEngine
-from gnomon.api.quotas import QuotaGuard
-from gnomon.api.schedule_servicer import ScheduleServicer
-from gnomon.api.servicer import JobServicer
-from gnomon.common.auth import keys
-from gnomon.common.auth.authenticator import Authenticator
-from gnomon.common.auth.principals import ALL, Role
-from gnomon.common.rpc.server import GrpcServer
-from gnomon.common.scheduling.engine import ScheduleEngine
-from gnomon.common.storage import tenancy
-from gnomon.common.storage.schema import jobs
-from gnomon_test_support import decode, wait_until
-
-CACHE_S = 0.2
-
-
-@dataclass
-class Api:
-    """Stubs on one channel to the test server, the root token and the engine."""
-
-    jobs: jg.JobServiceStub
-    schedules: sg.ScheduleServiceStub
-    namespaces: ng.NamespaceServiceStub
-    access: ag.AccessServiceStub
-    root: str
-    engine: object
-    address: str
-
-
-def bearer(token: str) -> list[tuple[str, str]]:
-    return [("authorization", f"Bearer {token}")]
+from gnomon.common.auth.principals import Role
+from gnomon_access_support import CACHE_S, bearer, count_jobs, create, new_key, refused, serving_api
+from gnomon_test_support import wait_until
 
 
 @pytest.fixture
 async def api(engine):
-    quotas = QuotaGuard(engine)
-    services = [
-        (
-            jg.add_JobServiceServicer_to_server,
-            JobServicer(JobEngine(engine, wake_dispatchers=None), region="local", shards=4, quotas=quotas),
-            "gnomon.v1.JobService",
-        ),
-        (
-            sg.add_ScheduleServiceServicer_to_server,
-            ScheduleServicer(
-                ScheduleEngine(engine, shards=4, catchup_rate=20, catchup_burst=20),
-                region="local",
-                quotas=quotas,
-            ),
-            "gnomon.v1.ScheduleService",
-        ),
-        (
-            ng.add_NamespaceServiceServicer_to_server,
-            NamespaceServicer(NamespaceEngine(engine, quotas=quotas)),
-            "gnomon.v1.NamespaceService",
-        ),
-        (
-            ag.add_AccessServiceServicer_to_server,
-            AccessServicer(AccessEngine(engine)),
-            "gnomon.v1.AccessService",
-        ),
-    ]
-    server = GrpcServer("127.0.0.1:0", services, authenticator=Authenticator(engine, cache_s=CACHE_S))
-    await server.start()
-    await server.set_serving(True)
-    root = keys.generate()
-    async with engine.begin() as c:
-        await tenancy.ensure_principal(c, "root", "bootstrap admin")
-        await tenancy.add_key(c, "root", root)
-        await tenancy.grant(c, "root", ALL, Role.ADMIN)
-    channel = grpc.aio.insecure_channel(server.address)
-    try:
-        yield Api(
-            jg.JobServiceStub(channel),
-            sg.ScheduleServiceStub(channel),
-            ng.NamespaceServiceStub(channel),
-            ag.AccessServiceStub(channel),
-            root.token,
-            engine,
-            server.address,
-        )
-    finally:
-        await channel.close()
-        await server.stop(0)
-
-
-async def refused(call, code: grpc.StatusCode) -> tuple:
-    """Awaits ``call`` (a coroutine of a unary RPC), asserts it fails with ``code``; returns
-    ``(status, ErrorInfo, BadRequest)``."""
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await call
-    assert err.value.code() == code, err.value.details()
-    return decode(err.value)
-
-
-def retry_info(err_status) -> error_details_pb2.RetryInfo | None:
-    for d in err_status.details:
-        if d.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
-            info = error_details_pb2.RetryInfo()
-            d.Unpack(info)
-            return info
-    return None
-
-
-async def count_jobs(engine, namespace: str) -> int:
-    async with engine.connect() as c:
-        q = select(func.count()).select_from(jobs).where(jobs.c.namespace == namespace)
-        return (await c.execute(q)).scalar_one()
-
-
-async def new_key(api: Api, principal: str, *, role: Role | None, namespace: str = "") -> str:
-    """Creates ``principal`` (with ``role`` in ``namespace`` if given) and a key; returns its token."""
-    md = bearer(api.root)
-    await api.access.CreatePrincipal(apb.CreatePrincipalRequest(principal_id=principal), metadata=md)
-    if role is not None:
-        await api.access.GrantRole(
-            apb.GrantRoleRequest(
-                principal=f"principals/{principal}", namespace=namespace, role="ROLE_" + role.name
-            ),
-            metadata=md,
-        )
-    got = await api.access.CreateApiKey(
-        apb.CreateApiKeyRequest(parent=f"principals/{principal}"), metadata=md
-    )
-    assert got.token.startswith(f"gnk_{got.api_key.id}_")
-    return str(got.token)
-
-
-def create(ns: str, delay_s: int = 3600) -> js.CreateJobRequest:
-    return js.CreateJobRequest(
-        parent=f"namespaces/{ns}", queue="q", delay=duration_pb2.Duration(seconds=delay_s)
-    )
+    async with serving_api(engine) as a:
+        yield a
 
 
 async def test_default_namespace_exists_after_migration(api):
@@ -440,82 +297,6 @@ async def test_access_errors_map_to_documented_codes(api):
         await api.access.GetPrincipal(apb.GetPrincipalRequest(name="principals/root"), metadata=md)
     ).principal
     assert [(g.namespace, g.role) for g in got.grants] == [("*", apb.ROLE_ADMIN)]
-
-
-async def test_quotas_refuse_with_retry_info_and_write_nothing(api):
-    md = bearer(api.root)
-    await api.namespaces.CreateNamespace(
-        npb.CreateNamespaceRequest(
-            namespace_id="slow", namespace=npb.Namespace(quotas=npb.NamespaceQuotas(max_create_rate=0.01))
-        ),
-        metadata=md,
-    )
-    await api.jobs.CreateJob(create("slow"), metadata=md)  # the one token of the bucket
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await api.jobs.CreateJob(create("slow"), metadata=md)
-    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    status = rpc_status.from_call(err.value)
-    _, info, _ = decode(err.value)
-    assert (info.reason, info.metadata["quota"], info.metadata["namespace"]) == (
-        "QUOTA_EXCEEDED",
-        "max_create_rate",
-        "slow",
-    )
-    delay = retry_info(status)
-    assert delay is not None and delay.retry_delay.seconds >= 90  # 1 token at 0.01/s
-    assert await count_jobs(api.engine, "slow") == 1
-
-    await api.namespaces.CreateNamespace(
-        npb.CreateNamespaceRequest(
-            namespace_id="small", namespace=npb.Namespace(quotas=npb.NamespaceQuotas(max_pending_jobs=2))
-        ),
-        metadata=md,
-    )
-    batch = js.BatchCreateJobsRequest(parent="namespaces/small", requests=[create("small")] * 3)
-    _, info, _ = await refused(
-        api.jobs.BatchCreateJobs(batch, metadata=md), grpc.StatusCode.RESOURCE_EXHAUSTED
-    )
-    assert info.metadata["quota"] == "max_pending_jobs"
-    assert await count_jobs(api.engine, "small") == 0
-    await api.jobs.CreateJob(create("small"), metadata=md)
-    await api.jobs.CreateJob(create("small"), metadata=md)
-    with pytest.raises(grpc.aio.AioRpcError) as err:
-        await api.jobs.CreateJob(create("small"), metadata=md)
-    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert retry_info(rpc_status.from_call(err.value)).retry_delay.seconds == 1
-    assert await count_jobs(api.engine, "small") == 2
-
-    await api.namespaces.CreateNamespace(
-        npb.CreateNamespaceRequest(
-            namespace_id="sched", namespace=npb.Namespace(quotas=npb.NamespaceQuotas(max_schedules=1))
-        ),
-        metadata=md,
-    )
-    sched = schedule_pb2.Schedule(cron="0 * * * *", job_template=schedule_pb2.JobTemplate(queue="q"))
-    await api.schedules.CreateSchedule(
-        spb.CreateScheduleRequest(parent="namespaces/sched", schedule_id="one", schedule=sched), metadata=md
-    )
-    _, info, _ = await refused(
-        api.schedules.CreateSchedule(
-            spb.CreateScheduleRequest(parent="namespaces/sched", schedule_id="two", schedule=sched),
-            metadata=md,
-        ),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-    )
-    assert (info.reason, info.metadata["quota"], info.metadata["limit"]) == (
-        "QUOTA_EXCEEDED",
-        "max_schedules",
-        "1",
-    )
-    listed = await api.schedules.ListSchedules(
-        spb.ListSchedulesRequest(parent="namespaces/sched"), metadata=md
-    )
-    assert [s.name for s in listed.schedules] == ["namespaces/sched/schedules/one"]
-    # a namespace without a row has no limits
-    await api.jobs.BatchCreateJobs(
-        js.BatchCreateJobsRequest(parent="namespaces/free", requests=[create("free")] * 5), metadata=md
-    )
-    assert await count_jobs(api.engine, "free") == 5
 
 
 async def test_sdk_manages_namespaces_principals_keys_and_grants(api):
