@@ -74,7 +74,7 @@ SERVICES = {
     "api": (
         "gnomon.api.service",
         "Run the API service (JobService, ScheduleService, DeadLetterService, QueueService, "
-        "ClusterService) "
+        "ClusterService, NamespaceService, AccessService) "
         "against an external database and etcd.",
     ),
     "dispatcher": (
