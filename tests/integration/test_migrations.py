@@ -34,6 +34,10 @@ def test_migrate_from_empty_equals_models(pg_server):
             "catchup_budget",
             "queue_limits",
             "region_owners",
+            "namespaces",
+            "principals",
+            "api_keys",
+            "grants",
             "alembic_version",
         }
     finally:

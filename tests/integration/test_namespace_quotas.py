@@ -96,3 +96,15 @@ async def test_quotas_refuse_with_retry_info_and_write_nothing(api):
         js.BatchCreateJobsRequest(parent="namespaces/free", requests=[create("free")] * 5), metadata=md
     )
     assert await count_jobs(api.engine, "free") == 5
+
+
+async def test_sdk_error_carries_the_retry_delay(api):
+    from gnomon.sdk import AsyncClient, GnomonError, NamespaceQuotas
+
+    async with AsyncClient(api.address, namespace="capped", metadata=bearer(api.root)) as c:
+        await c.create_namespace("capped", quotas=NamespaceQuotas(max_pending_jobs=1))
+        await c.create_job("q", b"", delay=3600)
+        with pytest.raises(GnomonError) as e:
+            await c.create_job("q", b"", delay=3600)
+    assert (e.value.reason, e.value.metadata["quota"]) == ("QUOTA_EXCEEDED", "max_pending_jobs")
+    assert e.value.retry_delay is not None and e.value.retry_delay.total_seconds() == 1.0
