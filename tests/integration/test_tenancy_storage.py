@@ -15,7 +15,10 @@ from gnomon.common.storage import namespaces as ns_store
 from gnomon.common.storage import tenancy
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.namespaces import NamespaceRecord
-from gnomon_test_support import new_job_spec
+from gnomon_test_support import DIALECTS, new_job_spec
+
+#: every statement runs through both dialects (PostgreSQL, and CockroachDB's against PostgreSQL)
+dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)
 
 
 async def tx(engine, fn):

@@ -12,6 +12,9 @@ finishing are seen only when the count is read again, so a namespace may oversho
 refused for up to ``pending_ttl_s`` after its backlog drained. ``max_create_rate`` is a token bucket
 per API process: N API processes admit up to N times the rate. ``max_schedules`` is counted afresh
 on every CreateSchedule (not a hot path); concurrent creates may overshoot it by their number.
+Admission happens after validation and before the write, so a create that is then refused for another
+reason (a reused ``request_id``, the database down) or that is an idempotent repeat has still used its
+token and been counted as pending until the next count.
 """
 
 from __future__ import annotations
