@@ -13,6 +13,8 @@ from gnomon._proto.gnomon.v1 import access_service_pb2 as apb
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import namespace_service_pb2 as npb
 from gnomon.common.auth.principals import Role
+from gnomon.common.domain.reasons import ErrorReason
+from gnomon.common.errors import REASONS
 from gnomon_access_support import CACHE_S, bearer, count_jobs, create, new_key, refused, serving_api
 from gnomon_test_support import wait_until
 
@@ -293,6 +295,7 @@ async def test_access_errors_map_to_documented_codes(api):
     for call, code, reason in cases:
         _, info, _ = await refused(call, code)
         assert info.reason == reason
+        assert REASONS[ErrorReason(reason)][0] == code  # the documented code (docs/errors.md)
     got = (
         await api.access.GetPrincipal(apb.GetPrincipalRequest(name="principals/root"), metadata=md)
     ).principal
