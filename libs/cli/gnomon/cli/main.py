@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import typer
 
+from gnomon.cli import auth as auth_cmd
 from gnomon.cli import cluster as cluster_cmd
 from gnomon.cli import dev as dev_cmd
 from gnomon.cli import dlq as dlq_cmd
@@ -24,6 +25,7 @@ app.add_typer(queues_cmd.app, name="queue")
 app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(schedules_cmd.app, name="schedule")
 app.add_typer(dev_cmd.app, name="dev")
+app.add_typer(auth_cmd.app, name="auth")
 app.command("shards")(cluster_cmd.shards)
 app.command("worker")(worker_cmd.worker)
 
@@ -72,7 +74,7 @@ SERVICES = {
     "api": (
         "gnomon.api.service",
         "Run the API service (JobService, ScheduleService, DeadLetterService, QueueService, "
-        "ClusterService) "
+        "ClusterService, NamespaceService, AccessService) "
         "against an external database and etcd.",
     ),
     "dispatcher": (

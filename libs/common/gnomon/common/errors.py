@@ -121,6 +121,26 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         grpc.StatusCode.INVALID_ARGUMENT,
         "The database refused this one item of a batched write (e.g. a NUL in a text); the rest committed.",
     ),
+    ErrorReason.NAMESPACE_NOT_FOUND: (
+        grpc.StatusCode.NOT_FOUND,
+        "No namespace with that id (jobs may still be created in it: a namespace needs no row).",
+    ),
+    ErrorReason.NAMESPACE_EXISTS: (grpc.StatusCode.ALREADY_EXISTS, "A namespace with that id exists."),
+    ErrorReason.NAMESPACE_NOT_EMPTY: (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "The namespace still has jobs SCHEDULED or QUEUED, or schedules; it was not deleted.",
+    ),
+    ErrorReason.PRINCIPAL_NOT_FOUND: (grpc.StatusCode.NOT_FOUND, "No principal with that id."),
+    ErrorReason.PRINCIPAL_EXISTS: (grpc.StatusCode.ALREADY_EXISTS, "A principal with that id exists."),
+    ErrorReason.API_KEY_NOT_FOUND: (
+        grpc.StatusCode.NOT_FOUND,
+        "No API key with that id for that principal.",
+    ),
+    ErrorReason.QUOTA_EXCEEDED: (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "A namespace quota would be exceeded; nothing was written. RetryInfo says when to retry; "
+        "ErrorInfo metadata names the quota, its limit and the namespace.",
+    ),
     ErrorReason.INTERNAL: (
         grpc.StatusCode.INTERNAL,
         "An unexpected server fault; details are in the server log.",
@@ -213,6 +233,18 @@ class Unauthenticated(GnomonError):
     """No valid credential came with the call (UNAUTHENTICATED). Nothing was read or written."""
 
     reason: str = ErrorReason.UNAUTHENTICATED
+
+
+class QuotaExceeded(GnomonError):
+    """A namespace quota would be exceeded (RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED); nothing was
+    written. ``retry_after_s`` (seconds, >= 0) becomes the status's ``google.rpc.RetryInfo``; the
+    metadata names the ``quota``, its ``limit`` and the ``namespace``."""
+
+    reason: str = ErrorReason.QUOTA_EXCEEDED
+
+    def __init__(self, message: str, *, quota: str, limit: float, namespace: str, retry_after_s: float):
+        self.retry_after_s = max(0.0, retry_after_s)
+        super().__init__(message, metadata={"quota": quota, "limit": f"{limit:g}", "namespace": namespace})
 
 
 class Unavailable(GnomonError):

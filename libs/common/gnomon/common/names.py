@@ -26,6 +26,11 @@ QUEUE_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 DEFAULT_NAMESPACE = "default"
 
 _NAMESPACES = "namespaces"
+_PRINCIPALS = "principals"
+#: A principal id: 1-128 printable ASCII characters without ``/`` or spaces.
+PRINCIPAL_ID_RE = re.compile(r"^[\x21-\x2e\x30-\x7e]{1,128}$")
+#: An API key id: 16 lowercase hex digits.
+API_KEY_ID_RE = re.compile(r"^[0-9a-f]{16}$")
 
 
 # ---- formatting ---------------------------------------------------------------------------------
@@ -65,6 +70,16 @@ def queue_name(namespace: str, queue: str) -> str:
 def audit_entry_name(namespace: str, entry_id: uuid.UUID | str) -> str:
     """``namespaces/{namespace}/auditEntries/{entry_id}``."""
     return f"{_NAMESPACES}/{namespace}/auditEntries/{entry_id}"
+
+
+def principal_name(principal: str) -> str:
+    """``principals/{principal}``."""
+    return f"{_PRINCIPALS}/{principal}"
+
+
+def api_key_name(principal: str, key_id: str) -> str:
+    """``principals/{principal}/apiKeys/{key_id}``."""
+    return f"{_PRINCIPALS}/{principal}/apiKeys/{key_id}"
 
 
 # ---- parsing ------------------------------------------------------------------------------------
@@ -146,3 +161,38 @@ def namespace_of(name: str, *, parent: bool = False) -> str | None:
     if len(parts) in (2, 4) and parts[0] == _NAMESPACES and NAMESPACE_RE.fullmatch(parts[1]):
         return parts[1]
     return None
+
+
+def parse_namespace_name(name: str, field: str = "name") -> str:
+    """``namespaces/{ns}`` -> ``ns`` (no empty default); raises :class:`InvalidArgument` on ``field``
+    otherwise."""
+    if not name:
+        raise _invalid(field, "must be namespaces/{namespace}")
+    return parse_parent(name, field)
+
+
+def parse_principal_name(name: str, field: str = "name") -> str:
+    """``principals/{principal}`` -> the principal id; raises :class:`InvalidArgument` on ``field``
+    otherwise."""
+    head, sep, pid = name.partition("/")
+    if head == _PRINCIPALS and sep and PRINCIPAL_ID_RE.fullmatch(pid):
+        return pid
+    raise _invalid(
+        field,
+        "must be principals/{principal}, principal 1-128 printable ASCII characters without '/' or spaces",
+    )
+
+
+def parse_api_key_name(name: str, field: str = "name") -> tuple[str, str]:
+    """``principals/{principal}/apiKeys/{id}`` -> ``(principal, id)``; raises :class:`InvalidArgument`
+    on ``field`` otherwise."""
+    parts = name.split("/")
+    if (
+        len(parts) == 4
+        and parts[0] == _PRINCIPALS
+        and PRINCIPAL_ID_RE.fullmatch(parts[1])
+        and parts[2] == "apiKeys"
+        and API_KEY_ID_RE.fullmatch(parts[3])
+    ):
+        return parts[1], parts[3]
+    raise _invalid(field, "must be principals/{principal}/apiKeys/{16 hex digits}")

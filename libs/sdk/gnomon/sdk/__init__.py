@@ -26,14 +26,20 @@ from .context import JobContext
 from .errors import AmbiguousError, Cancelled, GnomonError, PermanentError, ThrottledError, TransientError
 from .failures import Failure, FailureClass, classify_exception
 from .models import (
+    ApiKey,
     AuditEntry,
+    CreatedApiKey,
     DeadLetter,
     DeadLetterAttempt,
     DispatcherInfo,
+    Grant,
     Job,
     JobAttempt,
     JobTemplate,
+    Namespace,
+    NamespaceQuotas,
     PreviewFireTime,
+    Principal,
     Queue,
     RateLimit,
     ReplayResult,
@@ -42,6 +48,7 @@ from .models import (
     Schedule,
     ScheduleOccurrence,
     Shard,
+    WhoAmI,
 )
 from .worker import Worker
 
@@ -75,4 +82,11 @@ __all__ = [
     "Queue",
     "RetryBudgetInfo",
     "RateLimit",
+    "Namespace",
+    "NamespaceQuotas",
+    "Principal",
+    "ApiKey",
+    "CreatedApiKey",
+    "Grant",
+    "WhoAmI",
 ]

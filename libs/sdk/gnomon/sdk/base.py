@@ -12,9 +12,11 @@ import grpc
 from google.protobuf.message import Message
 
 from gnomon._proto.gnomon.v1 import (
+    access_service_pb2_grpc,
     cluster_service_pb2_grpc,
     dead_letter_service_pb2_grpc,
     job_service_pb2_grpc,
+    namespace_service_pb2_grpc,
     queue_service_pb2_grpc,
     schedule_service_pb2_grpc,
 )
@@ -68,6 +70,8 @@ class ClientBase:
         self._queues = _stub(queue_service_pb2_grpc.QueueServiceStub, self._channel)
         self._schedules = _stub(schedule_service_pb2_grpc.ScheduleServiceStub, self._channel)
         self._dead_letters = _stub(dead_letter_service_pb2_grpc.DeadLetterServiceStub, self._channel)
+        self._namespaces = _stub(namespace_service_pb2_grpc.NamespaceServiceStub, self._channel)
+        self._access = _stub(access_service_pb2_grpc.AccessServiceStub, self._channel)
 
     async def _call(self, rpc: Any, request: Message, timeout: float | None = None) -> Any:
         """Calls the unary ``rpc`` with this client's metadata and deadline (``timeout`` seconds,

@@ -19,6 +19,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 
 import grpc
 
+from .access import AccessClient
 from .base import DEFAULT_API
 from .cluster import ClusterClient
 from .dead_letters import DeadLettersClient
@@ -34,9 +35,10 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 
-class AsyncClient(JobsClient, SchedulesClient, DeadLettersClient, QueuesClient, ClusterClient):
+class AsyncClient(JobsClient, SchedulesClient, DeadLettersClient, QueuesClient, ClusterClient, AccessClient):
     """Asynchronous client of the Gnomon API (``JobService``, ``ScheduleService``,
-    ``DeadLetterService``, ``QueueService``, ``ClusterService``).
+    ``DeadLetterService``, ``QueueService``, ``ClusterService``, ``NamespaceService``,
+    ``AccessService``).
 
     Args:
         api: ``host:port`` of the API server.
@@ -207,3 +209,24 @@ class Client:
     # -- cluster
     list_dispatchers = _blocking(AsyncClient.list_dispatchers)
     list_shards = _blocking(AsyncClient.list_shards)
+    # -- namespaces and access
+    create_namespace = _blocking(AsyncClient.create_namespace)
+    get_namespace = _blocking(AsyncClient.get_namespace)
+    list_namespaces_page = _blocking(AsyncClient.list_namespaces_page)
+    list_namespaces = _iterating(AsyncClient.list_namespaces)
+    update_namespace = _blocking(AsyncClient.update_namespace)
+    delete_namespace = _blocking(AsyncClient.delete_namespace)
+    create_principal = _blocking(AsyncClient.create_principal)
+    get_principal = _blocking(AsyncClient.get_principal)
+    list_principals_page = _blocking(AsyncClient.list_principals_page)
+    list_principals = _iterating(AsyncClient.list_principals)
+    disable_principal = _blocking(AsyncClient.disable_principal)
+    create_api_key = _blocking(AsyncClient.create_api_key)
+    list_api_keys_page = _blocking(AsyncClient.list_api_keys_page)
+    list_api_keys = _iterating(AsyncClient.list_api_keys)
+    revoke_api_key = _blocking(AsyncClient.revoke_api_key)
+    grant_role = _blocking(AsyncClient.grant_role)
+    revoke_role = _blocking(AsyncClient.revoke_role)
+    list_grants_page = _blocking(AsyncClient.list_grants_page)
+    list_grants = _iterating(AsyncClient.list_grants)
+    whoami = _blocking(AsyncClient.whoami)

@@ -13,6 +13,7 @@ Two families live here:
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -43,6 +44,8 @@ class GnomonError(Exception):
         metadata: ``ErrorInfo.metadata`` as a plain dict (empty when absent).
         field_violations: ``BadRequest.field_violations`` as ``[(field, description), ...]``;
             empty unless the server rejected input (``INVALID_ARGUMENT``).
+        retry_delay: ``RetryInfo.retry_delay`` as a ``timedelta`` when the server sent one (e.g.
+            ``RESOURCE_EXHAUSTED``/``QUOTA_EXCEEDED``: wait this long before retrying), else ``None``.
     """
 
     def __init__(
@@ -54,8 +57,10 @@ class GnomonError(Exception):
         *,
         domain: str | None = None,
         metadata: dict[str, str] | None = None,
+        retry_delay: timedelta | None = None,
     ) -> None:
         self.code = code
+        self.retry_delay = retry_delay
         self.message = message
         self.reason = reason
         self.field_violations = list(field_violations or [])
@@ -101,7 +106,15 @@ class GnomonError(Exception):
         if status is None:
             return cls(code, message)
         reason, domain, metadata, violations = decode_rich_status(status)
-        return cls(code, message or status.message, reason, violations, domain=domain, metadata=metadata)
+        return cls(
+            code,
+            message or status.message,
+            reason,
+            violations,
+            domain=domain,
+            metadata=metadata,
+            retry_delay=retry_delay_of(status),
+        )
 
 
 def decode_rich_status(
@@ -128,6 +141,17 @@ def decode_rich_status(
             detail.Unpack(bad)
             violations.extend((v.field, v.description) for v in bad.field_violations)
     return reason, domain, metadata, violations
+
+
+def retry_delay_of(status: status_pb2.Status) -> timedelta | None:
+    """The ``retry_delay`` of the first ``google.rpc.RetryInfo`` in ``status.details``, or ``None``."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            d = info.retry_delay
+            return timedelta(seconds=d.seconds, microseconds=d.nanos // 1000)
+    return None
 
 
 def _call_attr(err: object, name: str) -> Any:

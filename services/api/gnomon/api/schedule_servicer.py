@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
 from gnomon.api.convert import job_to_proto, occurrence_to_proto, schedule_to_proto
+from gnomon.api.quotas import QuotaGuard
 from gnomon.api.schedule_validation import (
     check_rule,
     overlap_of,
@@ -59,9 +60,14 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
     :func:`gnomon.api.service.build`, or by :meth:`on`); ``region``: the API's region."""
 
     def __init__(
-        self, schedules: ScheduleEngine, *, region: str, reply_budget_bytes: int = REPLY_BUDGET_BYTES
+        self,
+        schedules: ScheduleEngine,
+        *,
+        region: str,
+        reply_budget_bytes: int = REPLY_BUDGET_BYTES,
+        quotas: QuotaGuard | None = None,
     ):
-        self.region, self.schedules = region, schedules
+        self.region, self.schedules, self.quotas = region, schedules, quotas
         #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
         self.reply_budget_bytes = reply_budget_bytes
         self.tzdata = tzdata_version()
@@ -97,8 +103,12 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
     async def CreateSchedule(self, request, context):
         """Creates a schedule (idempotent per ``request_id``) and returns it. INVALID_ARGUMENT lists
         every bad field (RULE_NEVER_FIRES when the rule has no future time); ALREADY_EXISTS for a
-        taken id or a reused request id with another request."""
-        row, _ = await self.schedules.create(validate_create(request, region=self.region))
+        taken id or a reused request id with another request; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED)
+        when the namespace has ``max_schedules`` schedules already (``quotas``; None: not checked)."""
+        new = validate_create(request, region=self.region)
+        if self.quotas is not None:
+            await self.quotas.admit_schedule(new.namespace)
+        row, _ = await self.schedules.create(new)
         return pb.CreateScheduleResponse(schedule=self._proto(row))
 
     async def GetSchedule(self, request, context):

@@ -13,23 +13,32 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import (
+    access_service_pb2,
+    access_service_pb2_grpc,
     cluster_service_pb2,
     cluster_service_pb2_grpc,
     dead_letter_service_pb2,
     dead_letter_service_pb2_grpc,
     job_service_pb2,
     job_service_pb2_grpc,
+    namespace_service_pb2,
+    namespace_service_pb2_grpc,
     queue_service_pb2,
     queue_service_pb2_grpc,
     schedule_service_pb2,
     schedule_service_pb2_grpc,
 )
+from gnomon.api.access import AccessEngine
+from gnomon.api.access_servicer import AccessServicer
 from gnomon.api.cluster import ClusterEngine
 from gnomon.api.dead_letter_servicer import DeadLetterServicer
 from gnomon.api.dead_letters import DeadLetterEngine
 from gnomon.api.jobs import JobEngine
+from gnomon.api.namespace_servicer import NamespaceServicer
+from gnomon.api.namespaces import NamespaceEngine
 from gnomon.api.queue_servicer import QueueServicer
 from gnomon.api.queues import QueueEngine
+from gnomon.api.quotas import QuotaGuard
 from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
 from gnomon.common.config import (
@@ -103,6 +112,7 @@ def build(
     etcd = EtcdClient(etcd_s.endpoint_list)
     hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
     planner_hints = PlannerHints(etcd, etcd_s.prefix, cluster.region)
+    quotas = QuotaGuard(engine)
     services = [
         (
             job_service_pb2_grpc.add_JobServiceServicer_to_server,
@@ -111,6 +121,7 @@ def build(
                 region=cluster.region,
                 shards=cluster.shards,
                 reply_budget_bytes=srv.reply_budget_bytes,
+                quotas=quotas,
             ),
             job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
         ),
@@ -140,6 +151,7 @@ def build(
                 ),
                 region=cluster.region,
                 reply_budget_bytes=srv.reply_budget_bytes,
+                quotas=quotas,
             ),
             schedule_service_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
         ),
@@ -150,6 +162,16 @@ def build(
                 region=cluster.region,
             ),
             cluster_service_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
+        ),
+        (
+            namespace_service_pb2_grpc.add_NamespaceServiceServicer_to_server,
+            NamespaceServicer(NamespaceEngine(engine, quotas=quotas)),
+            namespace_service_pb2.DESCRIPTOR.services_by_name["NamespaceService"].full_name,
+        ),
+        (
+            access_service_pb2_grpc.add_AccessServiceServicer_to_server,
+            AccessServicer(AccessEngine(engine)),
+            access_service_pb2.DESCRIPTOR.services_by_name["AccessService"].full_name,
         ),
     ]
     return ApiService(

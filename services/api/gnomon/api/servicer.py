@@ -17,6 +17,7 @@ from gnomon._proto.gnomon.v1 import (
 from gnomon.api.cluster import ClusterEngine
 from gnomon.api.convert import attempt_to_proto, job_to_proto
 from gnomon.api.jobs import JobEngine
+from gnomon.api.quotas import QuotaGuard
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common import pagination
 from gnomon.common.config import REPLY_BUDGET_BYTES
@@ -30,12 +31,19 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     """``gnomon.v1.JobService``: validates and converts, then calls the job engine
     (:class:`gnomon.api.jobs.JobEngine`). ``shards``: the region's shard count (a new job's shard is
     a hash of its id). ``jobs``: the engine every handler calls (built by
-    :func:`gnomon.api.service.build`, or by :meth:`on`)."""
+    :func:`gnomon.api.service.build`, or by :meth:`on`). ``quotas`` (None: none enforced) admits
+    creates against the namespace's ``max_pending_jobs`` and ``max_create_rate``."""
 
     def __init__(
-        self, jobs: JobEngine, *, region: str, shards: int, reply_budget_bytes: int = REPLY_BUDGET_BYTES
+        self,
+        jobs: JobEngine,
+        *,
+        region: str,
+        shards: int,
+        reply_budget_bytes: int = REPLY_BUDGET_BYTES,
+        quotas: QuotaGuard | None = None,
     ):
-        self.region, self.shards, self.jobs = region, shards, jobs
+        self.region, self.shards, self.jobs, self.quotas = region, shards, jobs, quotas
         #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
         self.reply_budget_bytes = reply_budget_bytes
 
@@ -58,14 +66,21 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
 
     async def CreateJob(self, request, context):
         """Creates one job (idempotent per ``request_id`` and per ``idempotency_key``) and returns it.
-        INVALID_ARGUMENT lists every bad field; ALREADY_EXISTS for a key reused with another request."""
-        row, _ = await self.jobs.create(validate_create(request, region=self.region, shards=self.shards))
+        INVALID_ARGUMENT lists every bad field; ALREADY_EXISTS for a key reused with another request;
+        RESOURCE_EXHAUSTED (QUOTA_EXCEEDED, with RetryInfo) over a namespace quota, nothing written."""
+        new = validate_create(request, region=self.region, shards=self.shards)
+        if self.quotas is not None:
+            await self.quotas.admit_jobs(new.namespace, 1)
+        row, _ = await self.jobs.create(new)
         return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
 
     async def BatchCreateJobs(self, request, context):
         """Creates 1-1000 jobs of one ``parent`` in one transaction (all or none), in request order.
-        INVALID_ARGUMENT names ``requests[i].field`` for every bad field."""
+        INVALID_ARGUMENT names ``requests[i].field`` for every bad field; RESOURCE_EXHAUSTED
+        (QUOTA_EXCEEDED) when the batch's jobs exceed a namespace quota (each job counts)."""
         batch = validate_batch(request.parent, request.requests, region=self.region, shards=self.shards)
+        if self.quotas is not None and batch:
+            await self.quotas.admit_jobs(batch[0].namespace, len(batch))
         rows = await self.jobs.create_batch(batch)
         return job_service_pb2.BatchCreateJobsResponse(jobs=[job_to_proto(r) for r in rows])
 

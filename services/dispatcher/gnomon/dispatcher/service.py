@@ -30,10 +30,12 @@ from gnomon.common.config import (
 )
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.metrics import serve_metrics
+from gnomon.common.quotas import NamespaceCache
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer, secure_server
+from gnomon.common.storage import namespaces as namespaces_store
 from gnomon.common.storage.engine import make_engine
 from gnomon.dispatcher.cancels import CancelPusher
 from gnomon.dispatcher.failover import Standby
@@ -148,6 +150,7 @@ def build(
         heartbeat_interval_s=settings.heartbeat_interval_s,
         on_credits=wake.set,
         hello_timeout_s=settings.hello_timeout_s,
+        quotas=NamespaceCache(namespaces_store.quotas_loader(engine)),
     )
     server = secure_server(
         srv.listen,

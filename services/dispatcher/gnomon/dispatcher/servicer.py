@@ -14,6 +14,7 @@ from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import GnomonError, InvalidArgument
+from gnomon.common.quotas import NamespaceCache, check_hello_quota
 from gnomon.common.rpc.auth import current_caller
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
@@ -66,6 +67,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         heartbeat_interval_s: float,
         on_credits,
         hello_timeout_s: float = 10.0,
+        quotas: NamespaceCache | None = None,
     ):
         self.registry, self.writes = registry, writes
         self.dispatcher_id, self.region, self.heartbeat_interval_s = (
@@ -75,6 +77,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         )
         self.on_credits = on_credits
         self.hello_timeout_s = hello_timeout_s
+        #: namespace quotas checked at hello (max_queues_per_hello, max_worker_streams); None: none
+        self.quotas = quotas
         self.draining = False
         # The event loop holds tasks only weakly: pending ack tasks are kept here until they finish,
         # or one could be garbage-collected before its acks are sent.
@@ -110,6 +114,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             raise
         if self.draining:
             raise GnomonError("dispatcher is draining", reason=ErrorReason.SHUTTING_DOWN)
+        if self.quotas is not None:
+            quotas = await self.quotas.quotas(h.namespace)
+            # no await between this count and registry.add: the check and the add are one step
+            streams = sum(1 for s in self.registry.sessions.values() if s.namespace == h.namespace)
+            check_hello_quota(h.namespace, quotas, h.queues, streams)
         session = self.registry.add(h.worker_id, h.namespace, h.queues, h.credits, owner=principal.name)
         metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
         log.info(

@@ -21,18 +21,26 @@ Two edge rules hold for every service here, once:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from gnomon.common.domain.reasons import ErrorReason
-from gnomon.common.errors import DOMAIN, FieldViolation, GnomonError, InvalidArgument, Unavailable
+from gnomon.common.errors import (
+    DOMAIN,
+    FieldViolation,
+    GnomonError,
+    InvalidArgument,
+    QuotaExceeded,
+    Unavailable,
+)
 from gnomon.common.rpc.inputs import nul_violations
 
 log = logging.getLogger(__name__)
@@ -58,15 +66,21 @@ def clip_text(text: str, limit: int) -> str:
 
 
 def to_status(err: GnomonError) -> grpc.Status:
-    """Builds the ``grpc.Status`` (with ``grpc-status-details-bin``) for a domain error; every text
-    that may echo client input is clipped (module docstring), so the size is bounded."""
-    details = []
+    """Builds the ``grpc.Status`` (with ``grpc-status-details-bin``) for a domain error: an
+    ``ErrorInfo`` always, a ``BadRequest`` for :class:`InvalidArgument`, a ``RetryInfo`` (the delay
+    rounded up to whole milliseconds) for :class:`QuotaExceeded`. Every text that may echo client
+    input is clipped (module docstring), so the size is bounded."""
+    details: list[Any] = []
     metadata = {
         clip_text(k, MAX_FIELD_CHARS): clip_text(v, MAX_DETAIL_CHARS)
         for k, v in list(err.metadata.items())[:MAX_VIOLATIONS]
     }
     info = error_details_pb2.ErrorInfo(reason=err.reason, domain=DOMAIN, metadata=metadata)
     details.append(info)
+    if isinstance(err, QuotaExceeded):
+        ms = max(0, math.ceil(err.retry_after_s * 1000))
+        delay = duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
     if isinstance(err, InvalidArgument):
         shown = [
             error_details_pb2.BadRequest.FieldViolation(

@@ -7,6 +7,7 @@ when unset), enums short upper-case names (``"SCHEDULED"``, ``"COALESCE"``; ``"U
 number this SDK does not know), resource names full (``namespaces/{ns}/...``).
 """
 
+from .access import ApiKey, CreatedApiKey, Grant, Namespace, NamespaceQuotas, Principal, WhoAmI
 from .cluster import DispatcherInfo, Shard
 from .dead_letters import AuditEntry, DeadLetter, DeadLetterAttempt, ReplayResult
 from .jobs import CANCEL_OUTCOMES, TERMINAL_STATES, Job, JobAttempt, RetryPolicy
@@ -32,4 +33,11 @@ __all__ = [
     "JobTemplate",
     "ScheduleOccurrence",
     "PreviewFireTime",
+    "Namespace",
+    "NamespaceQuotas",
+    "Principal",
+    "ApiKey",
+    "CreatedApiKey",
+    "Grant",
+    "WhoAmI",
 ]

@@ -77,7 +77,9 @@ class WorkerServiceServicer:
 
     def Lease(self, request_iterator, context):
         """The lease stream. Errors: INVALID_ARGUMENT if the first message is not `hello` or names no
-        queue; the stream ends with UNAVAILABLE when the dispatcher drains.
+        queue; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED, with a RetryInfo) when the hello names more queues
+        than the namespace's max_queues_per_hello or the namespace already has max_worker_streams
+        streams on this dispatcher; the stream ends with UNAVAILABLE when the dispatcher drains.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
