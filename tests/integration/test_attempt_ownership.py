@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import select
-from test_attempt_history_checkpoints import TOKEN, claim, new_job
+from test_attempt_history_checkpoints import TOKEN, claim, new_job  # type: ignore[import-not-found]
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.common.storage.schema import attempts, jobs

@@ -33,6 +33,7 @@ from gnomon.common.auth.policy import POLICY, PUBLIC_SERVICES, REFLECTION_SERVIC
 from gnomon.common.auth.principals import ALL, Principal
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument, PermissionDenied
 from gnomon.common.names import namespace_of
+from gnomon.common.rpc.errors import check_request
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,23 @@ def _outcome(exc: BaseException, context: Any) -> str:
     return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
 
 
+def _checked_only(handler: Handler) -> Handler:
+    """A public unary handler whose request is checked (:func:`check_request`) but not authenticated."""
+    if not handler.unary_unary:
+        return handler
+    inner: Callable[..., Any] = handler.unary_unary
+
+    async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        check_request(request)
+        return await inner(request, context)
+
+    return grpc.unary_unary_rpc_method_handler(
+        unary_unary,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates and authorizes every call (see the module docstring). ``reflection``: ``open``,
     ``authenticated`` or ``off``; ``audit``: sink for mutating calls (None: not recorded)."""
@@ -160,7 +178,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         service = method.split("/")[1] if method.count("/") == 2 else ""
         if service in PUBLIC_SERVICES:
-            return handler
+            return _checked_only(handler)
         if service in REFLECTION_SERVICES:
             if self.reflection == "open":
                 return handler
@@ -177,6 +195,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         )
         if rule is None:
             raise PermissionDenied(f"method {method[:100]} is not open to callers")
+        if request is not None:
+            check_request(request)
         ns = authorize(principal, rule, request)
         return Caller(principal, (context.peer() or "unknown")[:128]), ns
 

@@ -160,6 +160,16 @@ def safe_deserializer(deserialize: Callable[[bytes], Any] | None) -> Callable[[b
     return parse
 
 
+def check_request(request: Any) -> None:
+    """Raises :func:`malformed_request` for a body that did not parse, :class:`InvalidArgument` for a
+    NUL in any string field (PostgreSQL text cannot hold one). The authorization interceptor calls it
+    right after authentication, so an unauthenticated caller learns nothing from its input's faults."""
+    if request is _MALFORMED:
+        raise malformed_request()
+    if isinstance(request, Message) and (bad := nul_violations(request)):
+        raise InvalidArgument(bad)
+
+
 async def _checked(request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
     """The stream's requests; a message that did not parse raises :func:`malformed_request`."""
     async for item in request_iterator:
@@ -185,11 +195,7 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
             inner: Callable[..., Any] = handler.unary_unary  # a coroutine function on an aio server
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                try:
-                    if request is _MALFORMED:
-                        raise malformed_request()
-                    if isinstance(request, Message) and (bad := nul_violations(request)):
-                        raise InvalidArgument(bad)
+                try:  # the request is checked (check_request) by the authorization interceptor
                     return await inner(request, context)
                 except BaseException as exc:
                     await _abort(exc, context)

@@ -34,11 +34,11 @@ def key_params(
     keys: Sequence[AttemptKey],
     *,
     with_version: bool = False,
-    owners: Sequence[str | None] | None = None,
+    owners: Sequence[tuple[str | None, str | None]] | None = None,
 ) -> dict[str, list[Any]]:
     """Parameters of a batch of attempt keys for :func:`unnest_rows` arrays ``name`` (``job_id``,
-    ``attempt``, ``token`` and, ``with_version``, ``version``; with ``owners`` (one per key, None =
-    unchecked), ``owner``)."""
+    ``attempt``, ``token`` and, ``with_version``, ``version``; with ``owners`` (one ``(principal,
+    worker_id)`` per key, principal None = unchecked), ``owner`` and ``worker``)."""
     cols: dict[str, list[Any]] = dict(
         job_id=[k.job_id for k in keys], attempt=[k.attempt for k in keys], token=[k.token for k in keys]
     )
