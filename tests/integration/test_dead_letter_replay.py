@@ -144,7 +144,8 @@ async def test_dry_run_writes_no_job_but_an_audit_entry_with_actor_reason_reques
     [entry] = (await stub.ListAuditEntries(pb.ListAuditEntriesRequest())).audit_entries
     assert entry.action == "dead_letters.replay.dry_run" and entry.reason == "checking the blast radius"
     assert entry.request_id == rid and entry.name.startswith("namespaces/default/auditEntries/")
-    assert entry.actor.startswith("alice@example.com (") and "127.0.0.1" in entry.actor
+    # the authenticated principal ("insecure" on this test server), never the claimed x-gnomon-actor
+    assert entry.actor == "insecure" and "127.0.0.1" in json.loads(entry.details)["peer"]
     assert abs((entry.create_time.ToDatetime(tzinfo=UTC) - await db_now(engine)).total_seconds()) < 60
     details = json.loads(entry.details)
     assert details["filter"] == {
@@ -160,7 +161,7 @@ async def test_dry_run_writes_no_job_but_an_audit_entry_with_actor_reason_reques
         3,
         100,
     )
-    assert details["actor_header"] == "alice@example.com" and "127.0.0.1" in details["peer"]
+    assert details["principal_kind"] == "insecure" and "actor_header" not in details
 
     # the real replay after the dry run (same request_id is fine: a dry run records no replay)
     r = await stub.ReplayDeadLetters(

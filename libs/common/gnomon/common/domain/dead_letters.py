@@ -36,8 +36,8 @@ class DeadLetterFilter:
 @dataclass(frozen=True)
 class ReplayRequest:
     """A validated ReplayDeadLetters call. ``request_hash`` fingerprints every field but ``reason``;
-    ``actor`` is who (``x-gnomon-actor`` and the gRPC peer); ``audit_extra`` goes into the audit
-    entry's details (e.g. ``peer``, ``actor_header``)."""
+    ``actor`` is the authenticated principal (never client-claimed); ``audit_extra`` goes into the audit
+    entry's details (e.g. ``peer``, ``principal_kind``)."""
 
     filter: DeadLetterFilter
     max_rate: float
