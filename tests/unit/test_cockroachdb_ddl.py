@@ -39,7 +39,7 @@ GEN_ARGS = [
 CRDB = D.cockroach_dialect()
 
 LOCALITY_RE = re.compile(
-    r"^ALTER TABLE (?P<table>[a-z_]+) SET LOCALITY REGIONAL BY ROW(?: AS (?P<col>[a-z_]+))?$"
+    r"^ALTER TABLE (?P<table>[a-z_]+) SET LOCALITY (?:REGIONAL BY ROW(?: AS (?P<col>[a-z_]+))?|(?P<global>GLOBAL))$"
 )
 ADD_COL_RE = re.compile(
     r"^ALTER TABLE (?P<table>[a-z_]+) ADD COLUMN IF NOT EXISTS crdb_region crdb_internal_region "
@@ -162,7 +162,7 @@ def test_every_table_gets_exactly_one_locality_keyed_on_its_home_region():
     for s in stmts[4:]:
         if m := LOCALITY_RE.match(s):
             assert m["table"] not in localities, f"two localities for {m['table']}"
-            localities[m["table"]] = m["col"]
+            localities[m["table"]] = "GLOBAL" if m["global"] else m["col"]
         elif m := ADD_COL_RE.match(s):
             added[m["table"]] = m["src"]
         else:
@@ -172,7 +172,9 @@ def test_every_table_gets_exactly_one_locality_keyed_on_its_home_region():
     )
     for name, col in localities.items():
         t = metadata.tables[name]
-        if "region" in t.c:
+        if name in D.GLOBAL_TABLES:  # identity and tenancy: read in every region on every call
+            assert col == "GLOBAL" and "region" not in t.c
+        elif "region" in t.c:
             assert col == "crdb_region"
             assert added[name] == "region" and "region" in t.c and not t.c.region.nullable
             # the computed column is added before the locality that names it
