@@ -52,7 +52,7 @@ async def dispatcher(engine):
     await server.set_serving(True)
     channel = grpc.aio.insecure_channel(server.address)
     try:
-        yield wgrpc.WorkerServiceStub(channel), registry
+        yield wgrpc.WorkerServiceStub(channel), registry, servicer
     finally:
         await channel.close()
         await server.stop(0)
@@ -92,7 +92,7 @@ async def refusal(call) -> tuple:
 
 
 async def test_hello_naming_too_many_queues_is_refused(dispatcher):
-    stub, registry = dispatcher
+    stub, registry, servicer = dispatcher
     call, out = await open_stream(stub, hello("capped", ["a", "b", "c"]))
     info, retry = await refusal(call)
     assert (info.reason, info.metadata["quota"], info.metadata["limit"]) == (
@@ -106,7 +106,7 @@ async def test_hello_naming_too_many_queues_is_refused(dispatcher):
 
 
 async def test_second_stream_of_a_namespace_is_refused_while_the_first_is_open(dispatcher):
-    stub, registry = dispatcher
+    stub, registry, servicer = dispatcher
     first, out1 = await open_stream(stub, hello("capped", ["a", "b"]))
     welcome = await first.read()
     assert welcome.WhichOneof("kind") == "welcome"
@@ -122,3 +122,22 @@ async def test_second_stream_of_a_namespace_is_refused_while_the_first_is_open(d
         await out.put(None)
     first.cancel()
     other.cancel()
+
+
+async def test_streams_beyond_the_dispatcher_cap_are_refused_before_the_hello(dispatcher):
+    stub, registry, servicer = dispatcher
+    servicer_cap = 2
+    servicer.max_streams = servicer_cap  # GNOMON_DISPATCHER_MAX_STREAMS
+    calls = []
+    for i in range(servicer_cap):
+        call, out = await open_stream(stub, hello(f"ns{i}", ["a"]))
+        assert (await call.read()).WhichOneof("kind") == "welcome"
+        calls.append((call, out))
+    extra, out_x = await open_stream(stub, hello("ns9", ["a"]))
+    info, retry = await refusal(extra)
+    assert (info.metadata["quota"], info.metadata["limit"]) == ("dispatcher_streams", "2")
+    assert retry is not None and retry.retry_delay.seconds == 5
+    assert len(registry.sessions) == servicer_cap
+    for call, out in [*calls, (extra, out_x)]:
+        await out.put(None)
+        call.cancel()

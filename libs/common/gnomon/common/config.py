@@ -137,6 +137,13 @@ class DispatcherSettings(BaseSettings):
         description="A worker stream that sends no hello this long after opening is closed "
         "(INVALID_ARGUMENT, reason PROTOCOL_VIOLATION), seconds.",
     )
+    max_streams: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Most worker streams one dispatcher holds, all namespaces together; one more is "
+        "refused at once (RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED, RetryInfo 5 s).",
+    )
     write_batch: int = Field(
         default=500, ge=1, description="Max accepts/heartbeats/results written per transaction."
     )

@@ -150,6 +150,7 @@ def build(
         heartbeat_interval_s=settings.heartbeat_interval_s,
         on_credits=wake.set,
         hello_timeout_s=settings.hello_timeout_s,
+        max_streams=settings.max_streams,
         quotas=NamespaceCache(namespaces_store.quotas_loader(engine)),
     )
     server = secure_server(

@@ -13,7 +13,7 @@ from gnomon.common import metrics
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
-from gnomon.common.errors import GnomonError, InvalidArgument
+from gnomon.common.errors import GnomonError, InvalidArgument, QuotaExceeded
 from gnomon.common.quotas import NamespaceCache, check_hello_quota
 from gnomon.common.rpc.auth import current_caller
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
@@ -68,6 +68,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         on_credits,
         hello_timeout_s: float = 10.0,
         quotas: NamespaceCache | None = None,
+        max_streams: int = 10_000,
     ):
         self.registry, self.writes = registry, writes
         self.dispatcher_id, self.region, self.heartbeat_interval_s = (
@@ -79,6 +80,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self.hello_timeout_s = hello_timeout_s
         #: namespace quotas checked at hello (max_queues_per_hello, max_worker_streams); None: none
         self.quotas = quotas
+        #: most streams this dispatcher holds (GNOMON_DISPATCHER_MAX_STREAMS)
+        self.max_streams = max_streams
         self.draining = False
         # The event loop holds tasks only weakly: pending ack tasks are kept here until they finish,
         # or one could be garbage-collected before its acks are sent.
@@ -90,6 +93,14 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         releases flow in, each acknowledged after its batched write commits. Ends when the worker
         closes the stream or the dispatcher drains; its unfinished attempts are re-delivered by the
         relay or reaped when their lease expires."""
+        if len(self.registry.sessions) >= self.max_streams:
+            raise QuotaExceeded(
+                f"this dispatcher holds its maximum of {self.max_streams} worker streams; connect to another",
+                quota="dispatcher_streams",
+                limit=self.max_streams,
+                namespace="*",
+                retry_after_s=5.0,
+            )
         try:
             first = await asyncio.wait_for(request_iterator.__anext__(), self.hello_timeout_s)
         except StopAsyncIteration:
