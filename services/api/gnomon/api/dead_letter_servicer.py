@@ -171,13 +171,16 @@ def audit_to_proto(row: dict) -> pb.AuditEntry:
         reason=row["reason"],
         request_id=str(row["request_id"]) if row["request_id"] else "",
         details=row["details"],
+        resource=row.get("resource") or "",
+        outcome=row.get("outcome") or "",
+        peer=row.get("peer") or "",
     )
 
 
 class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
     """``gnomon.v1.DeadLetterService`` over the dead-letter engine ``dead_letters`` (built by
-    :func:`gnomon.api.service.build`, or by :meth:`on`). The caller's namespaces are checked by the
-    auth seam before any handler runs (PERMISSION_DENIED, NAMESPACE_NOT_ALLOWED)."""
+    :func:`gnomon.api.service.build`, or by :meth:`on`). The caller's grants are checked by the
+    authorization interceptor before any handler runs (PERMISSION_DENIED, NAMESPACE_NOT_ALLOWED)."""
 
     def __init__(self, dead_letters: DeadLetterEngine, *, reply_budget_bytes: int = REPLY_BUDGET_BYTES):
         self.dead_letters = dead_letters

@@ -49,7 +49,10 @@ def _named(msg: Any) -> str:
 
 def _resource(request: Any, response: Any) -> str:
     """The resource a call acted on: the ``name`` in the response (a created or changed resource,
-    e.g. ``CreateJobResponse.job.name``), else in the request, else the request's ``parent``."""
+    e.g. ``CreateJobResponse.job.name``), else in the request, else the request's ``parent``; for
+    a grant, the principal granted to."""
+    if principal := _text(request, "principal"):  # grants: principals/{p} (the namespace is its own column)
+        return principal if principal.startswith("principals/") else f"principals/{principal}"
     return _named(response) or _named(request) or _text(request, "parent")
 
 

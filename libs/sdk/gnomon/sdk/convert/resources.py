@@ -255,6 +255,9 @@ def audit_entry_from_proto(m: dead_letter_service_pb2.AuditEntry) -> AuditEntry:
         reason=m.reason,
         request_id=m.request_id,
         details=details,
+        resource=m.resource,
+        outcome=m.outcome,
+        peer=m.peer,
     )
 
 

@@ -56,9 +56,10 @@ class ReplayResult:
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
-    """One audit log entry: ``name``, UTC ``create_time``, ``actor`` ("x-gnomon-actor (peer)" or the
-    peer), ``action`` (``dead_letters.replay`` or ``dead_letters.replay.dry_run``), ``reason``,
-    ``request_id`` and ``details`` (the decoded JSON object: filter, limits, counts)."""
+    """One audit log entry: ``name``, UTC ``create_time``, ``actor`` (the authenticated principal),
+    ``action`` (the method, e.g. ``CreateJob``, or ``dead_letters.replay[.dry_run]``), ``reason``,
+    ``request_id``, ``details`` (the decoded JSON object: for a replay its filter, limits, counts),
+    ``resource`` (the resource name acted on), ``outcome`` (a gRPC status code name) and ``peer``."""
 
     name: str
     create_time: datetime | None
@@ -67,3 +68,6 @@ class AuditEntry:
     reason: str
     request_id: str
     details: dict[str, Any]
+    resource: str = ""
+    outcome: str = ""
+    peer: str = ""

@@ -123,7 +123,7 @@ class ListAuditEntriesRequest(_message.Message):
     def __init__(self, parent: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
-    __slots__ = ("name", "create_time", "actor", "action", "reason", "request_id", "details")
+    __slots__ = ("name", "create_time", "actor", "action", "reason", "request_id", "details", "resource", "outcome", "peer")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -131,6 +131,9 @@ class AuditEntry(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     DETAILS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
     name: str
     create_time: _timestamp_pb2.Timestamp
     actor: str
@@ -138,7 +141,10 @@ class AuditEntry(_message.Message):
     reason: str
     request_id: str
     details: str
-    def __init__(self, name: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ..., details: _Optional[str] = ...) -> None: ...
+    resource: str
+    outcome: str
+    peer: str
+    def __init__(self, name: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ..., details: _Optional[str] = ..., resource: _Optional[str] = ..., outcome: _Optional[str] = ..., peer: _Optional[str] = ...) -> None: ...
 
 class ListAuditEntriesResponse(_message.Message):
     __slots__ = ("audit_entries", "next_page_token")
