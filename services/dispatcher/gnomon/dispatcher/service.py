@@ -163,6 +163,8 @@ def build(
                 hint_pb2.DESCRIPTOR.services_by_name["HintService"].full_name,
             ),
         ],
+        engine,
+        role="dispatcher",
     )
     ctx = DispatcherContext(
         engine=engine,

@@ -158,6 +158,8 @@ def build(
                 hint_pb2.DESCRIPTOR.services_by_name["HintService"].full_name,
             )
         ],
+        engine,
+        role="planner",
     )
     return PlannerService(
         engine=engine,
