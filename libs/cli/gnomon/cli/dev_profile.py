@@ -40,7 +40,8 @@ def usage_lines(suite: Suite, config_file: str, name: str = PROFILE) -> list[str
     lines += [
         f"  CA: {creds.ca_file}",
         f"  admin API key file: {creds.admin_key_file}",
-        "  elsewhere: GNOMON_TLS_CA_FILE=<CA> GNOMON_API_KEY=$(cat <key file>), or --api with the profile",
+        f"  without the profile: GNOMON_TLS_CA_FILE={shlex.quote(creds.ca_file)} "
+        f"GNOMON_API_KEY_FILE={shlex.quote(creds.admin_key_file)}",
         f"  grpcurl -cacert {shlex.quote(creds.ca_file)} "
         f'-H "authorization: Bearer $(cat {shlex.quote(creds.admin_key_file)})" {address} list',
     ]
