@@ -53,6 +53,16 @@ class EtcdSettings(BaseSettings):
     endpoints: str = Field(default="127.0.0.1:2379", description="Comma-separated host:port list.")
     lease_ttl_s: int = Field(default=10, ge=2, le=300, description="Shard-ownership lease TTL, seconds.")
     prefix: str = Field(default="/gnomon", description="Key prefix for all Gnomon keys.")
+    ca_file: str = Field(
+        default="", description="PEM CA bundle of etcd's server certificates; set: TLS to etcd."
+    )
+    cert_file: str = Field(
+        default="", description="PEM client certificate for etcd (with key_file); implies TLS."
+    )
+    key_file: str = Field(default="", description="PEM private key of cert_file.")
+    username: str = Field(default="", description="etcd user (etcd auth enabled); needs TLS and a password.")
+    password: str = Field(default="", description="Password of username (or password_file).")
+    password_file: str = Field(default="", description="File holding the password of username.")
 
     @property
     def endpoint_list(self) -> list[str]:
