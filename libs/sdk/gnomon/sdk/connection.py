@@ -4,19 +4,15 @@ resolved like Temporal's environment configuration or a kubectl context.
 Each setting is taken from, in order: an explicit argument, else an environment variable, else the
 selected profile of the client config file, else the default:
 
-=================  ==========================  ===================  =====================
-setting            environment                 profile key          default
-=================  ==========================  ===================  =====================
-address            ``GNOMON_API``              ``address``          ``127.0.0.1:7070``
-namespace          ``GNOMON_NAMESPACE``        ``namespace``        ``default``
-CA bundle          ``GNOMON_TLS_CA_FILE``      ``ca_file``          the system roots
-client cert/key    ``GNOMON_CLIENT_CERT_FILE``  ``client_cert_file``  none (no mTLS)
-                   ``GNOMON_CLIENT_KEY_FILE``   ``client_key_file``
-API key            ``GNOMON_API_KEY``,          ``api_key``,         none
-                   ``GNOMON_API_KEY_FILE``      ``api_key_file``
-TLS server name    ``GNOMON_TLS_SERVER_NAME``  ``server_name``      the address's host
-plaintext          ``GNOMON_INSECURE``         ``insecure``         false
-=================  ==========================  ===================  =====================
+* address: ``GNOMON_API``, profile ``address``, default ``127.0.0.1:7070``;
+* namespace: ``GNOMON_NAMESPACE``, profile ``namespace``, default ``default``;
+* CA bundle: ``GNOMON_TLS_CA_FILE``, profile ``ca_file``, default the system roots;
+* client certificate (mTLS): ``GNOMON_CLIENT_CERT_FILE``/``GNOMON_CLIENT_KEY_FILE``, profile
+  ``client_cert_file``/``client_key_file``, default none;
+* API key: ``GNOMON_API_KEY``, then ``GNOMON_API_KEY_FILE``, profile ``api_key``, then
+  ``api_key_file``, default none (only unauthenticated calls, e.g. health, succeed);
+* TLS server name: ``GNOMON_TLS_SERVER_NAME``, profile ``server_name``, default the address's host;
+* plaintext: ``GNOMON_INSECURE``, profile ``insecure``, default false.
 
 ``GNOMON_TLS_CA_FILE`` and ``GNOMON_INSECURE`` mean what they mean to the services (the CA trusted when
 calling a Gnomon service; a deployment without TLS or authentication), so one environment serves both.
