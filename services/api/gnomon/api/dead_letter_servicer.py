@@ -128,7 +128,7 @@ def validate_replay(req: pb.ReplayDeadLettersRequest, namespace: str, context) -
         request_id=request_id,
         request_hash=request_fingerprint(req, "parent", "reason", "request_id"),
         actor=who.actor,
-        audit_extra={"peer": who.peer, "actor_header": who.actor_header or None},
+        audit_extra={"peer": who.peer},
     )
 
 
