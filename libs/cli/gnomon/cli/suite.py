@@ -405,7 +405,8 @@ class Suite:
         """Writes :meth:`status`, :meth:`servers` and endpoints as JSON to ``path`` (atomically: a
         reader never sees a partial file). ``pid`` is this (the suite owner's) process; ``state`` is
         ``"starting"`` or ``"ready"``; ``api`` is the first region's API address (the one asked for
-        while starting)."""
+        while starting); ``insecure``, ``ca_file``, ``api_key_file`` and ``profile`` (the client
+        config file ``auth/profile.toml``, None until ready) say how to connect."""
         has_api = any(p.role == "api" for p in self.procs)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
