@@ -29,7 +29,6 @@ import sys
 import time
 import uuid
 
-import grpc
 import psycopg
 
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
@@ -37,6 +36,7 @@ from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.cli.suite import Suite
 from gnomon.common.config import DevServerSettings
 from gnomon.devservers import PostgresServer, free_port
+from gnomon.sdk.connection import aio_channel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -52,7 +52,7 @@ def peak_rss_mb(pid: int) -> float:
 
 async def enqueue(api: str, queue: str, n: int, concurrency: int, delay_s: float = 0.0) -> float:
     """Creates ``n`` jobs with ``concurrency`` calls in flight; returns jobs/s."""
-    async with grpc.aio.insecure_channel(api) as ch:
+    async with aio_channel(api) as ch:
         stub = jg.JobServiceStub(ch)
         left = n
         t0 = time.perf_counter()
@@ -72,7 +72,7 @@ async def enqueue(api: str, queue: str, n: int, concurrency: int, delay_s: float
 
 async def enqueue_batched(api: str, queue: str, n: int, batch: int, concurrency: int = 4) -> float:
     """Creates ``n`` jobs with ``BatchCreateJobs`` of ``batch`` each, ``concurrency`` in flight; jobs/s."""
-    async with grpc.aio.insecure_channel(api) as ch:
+    async with aio_channel(api) as ch:
         stub = jg.JobServiceStub(ch)
         sizes = [min(batch, n - i) for i in range(0, n, batch)]
         t0 = time.perf_counter()
@@ -91,7 +91,7 @@ async def enqueue_batched(api: str, queue: str, n: int, batch: int, concurrency:
 
 async def paced(api: str, queue: str, rate: float, seconds: float, delay_s: float) -> int:
     """Creates jobs at ``rate`` per second for ``seconds``; returns how many."""
-    async with grpc.aio.insecure_channel(api) as ch:
+    async with aio_channel(api) as ch:
         stub = jg.JobServiceStub(ch)
         n = int(rate * seconds)
         t0 = time.perf_counter()
@@ -142,6 +142,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)},
     )
     suite.start()
+    os.environ.update(suite.client_env())  # this process's channels: TLS with the suite's CA, its admin key
     try:
         api = suite.api_address
         plain = url.replace("postgresql+psycopg://", "postgresql://").replace(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -166,6 +167,7 @@ def run(args, pg: PostgresServer | None) -> dict:
         env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)},
     )
     suite.start()
+    os.environ.update(suite.client_env())  # this process's clients: TLS with the suite's CA, its admin key
     sampler = None
     try:
         plain = url.replace("postgresql+psycopg://", "postgresql://").replace(

@@ -16,6 +16,7 @@ with the server's log tail, because an integration test that silently does not r
 Fixtures of one topic's test modules (their plain helpers: gnomon_test_support.EtcdServer,
 ``gnomon_cancel_support``, ``gnomon_planner_support``, ``gnomon_fake_dispatcher``, ``gnomon_dlq_support``):
 
+    session_credentials                (autouse) one CA + admin key; GNOMON_CONFIG_FILE makes every client the admin
     etcd_server, client, prefix        an etcd of the module's own, a client on it, a key prefix (etcd client tests)
     cancel_env                         (JobService stub, engine, address) owning every shard (cancel/reschedule)
     planner_env                        (engine, ScheduleServicer) (planner tests)
@@ -53,13 +54,66 @@ from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
 from gnomon.api.dead_letter_servicer import DeadLetterServicer
 from gnomon.api.schedule_servicer import ScheduleServicer
+from gnomon.cli.suite_auth import SuiteCredentials, ensure_credentials
 from gnomon.common.config import DevServerSettings
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.devservers import EtcdCluster, PostgresServer, free_port
+from gnomon.sdk.connection import write_profile
 from gnomon_fake_dispatcher import FakeCluster, FakeDispatcher
-from gnomon_test_support import EtcdServer, etcd_binary, job_service, open_engine, own_shards, serving
+from gnomon_test_support import (
+    CREDENTIALS_ENV,
+    EtcdServer,
+    add_port,
+    etcd_binary,
+    job_service,
+    open_engine,
+    own_shards,
+    serving,
+)
 
 TEMPLATE_DB = "gnomon_template"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_credentials() -> Iterator[SuiteCredentials]:
+    """One set of credentials for the whole session (a development CA, the loopback server
+    certificate, a service token, an admin API key: :mod:`gnomon.cli.suite_auth`), and a client config
+    file whose current profile trusts that CA and sends that key (``GNOMON_CONFIG_FILE``), so every
+    SDK client, CLI subprocess and worker of the tests is the admin by default. Every suite
+    (``running_suite``) serves with them and adds the key to its database; in-process servers
+    (``serving``, ``add_port``) serve TLS with the same certificate."""
+    directory = tempfile.mkdtemp(prefix="gnomon-test-auth-")
+    creds = ensure_credentials(directory)
+    config = os.path.join(directory, "config.toml")
+    write_profile(config, "test", {"ca_file": creds.ca_file, "api_key_file": creds.admin_key_file})
+    saved = {k: os.environ.get(k) for k in (*_CLIENT_VARIABLES, CREDENTIALS_ENV)}
+    for k in _CLIENT_VARIABLES:
+        os.environ.pop(k, None)  # the developer's own settings must not leak into the tests
+    os.environ.update({"GNOMON_CONFIG_FILE": config, CREDENTIALS_ENV: directory})
+    try:
+        yield creds
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_CLIENT_VARIABLES = (
+    "GNOMON_CONFIG_FILE",
+    "GNOMON_PROFILE",
+    "GNOMON_API",
+    "GNOMON_NAMESPACE",
+    "GNOMON_API_KEY",
+    "GNOMON_API_KEY_FILE",
+    "GNOMON_TLS_CA_FILE",
+    "GNOMON_CLIENT_CERT_FILE",
+    "GNOMON_CLIENT_KEY_FILE",
+    "GNOMON_TLS_SERVER_NAME",
+    "GNOMON_INSECURE",
+)
 
 
 @pytest.fixture(scope="session")
@@ -266,7 +320,7 @@ async def fake():
     cluster = FakeCluster()
     wgrpc.add_WorkerServiceServicer_to_server(disp, server)
     cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server(cluster, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = add_port(server)
     await server.start()
     disp.address = f"127.0.0.1:{port}"
     disp.cluster = cluster

@@ -119,6 +119,33 @@ async def own_shards(engine, token: int, shards=(0,), owner: str = "A", region: 
         )
 
 
+CREDENTIALS_ENV = "GNOMON_TEST_CREDENTIALS_DIR"
+"""The variable naming the test session's credentials directory (a CA, the loopback server
+certificate, a service token and an admin API key: :mod:`gnomon.cli.suite_auth`), set by the session
+fixture ``session_credentials`` of ``tests/conftest.py``."""
+
+
+def session_credentials():
+    """The test session's :class:`gnomon.cli.suite_auth.SuiteCredentials` (None outside a session)."""
+    from gnomon.cli.suite_auth import ensure_credentials
+
+    directory = os.environ.get(CREDENTIALS_ENV)
+    return ensure_credentials(directory) if directory else None
+
+
+def add_port(server, address: str = "127.0.0.1:0") -> int:
+    """Adds a listening port to the (sync or aio) grpc ``server`` on ``address``: TLS with the
+    session's loopback certificate (what every client in the tests trusts), plaintext outside a
+    session. Returns the port."""
+    import grpc
+
+    creds = session_credentials()
+    if creds is None:
+        return server.add_insecure_port(address)
+    with open(creds.key_file, "rb") as k, open(creds.cert_file, "rb") as c:
+        return server.add_secure_port(address, grpc.ssl_server_credentials([(k.read(), c.read())]))
+
+
 @contextmanager
 def running_suite(pg_server, template: str | None, work_dir: Path | str | None, **kw) -> Iterator:
     """The whole suite as processes (:class:`gnomon.cli.suite.Suite`, not yet started if
@@ -128,12 +155,16 @@ def running_suite(pg_server, template: str | None, work_dir: Path | str | None, 
     With ``pg_server=None``: the suite starts its own PostgreSQL in a temp dir it owns (which the
     postgres OS user can traverse; pytest's tmp dirs are private). ``suite.work_dir`` is ``work_dir``,
     a place for the test's record files. ``suite_cls`` replaces :class:`Suite`; other keywords go to it.
+    Secure unless ``insecure=True``: with the session's credentials (:data:`CREDENTIALS_ENV`), so the
+    session's clients, which trust its CA and send its admin key, reach every suite.
     """
     from gnomon.cli.suite import Suite
     from gnomon.devservers import free_port
 
     start = kw.pop("start", True)
     suite_cls = kw.pop("suite_cls", Suite)
+    if not kw.get("insecure") and os.environ.get(CREDENTIALS_ENV):
+        kw.setdefault("credentials_dir", os.environ[CREDENTIALS_ENV])
     name = None
     if pg_server is not None:
         name = f"suite_{uuid.uuid4().hex[:12]}"
@@ -184,16 +215,26 @@ def decode(err) -> tuple:
 @asynccontextmanager
 async def serving(*services) -> AsyncIterator:
     """Serves ``(add_to_server, servicer, service name)`` triples in this event loop on a free port and
-    yields ``(channel, address)``: an open ``grpc.aio`` channel to it and its host:port."""
-    import grpc
-
+    yields ``(channel, address)``: an open ``grpc.aio`` channel to it and its host:port. TLS with the
+    session's certificate, but no authentication (every caller is the INSECURE principal), so the
+    session's clients (SDK, CLI) reach it as they reach a suite."""
     from gnomon.common.auth.authenticator import Authenticator
     from gnomon.common.rpc.server import GrpcServer
+    from gnomon.sdk.connection import aio_channel
 
-    server = GrpcServer("127.0.0.1:0", list(services), authenticator=Authenticator(None, insecure=True))
+    creds = session_credentials()
+    tls = None
+    if creds is not None:
+        from gnomon.common.auth.settings import TlsSettings
+        from gnomon.common.tls import server_credentials
+
+        tls = server_credentials(TlsSettings(cert_file=creds.cert_file, key_file=creds.key_file))
+    server = GrpcServer(
+        "127.0.0.1:0", list(services), authenticator=Authenticator(None, insecure=True), credentials=tls
+    )
     await server.start()
     await server.set_serving(True)
-    channel = grpc.aio.insecure_channel(server.address)
+    channel = aio_channel(server.address, insecure=creds is None)
     try:
         yield channel, server.address
     finally:

@@ -23,6 +23,8 @@ from datetime import timedelta
 import grpc
 import pytest
 
+from gnomon.sdk.connection import open_channel
+
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -238,7 +240,7 @@ def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(
 def _health(address: str) -> int | None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as ch:
+    with open_channel(address) as ch:
         try:
             return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
         except grpc.RpcError:

@@ -23,6 +23,7 @@ from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import regions
 from gnomon.common.storage.engine import run_transaction
 from gnomon.sdk import Client
+from gnomon.sdk.connection import open_channel
 from gnomon_test_support import open_engine, records, running_suite, sql, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -166,9 +167,8 @@ class grpc_channel:
     """A ScheduleService stub on a channel closed on exit."""
 
     def __init__(self, address: str):
-        import grpc
 
-        self.ch = grpc.insecure_channel(address)
+        self.ch = open_channel(address)
 
     def __enter__(self):
         return schedule_service_pb2_grpc.ScheduleServiceStub(self.ch)

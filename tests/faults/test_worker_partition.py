@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from gnomon.sdk.connection import open_channel
+
 FAULTS_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, FAULTS_DIR)
 
@@ -58,8 +60,6 @@ def late_result(address: str, job: str, attempt: int, version: int, token: int) 
     """Sends one SUCCEEDED result on a fresh Lease stream; returns the ack's (ok, reason)."""
     import queue as q
 
-    import grpc
-
     from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
     from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
 
@@ -81,7 +81,7 @@ def late_result(address: str, job: str, attempt: int, version: int, token: int) 
                 return
             yield item
 
-    with grpc.insecure_channel(address) as ch:
+    with open_channel(address) as ch:
         call = wgrpc.WorkerServiceStub(ch).Lease(reqs(), timeout=10)
         try:
             for msg in call:

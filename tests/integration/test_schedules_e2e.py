@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
+from gnomon.sdk.connection import open_channel
 from gnomon_test_support import records, running_suite, sql, wait_for
 
 pytestmark = pytest.mark.integration
@@ -36,7 +37,7 @@ def suite(pg_server, migrated_template, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stub(suite):
-    ch = grpc.insecure_channel(suite.api_address)
+    ch = open_channel(suite.api_address)
     yield schedule_service_pb2_grpc.ScheduleServiceStub(ch)
     ch.close()
 

@@ -18,6 +18,7 @@ import pytest
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
 from gnomon.sdk import Client
+from gnomon.sdk.connection import open_channel
 from gnomon_test_support import records, running_suite, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +48,7 @@ class RawStream:
 
     def __init__(self, address: str, timeout_s: float = 30.0):
         self.out: q.Queue = q.Queue()
-        self.channel = grpc.insecure_channel(address)
+        self.channel = open_channel(address)
         self.call = wgrpc.WorkerServiceStub(self.channel).Lease(self._reqs(), timeout=timeout_s)
 
     def _reqs(self):

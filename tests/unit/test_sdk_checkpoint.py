@@ -18,6 +18,7 @@ from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
 from gnomon.sdk import Cancelled, JobContext, Worker
 from gnomon.sdk.context import MAX_CHECKPOINT_BYTES
 from gnomon.sdk.outgoing import OutgoingBuffer
+from gnomon_test_support import add_port
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -106,7 +107,7 @@ async def fake():
     server = grpc.aio.server()
     disp = CheckpointDispatcher()
     wgrpc.add_WorkerServiceServicer_to_server(disp, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = add_port(server)
     await server.start()
     disp.address = f"127.0.0.1:{port}"
     try:

@@ -22,6 +22,7 @@ from gnomon._proto.gnomon.v1 import (
     job_service_pb2_grpc,
 )
 from gnomon.sdk import AsyncClient, Client, DispatcherInfo, GnomonError
+from gnomon_test_support import add_port
 
 UTC = UTC
 
@@ -100,7 +101,7 @@ def api():
     fake = FakeJobs()
     job_service_pb2_grpc.add_JobServiceServicer_to_server(fake, server)
     cluster_service_pb2_grpc.add_ClusterServiceServicer_to_server(fake, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = add_port(server)
     server.start()
     fake.address = f"127.0.0.1:{port}"
     yield fake

@@ -13,7 +13,7 @@ from gnomon.cli.render import shard_dict
 def shards(
     region: str | None = typer.Option(None, "--region", help="Region (default: the API's own)."),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON array."),
-    api: str = API,
+    api: str | None = API,
 ) -> None:
     """List every shard with its owner, etcd fencing token and the token recorded in the database."""
     rows = run(api, "default", lambda c: c.list_shards(region or ""), reason=False)

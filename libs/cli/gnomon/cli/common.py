@@ -16,8 +16,19 @@ __all__ = ["API", "NS", "JSON", "fail", "server_fail", "usage", "run", "print_pa
 
 T = TypeVar("T")
 
-API = typer.Option("127.0.0.1:7070", "--api", envvar="GNOMON_API", help="host:port of the Gnomon API.")
-NS = typer.Option("default", "--namespace", "-n", help="Namespace (tenant).")
+API = typer.Option(
+    None,
+    "--api",
+    help="host:port of the Gnomon API [default: GNOMON_API, else the profile's address, else 127.0.0.1:7070].",
+    show_default=False,
+)
+NS = typer.Option(
+    None,
+    "--namespace",
+    "-n",
+    help="Namespace (tenant) [default: GNOMON_NAMESPACE, else the profile's, else default].",
+    show_default=False,
+)
 JSON = typer.Option(False, "--json", help="Print JSON.")
 
 
@@ -50,17 +61,23 @@ def usage(msg: str) -> NoReturn:
 
 
 def run(
-    api: str,
-    namespace: str,
+    api: str | None,
+    namespace: str | None,
     fn: Callable[[Client], T],
     *,
     reason: bool = True,
     metadata: list[tuple[str, str]] | None = None,
 ) -> T:
-    """Calls ``fn(client)`` with a fresh :class:`~gnomon.sdk.Client` (sending ``metadata``); a server
-    error goes to :func:`server_fail` (or :func:`fail` when not ``reason``; exit 1), a local
-    ``ValueError``/``TypeError`` to :func:`usage` (exit 2)."""
-    with Client(api=api, namespace=namespace, metadata=metadata) as c:
+    """Calls ``fn(client)`` with a fresh :class:`~gnomon.sdk.Client` (sending ``metadata``; address,
+    namespace, TLS and API key resolved by :mod:`gnomon.sdk.connection` where ``api``/``namespace``
+    are None); a server error goes to :func:`server_fail` (or :func:`fail` when not ``reason``; exit
+    1), a local ``ValueError``/``TypeError`` (e.g. an unusable profile) to :func:`usage` (exit 2), an
+    unreadable credential file exits 2 too."""
+    try:
+        client = Client(api=api, namespace=namespace, metadata=metadata)
+    except (ValueError, OSError) as e:
+        usage(f"connection settings: {e}")
+    with client as c:
         try:
             return fn(c)
         except GnomonError as e:

@@ -9,7 +9,10 @@ Needs the development servers (:mod:`gnomon.devservers`, the ``gnomon[dev]`` ext
 * ``status.starting.json``: written from the moment the data dir exists until every service serves
   (``state: starting``; PostgreSQL and etcd as soon as they are up, services once spawned);
 * ``status.json``: the same document with ``state: ready`` once every service serves; both are
-  removed on exit.
+  removed on exit;
+* ``auth/``: the suite's CA, server certificate, service token and admin API key
+  (:mod:`gnomon.cli.suite_auth`). Once ready, profile ``dev`` of the user's client config file points
+  at them and becomes current (:mod:`gnomon.cli.dev_profile`), so client commands need no flags.
 
 ``gnomon dev status`` finds them through ``--data-dir``, through ``--api`` (every running
 ``gnomon dev`` registers ``<runtime dir>/gnomon/dev/<pid>.json`` with its API address), or through
@@ -185,6 +188,7 @@ def dev(
 def _run(
     api: str, demo: bool, dispatchers: int, region_list: list[str], data_dir: str, database_url: str
 ) -> None:
+    from gnomon.cli.dev_profile import install_dev_profile, usage_lines
     from gnomon.cli.suite import Suite
     from gnomon.devservers import DataDirNotReachableError, EmbeddedServerError
 
@@ -227,6 +231,11 @@ def _run(
         except (EmbeddedServerError, TimeoutError) as e:
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(1) from None
+        os.environ.update(suite.client_env())  # this process's clients (the demo) reach the suite as admin
+        try:
+            profile_lines = usage_lines(suite, install_dev_profile(suite))
+        except (OSError, ValueError) as e:
+            profile_lines = [f"warning: client profile not written: {e}"]
         write_status()  # ready: status.json first, then the starting file goes (no gap for readers)
         _remove(paths["starting"])
         for p in suite.procs:
@@ -242,6 +251,8 @@ def _run(
         for r in region_list[1:]:
             typer.echo(f"Gnomon API of region {r} listening on {suite.api_address_of(r)}")
         typer.echo(f"Gnomon API listening on {suite.api_address}  (logs: {suite.log_dir})")
+        for line in profile_lines:
+            typer.echo(line)
         typer.echo(
             f"try:  gnomon job create --api {suite.api_address} --queue demo --in 2s --payload '{{\"x\": 1}}'"
         )

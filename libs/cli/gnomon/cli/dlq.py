@@ -83,8 +83,8 @@ def list_(
         False, "--json", help="JSON lines, one dead letter (with attempts) per line."
     ),
     actor: str | None = ACTOR,
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """List dead letters, most recently finished first (prints the next page token to stderr)."""
     filters = _filters(queue, klass, error, since, until)
@@ -133,8 +133,8 @@ def replay(
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow the replayed jobs until they finish."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds the replay call may take."),
     actor: str | None = ACTOR,
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Replay dead letters as new jobs, rate-limited, then follow them (Ctrl-C stops following).
 
@@ -175,7 +175,11 @@ def replay(
 
 
 async def _follow(
-    api: str, namespace: str, metadata: list[tuple[str, str]], names: list[str], interval_s: float = 1.0
+    api: str | None,
+    namespace: str | None,
+    metadata: list[tuple[str, str]],
+    names: list[str],
+    interval_s: float = 1.0,
 ) -> None:
     """Polls the jobs ``names`` (GetJob, at most :data:`POLL_CONCURRENCY` at a time, finished ones
     no more) and prints a progress line every ``interval_s`` until all are finished."""
@@ -217,8 +221,8 @@ def audit(
     all_pages: bool = typer.Option(False, "--all", help="Follow page tokens to the end."),
     json_out: bool = typer.Option(False, "--json", help="JSON lines, one entry per line."),
     actor: str | None = ACTOR,
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Show the audit log (replays and dry runs), newest first."""
 

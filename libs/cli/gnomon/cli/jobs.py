@@ -45,8 +45,8 @@ def create(
         None, "--non-retryable", help="Error type never retried, e.g. ValueError (repeatable)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the whole job as JSON."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Create a one-time job; prints its resource name."""
     try:
@@ -91,8 +91,8 @@ def create(
 def get(
     name: str = typer.Argument(..., help="namespaces/{ns}/jobs/{id}, or just the id."),
     json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Show one job."""
     d = job_dict(run(api, namespace, lambda c: c.get_job(name), reason=False))
@@ -111,8 +111,8 @@ def list_(
     page_token: str = typer.Option("", "--page-token", help="Continue from a previous page."),
     all_pages: bool = typer.Option(False, "--all", help="Follow page tokens to the end."),
     json_out: bool = typer.Option(False, "--json", help="JSON lines, one job per line."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """List jobs, newest first, a page at a time (prints the next page token to stderr)."""
 
@@ -139,8 +139,8 @@ def cancel(
     expected_version: int | None = typer.Option(
         None, "--expected-version", help="Cancel only if the job is at this version."
     ),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Cancel a job; prints the outcome.
 
@@ -162,8 +162,8 @@ def reschedule(
     expected_version: int | None = typer.Option(
         None, "--expected-version", help="Reschedule only if the job is at this version."
     ),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Move a job not yet dispatched (SCHEDULED) to another time; prints its new schedule_time."""
     if (at is None) == (in_ is None):
@@ -188,8 +188,8 @@ def reschedule(
 def history(
     name: str = typer.Argument(..., help="namespaces/{ns}/jobs/{id}, or just the id."),
     json_out: bool = typer.Option(False, "--json", help="JSON lines, one attempt per line (every field)."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Show a job's attempts, oldest first: number, worker, fencing token, state, failure class, error.
 

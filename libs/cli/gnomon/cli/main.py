@@ -99,8 +99,14 @@ def _service_command(module: str) -> Callable[..., None]:
         listen: str | None = LISTEN,
         region: str | None = REGION,
     ) -> None:
+        from gnomon.common.rpc.server import InsecureRefused
+
         _env(database_url, etcd, listen, region)
-        importlib.import_module(module).main()
+        try:
+            importlib.import_module(module).main()
+        except InsecureRefused as e:  # a refusal by configuration: one line, no traceback
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
 
     return command
 

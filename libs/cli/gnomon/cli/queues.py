@@ -17,8 +17,8 @@ app = typer.Typer(help="Inspect queues (circuit breaker, retry budget, backlog).
 def get(
     queue: str = typer.Argument(..., help="Queue name, or namespaces/{ns}/queues/{queue}."),
     json_out: bool = typer.Option(False, "--json", help="Print as JSON."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Show one queue: breaker state, failure ratio, retry budget use, due jobs and the oldest one's wait."""
     d = queue_dict(run(api, namespace, lambda c: c.get_queue(queue), reason=False))
@@ -57,8 +57,8 @@ def limit(
         ..., "--rate", help="Dispatches per second shared by all dispatchers; 0 removes."
     ),
     burst: int = typer.Option(0, "--burst", help="Dispatches allowed at once (default: rate rounded up)."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Set (or with --rate 0 remove) a queue's dispatch rate limit; the backlog beyond it waits SCHEDULED."""
     q = run(api, namespace, lambda c: c.set_queue_rate_limit(queue, rate, burst), reason=False)

@@ -36,8 +36,8 @@ def trigger(
     name: str = typer.Argument(..., help="namespaces/{ns}/schedules/{id}, or just the id."),
     overlap: str | None = typer.Option(None, "--overlap", help="Overlap policy for this run."),
     json_out: bool = JSON,
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Run a schedule now as an extra occurrence; prints the decision and the job."""
     policy = choice(overlap, OVERLAPS, "--overlap")
@@ -55,8 +55,8 @@ def backfill(
     end: str = typer.Option(..., "--end", help="RFC 3339, exclusive, not after now."),
     overlap: str | None = typer.Option(None, "--overlap", help="Overlap policy of the backfilled runs."),
     json_out: bool = typer.Option(False, "--json", help="JSON lines, one record per line."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Plan the rule's nominal times in [start, end) again as BACKFILL occurrences."""
     t0, t1, policy = (
@@ -80,8 +80,8 @@ def history(
     ),
     limit: int = typer.Option(100, "--limit", help="At most this many records (newest first)."),
     json_out: bool = typer.Option(False, "--json", help="JSON lines, one record per line."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Show a schedule's occurrence records, newest first.
 
@@ -141,8 +141,8 @@ def preview(
         help="How many fire times (1-1000); skipped DST-gap times are listed too but not counted.",
     ),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON array."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Show the next fire times of a rule or a saved schedule (nothing is saved).
 

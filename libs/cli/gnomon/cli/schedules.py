@@ -95,8 +95,8 @@ def create(
     idempotent: bool = typer.Option(False, "--idempotent", help="The occurrence jobs are idempotent."),
     request_id: str | None = typer.Option(None, "--request-id", help="UUID for an idempotent create."),
     json_out: bool = JSON,
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Create a recurring schedule; prints its resource name."""
     kwargs = dict(
@@ -130,8 +130,8 @@ def create(
 def get(
     name: str = typer.Argument(..., help="namespaces/{ns}/schedules/{id}, or just the id."),
     json_out: bool = JSON,
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Show one schedule."""
     _print_schedule(run(api, namespace, lambda c: c.get_schedule(name)), json_out)
@@ -145,8 +145,8 @@ def list_(
     page_token: str = typer.Option("", "--page-token", help="Continue from a previous page."),
     all_pages: bool = typer.Option(False, "--all", help="Follow page tokens to the end."),
     json_out: bool = typer.Option(False, "--json", help="JSON lines, one schedule per line."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """List schedules by id, a page at a time (prints the next page token to stderr)."""
 
@@ -193,8 +193,8 @@ def update(
     max_attempts: int | None = typer.Option(None, "--max-attempts", help="Per occurrence, 1-100."),
     etag: str | None = typer.Option(None, "--etag", help="Update only if the schedule is at this etag."),
     json_out: bool = JSON,
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Change the given fields of a schedule (only those); prints the new version."""
     fields = dict(rule(cron, rrule, every, required=False))
@@ -229,8 +229,8 @@ def update(
 def delete(
     name: str = typer.Argument(..., help="namespaces/{ns}/schedules/{id}, or just the id."),
     etag: str | None = typer.Option(None, "--etag", help="Delete only if the schedule is at this etag."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Delete a schedule and its not-yet-dispatched future occurrence jobs."""
     n = run(api, namespace, lambda c: c.delete_schedule(name, etag=etag))
@@ -240,8 +240,8 @@ def delete(
 @app.command()
 def pause(
     name: str = typer.Argument(..., help="namespaces/{ns}/schedules/{id}, or just the id."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Pause a schedule (nothing more is planned)."""
     s = run(api, namespace, lambda c: c.pause_schedule(name))
@@ -251,8 +251,8 @@ def pause(
 @app.command()
 def resume(
     name: str = typer.Argument(..., help="namespaces/{ns}/schedules/{id}, or just the id."),
-    api: str = API,
-    namespace: str = NS,
+    api: str | None = API,
+    namespace: str | None = NS,
 ) -> None:
     """Resume a schedule (times missed while paused are recorded SKIPPED_PAUSED, never caught up)."""
     s = run(api, namespace, lambda c: c.resume_schedule(name))

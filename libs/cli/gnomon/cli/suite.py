@@ -29,7 +29,15 @@ from urllib.parse import urlsplit
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from gnomon.cli.suite_auth import (
+    PROFILE_FILE,
+    SuiteCredentials,
+    bootstrap_admin,
+    ensure_credentials,
+    write_suite_profile,
+)
 from gnomon.common.config import DevServerSettings
+from gnomon.sdk.connection import resolve
 
 if TYPE_CHECKING:
     from gnomon.devservers import EtcdCluster, PostgresServer
@@ -82,10 +90,24 @@ class Proc:
         }
 
 
-def wait_healthy(address: str, timeout_s: float = 30.0, service: str = "") -> None:
-    """Blocks until ``grpc.health.v1`` at ``address`` says SERVING; raises ``TimeoutError``."""
+def wait_healthy(
+    address: str,
+    timeout_s: float = 30.0,
+    service: str = "",
+    *,
+    ca_file: str | None = None,
+    insecure: bool | None = None,
+) -> None:
+    """Blocks until ``grpc.health.v1`` at ``address`` says SERVING; raises ``TimeoutError``. Over TLS
+    trusting ``ca_file``; plaintext when ``insecure``; else as the client settings say
+    (:func:`gnomon.sdk.connection.resolve`: environment, then profile). Health needs no credential."""
     deadline = time.monotonic() + timeout_s
-    with grpc.insecure_channel(address) as ch:
+    if ca_file is not None:
+        with open(ca_file, "rb") as f:
+            channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(f.read()))
+    else:
+        channel = resolve(address, insecure=insecure).channel()
+    with channel as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             try:
@@ -112,6 +134,13 @@ class Suite:
     ``on_progress``: called with the suite and a step name (``"dir"``, ``"postgres"``, ``"migrated"``,
     ``"etcd"``, ``"spawned"``) as :meth:`start` goes, so ``gnomon dev`` can report "starting".
 
+    Secure by default: the services serve TLS with a development CA's loopback certificate and
+    authenticate every call (:mod:`gnomon.cli.suite_auth`); the credentials live in
+    ``<base_dir>/auth`` (or ``credentials_dir``, made once and shared by several suites), the admin's
+    API key is added to the database after the migrations, and ``<base_dir>/auth/profile.toml`` is a
+    client config file for the suite (``GNOMON_CONFIG_FILE``). ``insecure``: plaintext, no
+    authentication (``GNOMON_INSECURE=true``).
+
     A given ``base_dir`` that holds a previous suite is reused: the PostgreSQL cluster and its
     ``gnomon`` database, and the etcd member (on its recorded ports); migrations are re-run (they
     are idempotent).
@@ -129,6 +158,10 @@ class Suite:
     etcd: EtcdCluster | None = None
     procs: list[Proc] = field(default_factory=list)
     on_progress: Callable[[Suite, str], None] | None = None
+    credentials_dir: str | None = None
+    insecure: bool = False
+    credentials: SuiteCredentials | None = None
+    profile_file: str | None = None
 
     def start(self) -> Suite:
         """Starts servers, migrates, starts api, planner, dispatcher(s), reaper; waits until healthy.
@@ -146,6 +179,8 @@ class Suite:
         os.chmod(self.base_dir, 0o755)  # the PostgreSQL server runs as OS user postgres and must traverse it
         self.log_dir = os.path.join(self.base_dir, "logs")
         os.makedirs(self.log_dir, exist_ok=True)
+        if not self.insecure:
+            self.credentials = ensure_credentials(self.credentials_dir or os.path.join(self.base_dir, "auth"))
         self._progress("dir")
         if self.database_url is None:
             self.pg = PostgresServer(
@@ -155,6 +190,8 @@ class Suite:
             # exist_ok: a restart on the same base_dir reuses the database (migrations are idempotent)
             self.database_url = self.pg.create_database("gnomon", exist_ok=True)
         upgrade(self.database_url)
+        if self.credentials is not None:
+            bootstrap_admin(self.database_url, self.credentials)
         self._progress("migrated")
         self.etcd = EtcdCluster(1, os.path.join(self.base_dir, "etcd")).start()
         self._progress("etcd")
@@ -166,9 +203,23 @@ class Suite:
             self.start_service("planner", env=env)
             self.start_service("reaper", env=env)
         self._progress("spawned")
+        ca = self.credentials.ca_file if self.credentials else None
         for p in self.procs:
-            wait_healthy(p.address)
+            wait_healthy(p.address, ca_file=ca, insecure=ca is None or None)
+        auth_dir = os.path.join(self.base_dir, "auth")
+        os.makedirs(auth_dir, mode=0o700, exist_ok=True)
+        self.profile_file = write_suite_profile(
+            os.path.join(auth_dir, PROFILE_FILE), self.api_address, self.credentials
+        )
         return self
+
+    def client_env(self) -> dict[str, str]:
+        """The ``GNOMON_*`` variables that make a client (SDK, CLI, worker) reach this suite's API as
+        its admin (TLS with its CA, its admin key), or plaintext for an insecure suite."""
+        address = {"GNOMON_API": self.api_address} if self.procs else {}
+        if self.credentials is None:
+            return {**address, "GNOMON_INSECURE": "true"}
+        return {**address, **self.credentials.client_env()}
 
     def _progress(self, step: str) -> None:
         if self.on_progress is not None:
@@ -208,6 +259,10 @@ class Suite:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if self.credentials is not None:
+            env.update(self.credentials.service_env())
+        else:
+            env.update({"GNOMON_INSECURE": "true", "GNOMON_TLS_CERT_FILE": "", "GNOMON_TLS_KEY_FILE": ""})
         env.update({k: str(v) for k, v in self.env.items()})
         return env
 
@@ -244,7 +299,8 @@ class Suite:
         extra: list[str] | None = None,
     ) -> Proc:
         """Starts ``gnomon worker`` for ``handler`` (module:function) as a child process, registered
-        with the watchdog like the services."""
+        with the watchdog like the services, authenticated as the suite's admin (:meth:`client_env`;
+        ``env`` may override it)."""
         n = sum(1 for p in self.procs if p.role == "worker")
         log_path = os.path.join(self.log_dir, f"worker-{n}.log")
         args = [
@@ -261,7 +317,7 @@ class Suite:
             *sum((["--queue", q] for q in queues), []),
             *(extra or []),
         ]
-        e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        e = dict(os.environ, PYTHONUNBUFFERED="1", **self.client_env(), **(env or {}))
         with open(log_path, "ab") as logf:
             popen = subprocess.Popen(
                 args, env=e, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
@@ -349,7 +405,8 @@ class Suite:
         """Writes :meth:`status`, :meth:`servers` and endpoints as JSON to ``path`` (atomically: a
         reader never sees a partial file). ``pid`` is this (the suite owner's) process; ``state`` is
         ``"starting"`` or ``"ready"``; ``api`` is the first region's API address (the one asked for
-        while starting)."""
+        while starting); ``insecure``, ``ca_file``, ``api_key_file`` and ``profile`` (the client
+        config file ``auth/profile.toml``, None until ready) say how to connect."""
         has_api = any(p.role == "api" for p in self.procs)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -364,6 +421,10 @@ class Suite:
                     "servers": self.servers(),
                     "database_url": self.database_url,
                     "etcd": self.etcd.endpoints if self.etcd else [],
+                    "insecure": self.insecure,
+                    "ca_file": self.credentials.ca_file if self.credentials else None,
+                    "api_key_file": self.credentials.admin_key_file if self.credentials else None,
+                    "profile": self.profile_file,
                 },
                 f,
                 indent=2,

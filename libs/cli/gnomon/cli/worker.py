@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 
+from gnomon.cli.common import API, NS, usage
 from gnomon.sdk import JobContext
 
 
@@ -28,8 +29,8 @@ def worker(
     queue: list[str] = typer.Option(..., "--queue", "-q", help="Queue to serve (repeatable)."),
     handler: str = typer.Option(..., "--handler", help="module:function; sync or async, takes a JobContext."),
     concurrency: int = typer.Option(16, "--concurrency", "-c", help="Attempts run at once."),
-    api: str = typer.Option("127.0.0.1:7070", "--api", envvar="GNOMON_API", help="host:port of the API."),
-    namespace: str = typer.Option("default", "--namespace", "-n"),
+    api: str | None = API,
+    namespace: str | None = NS,
     worker_id: str | None = typer.Option(None, "--worker-id"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print each attempt as it starts and ends."),
 ) -> None:
@@ -42,14 +43,17 @@ def worker(
         if verbose:
             typer.echo(f"{kind:9} {ctx.job} attempt {ctx.attempt}", err=False)
 
-    w = Worker(
-        queues=list(queue),
-        handler=fn,
-        api=api,
-        namespace=namespace,
-        concurrency=concurrency,
-        worker_id=worker_id,
-        on_event=on_event if verbose else None,
-    )
-    typer.echo(f"worker serving {', '.join(queue)} via {api} (concurrency {concurrency})")
+    try:
+        w = Worker(
+            queues=list(queue),
+            handler=fn,
+            api=api,
+            namespace=namespace,
+            concurrency=concurrency,
+            worker_id=worker_id,
+            on_event=on_event if verbose else None,
+        )
+    except (ValueError, OSError) as e:
+        usage(str(e))
+    typer.echo(f"worker serving {', '.join(queue)} via {w.api} (concurrency {concurrency})")
     w.run()

@@ -53,6 +53,16 @@ class EtcdSettings(BaseSettings):
     endpoints: str = Field(default="127.0.0.1:2379", description="Comma-separated host:port list.")
     lease_ttl_s: int = Field(default=10, ge=2, le=300, description="Shard-ownership lease TTL, seconds.")
     prefix: str = Field(default="/gnomon", description="Key prefix for all Gnomon keys.")
+    ca_file: str = Field(
+        default="", description="PEM CA bundle of etcd's server certificates; set: TLS to etcd."
+    )
+    cert_file: str = Field(
+        default="", description="PEM client certificate for etcd (with key_file); implies TLS."
+    )
+    key_file: str = Field(default="", description="PEM private key of cert_file.")
+    username: str = Field(default="", description="etcd user (etcd auth enabled); needs TLS and a password.")
+    password: str = Field(default="", description="Password of username (or password_file).")
+    password_file: str = Field(default="", description="File holding the password of username.")
 
     @property
     def endpoint_list(self) -> list[str]:
@@ -404,11 +414,32 @@ class FaultSettings(BaseSettings):
 
 
 class ClientSettings(BaseSettings):
-    """Defaults of the ``gnomon`` client commands (``GNOMON_API``, ``GNOMON_ACTOR``)."""
+    """Connection of the SDK, the ``gnomon`` client commands and workers. Read by
+    :mod:`gnomon.sdk.connection` (which overrides the selected config-file profile with them); listed
+    here so the start-up check knows them. The CA bundle is ``GNOMON_TLS_CA_FILE`` and plaintext is
+    ``GNOMON_INSECURE``, as for the services."""
 
     model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="forbid")
 
-    api: str = Field(default="127.0.0.1:7070", description="host:port of the Gnomon API the CLI talks to.")
+    api: str = Field(
+        default="", description="host:port of the Gnomon API; empty: the profile's, else 127.0.0.1:7070."
+    )
+    namespace: str = Field(
+        default="", description="Namespace of client calls; empty: the profile's, else default."
+    )
+    api_key: str = Field(default="", description="API key (gnk_...) sent as 'authorization: Bearer'.")
+    api_key_file: str = Field(default="", description="File holding the API key (instead of api_key).")
+    client_cert_file: str = Field(
+        default="", description="PEM client certificate (mTLS), with client_key_file."
+    )
+    client_key_file: str = Field(default="", description="PEM private key of client_cert_file.")
+    tls_server_name: str = Field(
+        default="", description="Name the server certificate must carry, when it is not the address's host."
+    )
+    config_file: str = Field(
+        default="", description="Client config file of profiles; empty: $XDG_CONFIG_HOME/gnomon/config.toml."
+    )
+    profile: str = Field(default="", description="Profile of the config file to use; empty: its 'current'.")
     actor: str = Field(
         default="", description="Who runs dead-letter commands, for the audit log; empty: the login name."
     )

@@ -1,4 +1,6 @@
-"""TLS material of the servers and of service-to-service calls (``GNOMON_TLS_*``).
+"""TLS material of the servers and of service-to-service calls (``GNOMON_TLS_*``): the listeners'
+credentials (:func:`server_credentials`) and those a service calls another with
+(:func:`service_channel_credentials`, for hints).
 
 Server certificates are re-read when their files change (gRPC asks for the configuration at every
 new connection handshake; the files' modification times are compared), so rotating a certificate is
@@ -12,7 +14,7 @@ import threading
 
 import grpc
 
-from gnomon.common.auth.settings import TlsSettings
+from gnomon.common.auth.settings import AuthSettings, InsecureSettings, TlsSettings
 
 
 def _read(path: str) -> bytes:
@@ -69,3 +71,25 @@ def server_credentials(settings: TlsSettings | None = None) -> grpc.ServerCreden
         fetch,  # type: ignore[arg-type]
         require_client_authentication=s.client_auth == "require",
     )
+
+
+def service_channel_credentials(
+    tls: TlsSettings | None = None, auth: AuthSettings | None = None, insecure: bool | None = None
+) -> grpc.ChannelCredentials | None:
+    """Credentials a service calls another Gnomon service with: None (plaintext) when ``insecure``
+    (default ``GNOMON_INSECURE``); else TLS trusting ``GNOMON_TLS_CA_FILE`` (the system roots when
+    empty), with the service token of ``GNOMON_AUTH_SERVICE_TOKEN_FILE`` as ``authorization: Bearer``
+    call credentials when that is set. Raises ``OSError`` for an unreadable file."""
+    if insecure is None:
+        insecure = InsecureSettings().insecure
+    if insecure:
+        return None
+    t, a = tls or TlsSettings(), auth or AuthSettings()
+    creds = grpc.ssl_channel_credentials(_read(t.ca_file) if t.ca_file else None)
+    if not a.service_token_file:
+        return creds
+    with open(a.service_token_file) as f:
+        token = f.read().strip()
+    if not token:
+        return creds
+    return grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))

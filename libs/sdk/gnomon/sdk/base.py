@@ -21,14 +21,15 @@ from gnomon._proto.gnomon.v1 import (
     schedule_service_pb2_grpc,
 )
 
+from .connection import DEFAULT_ADDRESS, resolve
 from .errors import GnomonError
 
 __all__ = ["ClientBase", "paginate", "DEFAULT_API", "Payload", "Span"]
 
 T = TypeVar("T")
 
-#: Where the API listens by default (``gnomon dev``).
-DEFAULT_API = "127.0.0.1:7070"
+#: Where the API listens by default (``gnomon dev``), when no profile or variable says otherwise.
+DEFAULT_API = DEFAULT_ADDRESS
 
 #: A job payload: ``bytes`` (sent unchanged), ``str`` (UTF-8) or ``dict``/``list`` (compact JSON).
 Payload = bytes | bytearray | str | dict[str, Any] | list[Any] | None
@@ -41,30 +42,38 @@ def _stub(factory: Callable[[grpc.aio.Channel], T], channel: grpc.aio.Channel) -
 
 
 class ClientBase:
-    """Connection state of an :class:`~gnomon.sdk.AsyncClient` (arguments: see there).
+    """Connection state of an :class:`~gnomon.sdk.AsyncClient` (arguments: see there); ``connection``
+    is the resolved :class:`~gnomon.sdk.connection.Connection`.
 
     Create it inside a running event loop (``grpc.aio`` binds the channel to it).
     """
 
     def __init__(
         self,
-        api: str = DEFAULT_API,
-        namespace: str = "default",
+        api: str | None = None,
+        namespace: str | None = None,
         *,
         timeout: float | None = 30.0,
         credentials: grpc.ChannelCredentials | None = None,
         metadata: list[tuple[str, str]] | None = None,
         channel_options: list[tuple[str, object]] | None = None,
+        api_key: str | None = None,
+        insecure: bool | None = None,
+        profile: str | None = None,
     ) -> None:
-        self.api = api
-        self.namespace = namespace.removeprefix("namespaces/")
+        conn = resolve(api, namespace, api_key=api_key, insecure=insecure, profile=profile)
+        self.connection = conn
+        self.api = conn.address
+        self.namespace = conn.namespace
         self.timeout = timeout
         self._metadata = tuple(metadata or ())
         opts = list(channel_options or ())
         if credentials is None:
-            self._channel = grpc.aio.insecure_channel(api, options=opts)
+            self._channel = conn.aio_channel(options=opts)
         else:
-            self._channel = grpc.aio.secure_channel(api, credentials, options=opts)
+            self._channel = grpc.aio.secure_channel(
+                conn.address, credentials, options=[*conn.options(), *opts]
+            )
         self._jobs = _stub(job_service_pb2_grpc.JobServiceStub, self._channel)
         self._cluster = _stub(cluster_service_pb2_grpc.ClusterServiceStub, self._channel)
         self._queues = _stub(queue_service_pb2_grpc.QueueServiceStub, self._channel)

@@ -15,7 +15,7 @@ import functools
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from types import TracebackType
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 
@@ -41,12 +41,22 @@ class AsyncClient(JobsClient, SchedulesClient, DeadLettersClient, QueuesClient, 
     ``AccessService``).
 
     Args:
-        api: ``host:port`` of the API server.
-        namespace: tenant namespace id (``"default"``) or ``"namespaces/<id>"``.
+        api: ``host:port`` of the API server; None: ``GNOMON_API``, else the profile's ``address``,
+            else ``127.0.0.1:7070`` (:mod:`gnomon.sdk.connection`).
+        namespace: tenant namespace id or ``"namespaces/<id>"``; None: ``GNOMON_NAMESPACE``, else the
+            profile's, else ``"default"``.
         timeout: per-call deadline in seconds (``None``: no deadline).
-        credentials: ``grpc.ChannelCredentials`` for TLS; ``None`` -> plaintext.
-        metadata: extra call metadata (e.g. auth headers, ``x-gnomon-actor``) sent with every RPC.
+        credentials: ``grpc.ChannelCredentials`` to use as they are; ``None`` -> TLS and API key as
+            :func:`gnomon.sdk.connection.resolve` finds them (plaintext only when ``insecure``).
+        metadata: extra call metadata sent with every RPC.
         channel_options: extra ``grpc`` channel options.
+        api_key: the API key (``gnk_...``) sent as ``authorization: Bearer``; None: ``GNOMON_API_KEY``,
+            ``GNOMON_API_KEY_FILE``, else the profile's ``api_key``/``api_key_file``.
+        insecure: True: plaintext, no key sent; None: ``GNOMON_INSECURE``, else the profile's.
+        profile: the config-file profile to read; None: ``GNOMON_PROFILE``, else the file's ``current``.
+
+    Raises ``ValueError`` for an unusable profile or config file, ``OSError`` for an unreadable CA,
+    certificate or key file.
 
     Every method is a coroutine, except the ``list_*`` iterators (``list_jobs``, ``list_schedules``,
     ``list_schedule_occurrences``, ``list_dead_letters``, ``list_audit_entries``), which return async
@@ -94,22 +104,8 @@ def _iterating(
     return call
 
 
-async def _open(
-    api: str,
-    namespace: str,
-    timeout: float | None,
-    credentials: grpc.ChannelCredentials | None,
-    metadata: list[tuple[str, str]] | None,
-    channel_options: list[tuple[str, object]] | None,
-) -> AsyncClient:
-    return AsyncClient(
-        api,
-        namespace,
-        timeout=timeout,
-        credentials=credentials,
-        metadata=metadata,
-        channel_options=channel_options,
-    )
+async def _open(**kwargs: Any) -> AsyncClient:
+    return AsyncClient(**kwargs)
 
 
 class Client:
@@ -129,18 +125,31 @@ class Client:
 
     def __init__(
         self,
-        api: str = DEFAULT_API,
-        namespace: str = "default",
+        api: str | None = None,
+        namespace: str | None = None,
         *,
         timeout: float | None = 30.0,
         credentials: grpc.ChannelCredentials | None = None,
         metadata: list[tuple[str, str]] | None = None,
         channel_options: list[tuple[str, object]] | None = None,
+        api_key: str | None = None,
+        insecure: bool | None = None,
+        profile: str | None = None,
     ) -> None:
-        self._portal = Portal(name=f"gnomon-client-{api}")
+        self._portal = Portal(name=f"gnomon-client-{api or 'profile'}")
         try:
             self._async = self._portal.call(
-                _open(api, namespace, timeout, credentials, metadata, channel_options)
+                _open(
+                    api=api,
+                    namespace=namespace,
+                    timeout=timeout,
+                    credentials=credentials,
+                    metadata=metadata,
+                    channel_options=channel_options,
+                    api_key=api_key,
+                    insecure=insecure,
+                    profile=profile,
+                )
             )
         except BaseException:
             self._portal.stop()

@@ -37,6 +37,7 @@ import grpc
 
 from . import convert
 from .attempts import QUEUED, Attempt, WorkerIdentity
+from .connection import resolve
 from .context import JobContext
 from .discovery import discover
 from .errors import GnomonError
@@ -76,8 +77,8 @@ class Worker:
             ``def handler(ctx)`` (runs in a thread pool of ``concurrency`` threads). ``ctx`` is a
             :class:`~gnomon.sdk.JobContext`. Returning = success (the value is ignored); raising =
             failure, classified by ``exception_classes`` (see below).
-        api: ``host:port`` of the API, used for dispatcher discovery.
-        namespace: tenant namespace id (``"default"``) or ``"namespaces/<id>"``.
+        api: ``host:port`` of the API (dispatcher discovery); namespace: tenant namespace id. None:
+            as for :class:`~gnomon.sdk.AsyncClient` (environment, then profile).
         concurrency: max handlers running at once in this worker (1-10000). Each dispatcher
             stream is also granted this many credits, so up to
             ``concurrency x dispatchers`` assignments may be held (the surplus waits, unstarted, in
@@ -98,13 +99,14 @@ class Worker:
             it raises are logged and ignored.
         region: region passed to ``ListDispatchers`` ("" = the API's region).
         discovery_interval: seconds between discovery refreshes (default 2).
-        credentials: ``grpc.ChannelCredentials`` for TLS to the API and dispatchers; ``None`` ->
-            plaintext.
-        metadata: extra call metadata (e.g. auth) for discovery and lease streams.
+        credentials: ``grpc.ChannelCredentials`` for the API and dispatchers, used as they are;
+            ``None`` -> TLS and API key as :func:`gnomon.sdk.connection.resolve` finds them
+            (plaintext only when ``insecure``).
+        metadata: extra call metadata (discovery, lease streams); api_key, insecure, profile: see Client.
 
     Raises:
         ValueError, TypeError: invalid arguments (no queue, concurrency out of range,
-            handler not callable, unknown failure class).
+            handler not callable, unknown failure class) or an unusable profile/config file.
 
     Lifecycle: :meth:`run` (blocking, installs SIGTERM/SIGINT handlers) or ``await``
     :meth:`run_async`; :meth:`stop` (any thread) starts the graceful drain -- a second
@@ -116,8 +118,8 @@ class Worker:
         queues: list[str] | str,
         handler: Handler,
         *,
-        api: str = "127.0.0.1:7070",
-        namespace: str = "default",
+        api: str | None = None,
+        namespace: str | None = None,
         concurrency: int = 16,
         worker_id: str | None = None,
         dispatchers: list[str] | None = None,
@@ -129,6 +131,9 @@ class Worker:
         discovery_interval: float = 2.0,
         credentials: grpc.ChannelCredentials | None = None,
         metadata: list[tuple[str, str]] | None = None,
+        api_key: str | None = None,
+        insecure: bool | None = None,
+        profile: str | None = None,
     ) -> None:
         if isinstance(queues, str):
             queues = [queues]
@@ -143,8 +148,8 @@ class Worker:
             raise ValueError("dispatchers, when given, must list at least one host:port")
         self.queues = queues
         self.handler = handler
-        self.api = api
-        self.namespace = namespace.removeprefix("namespaces/")
+        self.connection = resolve(api, namespace, api_key=api_key, insecure=insecure, profile=profile)
+        self.api, self.namespace = self.connection.address, self.connection.namespace
         self.concurrency = concurrency
         self.worker_id = worker_id or _default_worker_id()
         self.static_dispatchers = list(dispatchers) if dispatchers is not None else None
@@ -152,8 +157,7 @@ class Worker:
         for t in self.exception_classes:
             if not (isinstance(t, type) and issubclass(t, BaseException)):
                 raise TypeError(f"exception_classes keys must be exception types, got {t!r}")
-        self.drain_timeout = float(drain_timeout)
-        self.ack_timeout = float(ack_timeout)
+        self.drain_timeout, self.ack_timeout = float(drain_timeout), float(ack_timeout)
         self.on_event = on_event
         self.region = region
         self.discovery_interval = float(discovery_interval)
@@ -394,10 +398,12 @@ class Worker:
     # -- sessions / discovery -----------------------------------------------------------------
 
     def _make_channel(self, address: str) -> grpc.aio.Channel:
-        opts = [("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)]
+        opts: list[tuple[str, Any]] = [("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES)]
         if self._credentials is None:
-            return grpc.aio.insecure_channel(address, options=opts)
-        return grpc.aio.secure_channel(address, self._credentials, options=opts)
+            return self.connection.aio_channel(address, options=opts)
+        return grpc.aio.secure_channel(
+            address, self._credentials, options=[*self.connection.options(), *opts]
+        )
 
     def _open_session(self, address: str, *, static: bool) -> None:
         session = DispatcherSession(self._port, self._identity, address, static=static)

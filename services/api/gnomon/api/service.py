@@ -109,7 +109,7 @@ def build(
 ) -> ApiService:
     """Constructs the API from its settings (nothing starts yet)."""
     engine = make_engine(db)
-    etcd = EtcdClient(etcd_s.endpoint_list)
+    etcd = EtcdClient.from_settings(etcd_s)
     hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
     planner_hints = PlannerHints(etcd, etcd_s.prefix, cluster.region)
     quotas = QuotaGuard(engine)

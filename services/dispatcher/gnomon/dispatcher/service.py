@@ -138,7 +138,7 @@ def build(
     engine = make_engine(
         db, session_options={"idle_in_transaction_session_timeout": settings.idle_in_transaction_timeout_ms}
     )
-    etcd = EtcdClient(etcd_s.endpoint_list)
+    etcd = EtcdClient.from_settings(etcd_s)
     registry = SessionRegistry()
     writes = WriteBatcher(engine, settings.write_batch)
     wake = asyncio.Event()  # new credits, hints, gained shards, a breaker letting claims resume

@@ -146,7 +146,7 @@ def build(
         pool_size=3,
         session_options={"idle_in_transaction_session_timeout": settings.idle_in_transaction_timeout_ms},
     )
-    etcd = EtcdClient(etcd_s.endpoint_list)
+    etcd = EtcdClient.from_settings(etcd_s)
     hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
     planner = Planner(engine, settings, region=cluster.region, shards=cluster.shards, hint=hints.wake)
     server = secure_server(

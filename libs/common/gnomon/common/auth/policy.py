@@ -35,18 +35,18 @@ class Scope(StrEnum):
 class Rule:
     """``permission`` required in the namespace ``scope`` gives; ``mutating`` calls are audited;
     ``field``: dotted request field holding the namespace or a name under it (NAMESPACE scope,
-    when the request has neither ``parent`` nor ``name``); ``optional``: an empty ``name`` means the
-    call reads no namespace (any authenticated caller may make it)."""
+    when the request has neither ``parent`` nor ``name``); ``optional_name``: an empty ``name`` reads
+    nothing stored (PreviewSchedule of an unsaved rule), so any authenticated caller may send it."""
 
     permission: P | None
     scope: Scope
     mutating: bool = False
     field: str = ""
-    optional: bool = False
+    optional_name: bool = False
 
 
-def _ns(permission: P, *, mutating: bool = False, field: str = "", optional: bool = False) -> Rule:
-    return Rule(permission, Scope.NAMESPACE, mutating, field, optional)
+def _ns(permission: P, *, mutating: bool = False, field: str = "", optional_name: bool = False) -> Rule:
+    return Rule(permission, Scope.NAMESPACE, mutating, field, optional_name)
 
 
 def _cluster(permission: P, *, mutating: bool = False) -> Rule:
@@ -75,8 +75,7 @@ _METHODS: dict[str, dict[str, Rule]] = {
         "ResumeSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
         "TriggerSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
         "BackfillSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
-        # a preview of a rule (no name) reads nothing of any namespace
-        "PreviewSchedule": _ns(P.SCHEDULES_READ, optional=True),
+        "PreviewSchedule": _ns(P.SCHEDULES_READ, optional_name=True),
         "ListScheduleOccurrences": _ns(P.SCHEDULES_READ),
     },
     "gnomon.v1.QueueService": {

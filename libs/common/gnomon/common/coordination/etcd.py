@@ -34,6 +34,8 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from gnomon._proto.etcd.api import kv_pb2, rpc_pb2, rpc_pb2_grpc
+from gnomon.common.config import EtcdSettings
+from gnomon.common.coordination.etcd_auth import TokenPlugin, etcd_credentials
 from gnomon.common.coordination.etcd_types import (
     EtcdCompactedError,
     EtcdError,
@@ -80,10 +82,13 @@ class EtcdClient:
     """An asyncio etcd v3 client (one ``grpc.aio`` channel; create and use it inside one event loop).
 
     Args:
-        endpoints: etcd client addresses as ``"host:port"`` (no scheme, plaintext). One endpoint is used
+        endpoints: etcd client addresses as ``"host:port"`` (no scheme). One endpoint is used
             as the gRPC target as is. Several endpoints must be IP literals of one family and become the
             target ``"ipv4:h1:p1,h2:p2"`` (or ``ipv6:``) with the ``round_robin`` load-balancing policy.
         timeout: gRPC deadline in seconds for every unary call and for each keepalive round trip.
+        credentials: TLS (and etcd user token) credentials, None for plaintext; ``token``: the
+            :class:`~gnomon.common.coordination.etcd_auth.TokenPlugin` inside them, told when etcd
+            refuses its token. :meth:`from_settings` builds both from ``GNOMON_ETCD_*``.
 
     Raises:
         ValueError: an endpoint is malformed, or several endpoints are not all IP literals of one family.
@@ -91,7 +96,14 @@ class EtcdClient:
     The channel is opened lazily on first use; :meth:`close` (or ``async with``) releases it.
     """
 
-    def __init__(self, endpoints: list[str], *, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        endpoints: list[str],
+        *,
+        timeout: float = 5.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        token: TokenPlugin | None = None,
+    ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0 seconds")
         self._target, self._options = _target(list(endpoints))
@@ -105,6 +117,14 @@ class EtcdClient:
         self._ka_call: grpc.aio.StreamStreamCall[Any, Any] | None = None
         self._ka_lock = asyncio.Lock()
         self._closed = False
+        self._credentials, self._token = credentials, token
+
+    @classmethod
+    def from_settings(cls, settings: EtcdSettings, *, timeout: float = 5.0) -> EtcdClient:
+        """A client of ``settings.endpoints`` with TLS and user as ``GNOMON_ETCD_*`` say. Raises
+        ``ValueError``/``OSError`` as :func:`~gnomon.common.coordination.etcd_auth.etcd_credentials`."""
+        credentials, token = etcd_credentials(settings)
+        return cls(settings.endpoint_list, timeout=timeout, credentials=credentials, token=token)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -112,7 +132,12 @@ class EtcdClient:
         if self._closed:
             raise RuntimeError("EtcdClient is closed")
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
+            if self._credentials is None:
+                self._channel = grpc.aio.insecure_channel(self._target, options=self._options)
+            else:
+                self._channel = grpc.aio.secure_channel(
+                    self._target, self._credentials, options=self._options
+                )
             # the generated stubs are untyped (gnomon._proto is excluded from type checking)
             self._kv = rpc_pb2_grpc.KVStub(self._channel)  # type: ignore[no-untyped-call]
             self._lease = rpc_pb2_grpc.LeaseStub(self._channel)  # type: ignore[no-untyped-call]
@@ -141,6 +166,8 @@ class EtcdClient:
         try:
             return await method(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as err:
+            if self._token is not None and err.code() == grpc.StatusCode.UNAUTHENTICATED:
+                self._token.invalidate()  # expired or revoked: the next call authenticates again
             raise EtcdError.from_rpc(what, err) from err
         except asyncio.CancelledError:
             if task_cancelled():

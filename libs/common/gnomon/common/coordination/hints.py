@@ -2,7 +2,9 @@
 docs/concepts.md: hints cost latency if lost, never correctness. At most one hint per target is in flight;
 hints during it coalesce into one follow-up hint (keeping the one that matters most, e.g. the
 earliest due time), so a burst of 20,000 creates sends a handful of RPCs, not 20,000. Targets are
-read from the etcd registry (:mod:`gnomon.common.coordination.registry`)."""
+read from the etcd registry (:mod:`gnomon.common.coordination.registry`). Hints travel over TLS with
+the service token (:func:`gnomon.common.tls.service_channel_credentials`), plaintext only with
+``GNOMON_INSECURE=true``."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.registry import list_dispatchers, list_planners
 from gnomon.common.timeconv import to_timestamp
+from gnomon.common.tls import service_channel_credentials
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +28,24 @@ log = logging.getLogger(__name__)
 class _Hints:
     """Coalescing sender of one hint RPC to every registered target of a region. Subclasses give
     the target list (:meth:`_targets`), the RPC (:meth:`_send`) and how two pending hints merge
-    (:meth:`_merge`). Addresses are refreshed from etcd at most every ``refresh_s`` seconds."""
+    (:meth:`_merge`). Addresses are refreshed from etcd at most every ``refresh_s`` seconds.
+    ``credentials``: of the hint channels (default: :func:`service_channel_credentials` from the
+    settings, read at the first hint; None there means plaintext)."""
 
     role = "target"
 
-    def __init__(self, etcd: EtcdClient, prefix: str, region: str, refresh_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        etcd: EtcdClient,
+        prefix: str,
+        region: str,
+        refresh_s: float = 2.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self.etcd, self.prefix, self.region, self.refresh_s = etcd, prefix, region, refresh_s
+        self._credentials = credentials
+        self._credentials_read = credentials is not None
+        self._refused = False
         self._addresses: list[str] = []
         self._fetched = 0.0
         self._stubs: dict[str, hint_pb2_grpc.HintServiceStub] = {}
@@ -57,6 +72,14 @@ class _Hints:
                 log.debug("%s list unavailable", self.role, exc_info=True)
         return self._addresses
 
+    def _channel(self, addr: str) -> grpc.aio.Channel:
+        if not self._credentials_read:
+            self._credentials_read = True
+            self._credentials = service_channel_credentials()
+        if self._credentials is None:
+            return grpc.aio.insecure_channel(addr)
+        return grpc.aio.secure_channel(addr, self._credentials)
+
     def _schedule(self, hint: Any) -> None:
         t = asyncio.get_running_loop().create_task(self._wake(hint))
         self._tasks.add(t)
@@ -75,12 +98,19 @@ class _Hints:
                 while True:
                     stub = self._stubs.get(addr)
                     if stub is None:
-                        channel = grpc.aio.insecure_channel(addr)
+                        channel = self._channel(addr)
                         # the generated stub is untyped (gnomon._proto is excluded from type checking)
                         stub = self._stubs[addr] = hint_pb2_grpc.HintServiceStub(channel)  # type: ignore[no-untyped-call]
                     try:
                         await self._send(stub, current)
-                    except grpc.aio.AioRpcError:
+                    except grpc.aio.AioRpcError as exc:
+                        refused = exc.code() in (
+                            grpc.StatusCode.UNAUTHENTICATED,
+                            grpc.StatusCode.PERMISSION_DENIED,
+                        )
+                        if refused and not self._refused:  # misconfiguration: say so once
+                            self._refused = True
+                            log.warning("hints to %s %s refused: %s", self.role, addr, exc.details())
                         log.debug("hint to %s %s lost", self.role, addr)
                     if addr not in self._pending:
                         break

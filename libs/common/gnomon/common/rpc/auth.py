@@ -100,11 +100,11 @@ def authorize(principal: Principal, rule: Rule, request: Any) -> str | None:
     is malformed)."""
     if rule.scope in (Scope.AUTHENTICATED, Scope.STREAM) or rule.permission is None:
         return None
+    if rule.optional_name and not getattr(request, "name", ""):
+        return None  # e.g. a preview of an unsaved rule: nothing of any namespace is read
     if rule.scope is Scope.CLUSTER:
         if not principal.can(rule.permission, ALL):
             raise PermissionDenied("this method needs a cluster-wide grant the caller does not hold")
-        return None
-    if rule.optional and not getattr(request, "name", ""):
         return None
     ns, source = request_namespace(request, rule)
     if ns is None:
