@@ -75,14 +75,22 @@ async def herd(api: str, n: int, batch: int = 500) -> None:
         await asyncio.gather(*[one() for _ in range(4)])
 
 
+def row(conn, sql: str, args: tuple = ()) -> tuple:
+    """The one row ``sql`` returns."""
+    r = conn.execute(sql, args).fetchone()
+    assert r is not None, sql
+    return r
+
+
 def lag(conn, after: object, before: object) -> dict[str, float]:
     """Probe dispatch lag (ms) of probe jobs scheduled in [after, before)."""
-    r = conn.execute(
+    r = row(
+        conn,
         "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY d), percentile_cont(0.99) WITHIN GROUP "
         "(ORDER BY d), max(d), count(*) FROM (SELECT extract(epoch FROM dispatched_at - scheduled_at) "
         "* 1000 AS d FROM jobs WHERE namespace = 'probe' AND scheduled_at >= %s AND scheduled_at < %s) x",
         (after, before),
-    ).fetchone()
+    )
     return {
         "p50_ms": round(float(r[0] or 0), 1),
         "p99_ms": round(float(r[1] or 0), 1),
@@ -94,7 +102,7 @@ def lag(conn, after: object, before: object) -> dict[str, float]:
 def wait_state(conn, sql: str, want: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if conn.execute(sql).fetchone()[0] >= want:
+        if row(conn, sql)[0] >= want:
             return True
         time.sleep(0.2)
     return False
@@ -116,37 +124,36 @@ def run(args) -> dict:
                 [queue], "bench.handlers:noop", concurrency=256, env=env, extra=["--namespace", ns]
             )
         time.sleep(2)  # workers connected
-        t0 = conn.execute("SELECT now()").fetchone()[0]
+        t0 = row(conn, "SELECT now()")[0]
         n_base = asyncio.run(probes(api, args.probe_rate, args.probe_seconds))
-        t1 = conn.execute("SELECT now()").fetchone()[0]
+        t1 = row(conn, "SELECT now()")[0]
         asyncio.run(herd(api, args.herd))
-        t2 = conn.execute(
-            "UPDATE jobs SET scheduled_at = now() WHERE namespace = 'herd' RETURNING now()"
-        ).fetchone()[0]
+        t2 = row(conn, "UPDATE jobs SET scheduled_at = now() WHERE namespace = 'herd' RETURNING now()")[0]
         n_herd = asyncio.run(probes(api, args.probe_rate, args.probe_seconds))
-        t3 = conn.execute("SELECT now()").fetchone()[0]
+        t3 = row(conn, "SELECT now()")[0]
         done = wait_state(
             conn,
             "SELECT count(*) FROM jobs WHERE namespace = 'herd' AND state = 'SUCCEEDED'",
             args.herd,
             args.timeout,
         )
-        first, last = conn.execute(
-            "SELECT min(dispatched_at), max(finished_at) FROM jobs WHERE namespace = 'herd'"
-        ).fetchone()
-        herd_left_at_t3 = conn.execute(
+        first, last = row(
+            conn, "SELECT min(dispatched_at), max(finished_at) FROM jobs WHERE namespace = 'herd'"
+        )
+        herd_left_at_t3 = row(
+            conn,
             "SELECT count(*) FROM jobs WHERE namespace = 'herd' AND (dispatched_at IS NULL OR dispatched_at > %s)",
             (t3,),
-        ).fetchone()[0]
+        )[0]
         wait_state(
             conn,
             "SELECT count(*) FROM jobs WHERE namespace = 'probe' AND state = 'SUCCEEDED'",
             n_base + n_herd,
             60,
         )
-        exact = conn.execute(
-            "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs"
-        ).fetchone()
+        exact = row(
+            conn, "SELECT count(*), count(*) FILTER (WHERE state = 'SUCCEEDED' AND attempt = 1) FROM jobs"
+        )
         out = {
             "bench": "fairness",
             "herd_jobs": args.herd,
