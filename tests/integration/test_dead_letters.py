@@ -251,8 +251,6 @@ async def test_sdk_and_cli_list_replay_follow_and_audit(api_address):
             "10",
             "--reason",
             "fixed the parser",
-            "--actor",
-            "carol",
         ),
         timeout=30,
     )
@@ -265,12 +263,12 @@ async def test_sdk_and_cli_list_replay_follow_and_audit(api_address):
 
     r = await asyncio.to_thread(run, "audit", "--json")
     [entry] = [json.loads(x) for x in r.stdout.splitlines()]
-    # the actor is the authenticated principal ("insecure" on this test server), never --actor
+    # the actor is the authenticated principal ("insecure" on this test server)
     assert entry["actor"] == "insecure" and entry["reason"] == "fixed the parser"
     assert entry["details"]["filter"]["failure_class"] == "PERMANENT"
 
     def sdk():
-        with Client(api=address, metadata=[("x-gnomon-actor", "dave")]) as c:
+        with Client(api=address, metadata=[("x-gnomon-actor", "dave")]) as c:  # a claim: ignored
             listed = list(c.list_dead_letters(queue="cli", include_replayed=True, page_size=2))
             dry = c.replay_dead_letters(max_rate=5, max_jobs=10, reason="again?", dry_run=True)
             entries = list(c.list_audit_entries(page_size=1))

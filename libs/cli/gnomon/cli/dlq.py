@@ -1,13 +1,12 @@
 """``gnomon dlq list|replay|audit``: the dead-letter queue through the public API.
 
-Every command sends ``x-gnomon-actor`` (``--actor``, default ``$GNOMON_ACTOR`` or the login name),
-so replays are recorded in the audit log under your name as well as your address.
+Replays are recorded in the audit log under the principal you authenticate as (your API key's
+principal, see docs/security.md) and your address.
 """
 
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import time
 from typing import Any
@@ -32,24 +31,9 @@ ERROR = typer.Option(
 )
 SINCE = typer.Option(None, "--since", help="Only those finished at or after this RFC 3339 instant.")
 UNTIL = typer.Option(None, "--until", help="Only those finished before this RFC 3339 instant.")
-ACTOR = typer.Option(
-    None,
-    "--actor",
-    envvar="GNOMON_ACTOR",
-    help="Who you are, for the audit log (sent as x-gnomon-actor); default: your login name.",
-)
 
 #: How many replayed jobs the progress display reads at once.
 POLL_CONCURRENCY = 32
-
-
-def _actor(actor: str | None) -> list[tuple[str, str]]:
-    if not actor:
-        try:
-            actor = getpass.getuser()
-        except Exception:
-            return []
-    return [("x-gnomon-actor", actor)]
 
 
 def _filters(
@@ -82,7 +66,6 @@ def list_(
     json_out: bool = typer.Option(
         False, "--json", help="JSON lines, one dead letter (with attempts) per line."
     ),
-    actor: str | None = ACTOR,
     api: str | None = API,
     namespace: str | None = NS,
 ) -> None:
@@ -111,7 +94,7 @@ def list_(
 
         print_pages(fetch, page_token, all_pages, show)
 
-    run(api, namespace, listing, reason=False, metadata=_actor(actor))
+    run(api, namespace, listing, reason=False)
 
 
 @app.command()
@@ -132,7 +115,6 @@ def replay(
     ),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Follow the replayed jobs until they finish."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds the replay call may take."),
-    actor: str | None = ACTOR,
     api: str | None = API,
     namespace: str | None = NS,
 ) -> None:
@@ -144,8 +126,7 @@ def replay(
     replays nothing more (and finishes a replay that was interrupted).
     """
     filters = _filters(queue, klass, error, since, until)
-    metadata = _actor(actor)
-    with Client(api=api, namespace=namespace, metadata=metadata) as c:
+    with Client(api=api, namespace=namespace) as c:
         try:
             r = c.replay_dead_letters(
                 max_rate=max_rate,
@@ -166,7 +147,7 @@ def replay(
     if r.replayed > len(r.job_names):
         typer.echo(f"following the first {len(r.job_names)} of {r.replayed} replayed jobs", err=True)
     try:
-        asyncio.run(_follow(api, namespace, metadata, r.job_names))
+        asyncio.run(_follow(api, namespace, r.job_names))
     except KeyboardInterrupt:
         typer.echo("stopped following; the replayed jobs stay scheduled", err=True)
     except GnomonError as e:
@@ -177,7 +158,6 @@ def replay(
 async def _follow(
     api: str | None,
     namespace: str | None,
-    metadata: list[tuple[str, str]],
     names: list[str],
     interval_s: float = 1.0,
 ) -> None:
@@ -186,7 +166,7 @@ async def _follow(
     dispatched: set[str] = set()
     finished: set[str] = set()
     sem = asyncio.Semaphore(POLL_CONCURRENCY)
-    async with AsyncClient(api=api, namespace=namespace, metadata=metadata) as c:
+    async with AsyncClient(api=api, namespace=namespace) as c:
 
         async def look(name: str) -> None:
             async with sem:
@@ -220,7 +200,6 @@ def audit(
     page_token: str = typer.Option("", "--page-token", help="Continue from a previous page."),
     all_pages: bool = typer.Option(False, "--all", help="Follow page tokens to the end."),
     json_out: bool = typer.Option(False, "--json", help="JSON lines, one entry per line."),
-    actor: str | None = ACTOR,
     api: str | None = API,
     namespace: str | None = NS,
 ) -> None:
@@ -242,4 +221,4 @@ def audit(
     def listing(c: Client) -> None:
         print_pages(lambda token: c.list_audit_entries_page(page_size, token), page_token, all_pages, show)
 
-    run(api, namespace, listing, reason=False, metadata=_actor(actor))
+    run(api, namespace, listing, reason=False)

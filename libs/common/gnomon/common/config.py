@@ -440,9 +440,6 @@ class ClientSettings(BaseSettings):
         default="", description="Client config file of profiles; empty: $XDG_CONFIG_HOME/gnomon/config.toml."
     )
     profile: str = Field(default="", description="Profile of the config file to use; empty: its 'current'.")
-    actor: str = Field(
-        default="", description="Who runs dead-letter commands, for the audit log; empty: the login name."
-    )
 
 
 class DevServerSettings(BaseSettings):

@@ -1,9 +1,8 @@
 """The dead-letter queue (``gnomon.v1.DeadLetterService``): the request builders and the
 :class:`~gnomon.sdk.AsyncClient` methods that list and replay dead letters and read the audit log.
 
-Authorization and audit ride on call metadata, which the client sends with every RPC (its
-``metadata`` argument): ``x-gnomon-actor`` names you in the audit log (next to your address);
-``x-gnomon-namespaces`` is normally set by a gateway in front of the API.
+Replays are audited under the principal the client authenticates as (its API key; see
+docs/security.md), never under a name the client claims.
 """
 
 from __future__ import annotations
@@ -23,14 +22,7 @@ __all__ = [
     "list_dead_letters_request",
     "replay_dead_letters_request",
     "list_audit_entries_request",
-    "ACTOR_HEADER",
-    "NAMESPACES_HEADER",
 ]
-
-#: Call metadata key: who you are, recorded in the audit log.
-ACTOR_HEADER = "x-gnomon-actor"
-#: Call metadata key: namespaces the caller may act on (comma-separated; set by a trusted gateway).
-NAMESPACES_HEADER = "x-gnomon-namespaces"
 
 
 def _filters(
@@ -206,8 +198,8 @@ class DeadLettersClient(ClientBase):
         """Replays matching dead letters (filters as :meth:`list_dead_letters_page`, only those not
         replayed yet) as new jobs released at most ``max_rate`` per second (their schedule times
         are spaced ``1/max_rate`` s apart), oldest first, at most ``max_jobs``. The dead jobs stay
-        DEAD and point at their replays (``replayed_by``). Audited (``reason``, this client's
-        ``x-gnomon-actor`` metadata and address).
+        DEAD and point at their replays (``replayed_by``). Audited (``reason``, the principal this
+        client authenticates as, and its address).
 
         Args:
             max_rate: jobs per second, 0.001 <= max_rate <= 1000.
