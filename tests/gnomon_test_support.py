@@ -133,6 +133,22 @@ def session_credentials():
     return ensure_credentials(directory) if directory else None
 
 
+def scrape(address: str, timeout_s: float = 5.0) -> str:
+    """The text of ``GET /metrics`` at ``address`` (host:port): HTTPS trusting the session CA inside
+    a test session (the suites serve metrics with their TLS certificate), plain HTTP outside one.
+    No proxy is used. Raises ``OSError`` when the endpoint does not answer."""
+    import ssl
+
+    creds = session_credentials()
+    handlers: list = [urllib.request.ProxyHandler({})]
+    scheme = "http"
+    if creds is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=creds.ca_file)))
+        scheme = "https"
+    opener = urllib.request.build_opener(*handlers)
+    return opener.open(f"{scheme}://{address}/metrics", timeout=timeout_s).read().decode()
+
+
 def add_port(server, address: str = "127.0.0.1:0") -> int:
     """Adds a listening port to the (sync or aio) grpc ``server`` on ``address``: TLS with the
     session's loopback certificate (what every client in the tests trusts), plaintext outside a

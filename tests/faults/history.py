@@ -328,10 +328,9 @@ def worker_env(record: str, **extra) -> dict:
 
 def metric(address: str, name: str) -> float:
     """Sum of every sample of ``name`` on the Prometheus endpoint at ``address`` (0 if absent)."""
-    import urllib.request
+    from gnomon_test_support import scrape
 
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    text = opener.open(f"http://{address}/metrics", timeout=5).read().decode()
+    text = scrape(address)
     total = 0.0
     for line in text.splitlines():
         if line.startswith(name) and (line[len(name)] in " {"):

@@ -11,14 +11,13 @@ import collections
 import os
 import signal
 import time
-import urllib.request
 from datetime import timedelta
 
 import pytest
 
 from gnomon.cli.suite import Suite
 from gnomon.sdk import Client
-from gnomon_test_support import records, running_suite, sql, wait_for
+from gnomon_test_support import records, running_suite, scrape, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -102,7 +101,7 @@ def test_thousand_jobs_due_now_finish_exactly_once(suite, n_workers):
         )[0] == (1000, 1)
         # the dispatcher's Prometheus endpoint counted every claim and its dispatch lag
         disp = next(p for p in suite.procs if p.role == "dispatcher")
-        scraped = urllib.request.urlopen(f"http://{disp.metrics_address}/metrics", timeout=5).read().decode()
+        scraped = scrape(disp.metrics_address)
         assert f'gnomon_claimed_attempts_total{{queue="{queue}"}} 1000.0' in scraped
         assert f'gnomon_dispatch_lag_seconds_count{{queue="{queue}"}} 1000.0' in scraped
         # every worker process took part (the dispatcher spreads assignments over streams with credits)

@@ -31,10 +31,10 @@ def suite(pg_server, migrated_template, tmp_path):
 
 def _streams(metrics_address: str) -> float:
     """The dispatcher's gnomon_connected_worker_streams gauge (0 if not scraped yet)."""
-    import urllib.request
+    from gnomon_test_support import scrape
 
     try:
-        text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=2).read().decode()
+        text = scrape(metrics_address, timeout_s=2)
     except OSError:
         return 0
     for line in text.splitlines():

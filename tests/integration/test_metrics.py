@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gnomon.sdk import Client
 from gnomon_test_support import records, running_suite, sql, wait_for
+from gnomon_test_support import scrape as scrape_text
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,7 +37,7 @@ def suite(pg_server, migrated_template, tmp_path_factory):
 
 def scrape(proc) -> dict[tuple[str, frozenset], float]:
     """``(sample name, labels) -> value`` of one process's ``/metrics``."""
-    text = urllib.request.urlopen(f"http://{proc.metrics_address}/metrics", timeout=5).read().decode()
+    text = scrape_text(proc.metrics_address)
     return {
         (s.name, frozenset(s.labels.items())): s.value
         for fam in text_string_to_metric_families(text)

@@ -237,9 +237,29 @@ class BacklogSampler:
 
 def serve_metrics(listen: str) -> str | None:
     """Starts the scrape endpoint (``GET /metrics``) on ``host:port`` in a daemon thread; returns
-    the address, or ``None`` when ``listen`` is empty. Raises ``OSError`` if the port is taken."""
+    the address, or ``None`` when ``listen`` is empty. Raises ``OSError`` if the port is taken.
+
+    Served over HTTPS with the service's own certificate when ``GNOMON_TLS_CERT_FILE`` is set (the
+    default outside ``GNOMON_INSECURE``), and then with client certificates required when
+    ``GNOMON_TLS_CLIENT_AUTH=require`` (the scraper presents one signed by
+    ``GNOMON_TLS_CLIENT_CA_FILE``); plain HTTP otherwise. Bind it to a private interface either way:
+    it serves operational figures (queue names, counts), never payloads."""
+    from gnomon.common.auth.settings import TlsSettings
+
     if not listen:
         return None
     host, _, port = listen.rpartition(":")
-    start_http_server(int(port), addr=host or "127.0.0.1")
+    tls = TlsSettings()
+    if tls.cert_file and tls.key_file:
+        require = tls.client_auth == "require" and bool(tls.client_ca_file)
+        start_http_server(
+            int(port),
+            addr=host or "127.0.0.1",
+            certfile=tls.cert_file,
+            keyfile=tls.key_file,
+            client_cafile=tls.client_ca_file if require else None,
+            client_auth_required=require,
+        )
+    else:
+        start_http_server(int(port), addr=host or "127.0.0.1")
     return listen
