@@ -1,6 +1,7 @@
 """Drain benchmark: N no-op jobs due now, W worker processes, figures as JSON lines.
 
-Usage: ``python -m bench.drain --jobs 20000 --workers 2 [--runs 1] [--dsn URL] [--concurrency 64]``
+Usage: ``python -m bench.drain --jobs 20000 --workers 2 [--runs 1] [--dsn URL] [--concurrency 64]
+[--insecure | --compare-auth]``
 
 Per run (a fresh database each run; the embedded PostgreSQL is started **durable**: fsync and
 synchronous_commit on, unless ``--dsn`` points elsewhere):
@@ -39,6 +40,8 @@ from gnomon.devservers import PostgresServer, free_port
 from gnomon.sdk.connection import aio_channel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Client settings a suite's ``client_env`` may set (cleared between runs).
+CLIENT_VARS = ("GNOMON_API", "GNOMON_INSECURE", "GNOMON_API_KEY", "GNOMON_API_KEY_FILE", "GNOMON_TLS_CA_FILE")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -136,12 +139,16 @@ def lag_ms(conn, queue: str) -> tuple[float, float]:
 def one_run(args, run: int, pg: PostgresServer | None) -> dict:
     db = f"bench_{uuid.uuid4().hex[:8]}"
     url = pg.create_database(db) if pg else args.dsn
+    insecure = bool(getattr(args, "insecure", False))
     suite = Suite(
         api_listen=f"127.0.0.1:{free_port()}",
         database_url=url,
         env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)},
+        insecure=insecure,
     )
     suite.start()
+    for var in CLIENT_VARS:  # nothing left over from a previous run's suite
+        os.environ.pop(var, None)
     os.environ.update(suite.client_env())  # this process's channels: TLS with the suite's CA, its admin key
     try:
         api = suite.api_address
@@ -201,12 +208,40 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
             "lag_rate_per_s": args.lag_rate,
             "peak_rss_mb": rss,
             "durable": pg is None or pg.durable,
+            "security": "insecure" if insecure else "tls+api-key",
             "ok": ok,
         }
     finally:
         suite.stop()
         if pg:
             pg.drop_database(db)
+
+
+def compare_auth(args, pg: PostgresServer | None) -> None:
+    """``args.runs`` pairs of runs, secure and insecure interleaved (the first of each pair
+    alternates); prints every run and then the medians and the cost of security in percent
+    (``(insecure - secure) / insecure``) for ``CreateJob`` per call and for the drain."""
+    import statistics
+
+    got: dict[bool, list[dict]] = {True: [], False: []}
+    for run in range(1, args.runs + 1):
+        for insecure in (run % 2 == 0, run % 2 == 1):
+            args.insecure = insecure
+            r = one_run(args, run, pg)
+            got[insecure].append(r)
+            print(json.dumps(r), flush=True)
+
+    def median(insecure: bool, key: str) -> float:
+        return statistics.median(r[key] or 0.0 for r in got[insecure])
+
+    summary: dict[str, object] = {"bench": "auth-cost", "runs": args.runs}
+    for key, name in (("enqueue_single_jobs_per_s", "create_job"), ("drain_jobs_per_s", "drain")):
+        secure, plain = median(False, key), median(True, key)
+        summary[f"{name}_secure_per_s"] = secure
+        summary[f"{name}_insecure_per_s"] = plain
+        summary[f"{name}_cost_pct"] = round(100 * (plain - secure) / plain, 1) if plain else None
+    summary["ok"] = all(r["ok"] for rs in got.values() for r in rs)
+    print(json.dumps(summary), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,13 +268,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--fast", action="store_true", help="Embedded PostgreSQL without fsync (reported as durable=false)."
     )
+    ap.add_argument(
+        "--insecure",
+        action="store_true",
+        help="Run the suite with GNOMON_INSECURE=true (no TLS, no authentication).",
+    )
+    ap.add_argument(
+        "--compare-auth",
+        action="store_true",
+        help="Each run twice, secure and insecure (alternating which goes first), then a summary line "
+        "with the cost of TLS + authentication + authorization on CreateJob and on the drain.",
+    )
     args = ap.parse_args(argv)
     pg = None
     if args.dsn is None:
         pg = PostgresServer(durable=not args.fast, **DevServerSettings().model_dump()).start()
     try:
-        for run in range(1, args.runs + 1):
-            print(json.dumps(one_run(args, run, pg)), flush=True)
+        if args.compare_auth:
+            compare_auth(args, pg)
+        else:
+            for run in range(1, args.runs + 1):
+                print(json.dumps(one_run(args, run, pg)), flush=True)
     finally:
         if pg:
             pg.stop()
