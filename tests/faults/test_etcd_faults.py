@@ -25,6 +25,7 @@ import pytest
 from history import History, check, db_now, seeded_mix, worker_env
 
 from gnomon.cli.suite import Suite, wait_healthy
+from gnomon.cli.suite_auth import bootstrap_admin, ensure_credentials
 from gnomon.devservers import EtcdCluster
 from gnomon.sdk import Client
 from gnomon_test_support import fast_failover, running_suite, sql, wait_for
@@ -49,14 +50,18 @@ class ClusterSuite(Suite):
         self.log_dir = os.path.join(self.base_dir, "logs")
         os.makedirs(self.log_dir, exist_ok=True)
         upgrade(self.database_url)
+        if not self.insecure:  # secure like any suite: TLS, the session's admin key in this database
+            self.credentials = ensure_credentials(self.credentials_dir or os.path.join(self.base_dir, "auth"))
+            bootstrap_admin(self.database_url, self.credentials)
         self.etcd = self.external_etcd
         self.start_service("api", self.api_listen)
         for _ in range(self.dispatchers):
             self.start_service("dispatcher")
         self.start_service("planner")
         self.start_service("reaper")
+        ca = self.credentials.ca_file if self.credentials else None
         for p in self.procs:
-            wait_healthy(p.address)
+            wait_healthy(p.address, ca_file=ca, insecure=ca is None or None)
         return self
 
     def stop(self) -> None:
