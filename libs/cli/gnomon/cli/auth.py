@@ -6,6 +6,7 @@ the public API (``NamespaceService``, ``AccessService``), and ``whoami``.
     gnomon auth key create|list|revoke
     gnomon auth grant add|remove|list
     gnomon auth whoami
+    gnomon auth bootstrap --database-url URL   (the first administrator, straight to the database)
 
 Server errors exit 1 with the status and reason; bad arguments exit 2 (:mod:`gnomon.cli.common`).
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import typer
 
+from gnomon.cli.auth_bootstrap import bootstrap
 from gnomon.cli.common import API, run, usage
 from gnomon.cli.durations import parse_duration, parse_instant
 from gnomon.cli.render import fields, table
@@ -32,6 +34,7 @@ app.add_typer(namespace_app, name="namespace")
 app.add_typer(principal_app, name="principal")
 app.add_typer(key_app, name="key")
 app.add_typer(grant_app, name="grant")
+app.command("bootstrap")(bootstrap)
 
 JSON_OUT = typer.Option(False, "--json", help="Print as JSON.")
 DESCRIPTION = typer.Option(None, "--description", help="Free text (at most 1024 characters).")
