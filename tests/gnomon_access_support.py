@@ -38,7 +38,7 @@ from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.scheduling.engine import ScheduleEngine
 from gnomon.common.storage import tenancy
 from gnomon.common.storage.schema import jobs
-from gnomon_test_support import decode
+from gnomon_test_support import decode, session_tls, tls_aio_channel
 
 CACHE_S = 0.2
 
@@ -91,7 +91,12 @@ async def serving_api(engine) -> AsyncIterator[Api]:
             "gnomon.v1.AccessService",
         ),
     ]
-    server = GrpcServer("127.0.0.1:0", services, authenticator=Authenticator(engine, cache_s=CACHE_S))
+    server = GrpcServer(
+        "127.0.0.1:0",
+        services,
+        authenticator=Authenticator(engine, cache_s=CACHE_S),
+        credentials=session_tls(),
+    )
     await server.start()
     await server.set_serving(True)
     root = keys.generate()
@@ -99,7 +104,7 @@ async def serving_api(engine) -> AsyncIterator[Api]:
         await tenancy.ensure_principal(c, "root", "bootstrap admin")
         await tenancy.add_key(c, "root", root)
         await tenancy.grant(c, "root", ALL, Role.ADMIN)
-    channel = grpc.aio.insecure_channel(server.address)
+    channel = tls_aio_channel(server.address)
     try:
         yield Api(
             jg.JobServiceStub(channel),

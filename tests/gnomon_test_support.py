@@ -133,6 +133,30 @@ def session_credentials():
     return ensure_credentials(directory) if directory else None
 
 
+def session_tls():
+    """Server credentials with the session's loopback certificate (what every client in the tests
+    trusts), or None outside a test session (plaintext)."""
+    from gnomon.common.auth.settings import TlsSettings
+    from gnomon.common.tls import server_credentials
+
+    creds = session_credentials()
+    if creds is None:
+        return None
+    return server_credentials(TlsSettings(cert_file=creds.cert_file, key_file=creds.key_file))
+
+
+def tls_aio_channel(address: str):
+    """A ``grpc.aio`` channel to ``address`` that trusts the session CA and sends no credential of its
+    own (tests pass ``authorization`` metadata per call); plaintext outside a session."""
+    import grpc
+
+    creds = session_credentials()
+    if creds is None:
+        return grpc.aio.insecure_channel(address)
+    with open(creds.ca_file, "rb") as f:
+        return grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(f.read()))
+
+
 def scrape(address: str, timeout_s: float = 5.0) -> str:
     """The text of ``GET /metrics`` at ``address`` (host:port): HTTPS trusting the session CA inside
     a test session (the suites serve metrics with their TLS certificate), plain HTTP outside one.
@@ -238,19 +262,15 @@ async def serving(*services) -> AsyncIterator:
     from gnomon.common.rpc.server import GrpcServer
     from gnomon.sdk.connection import aio_channel
 
-    creds = session_credentials()
-    tls = None
-    if creds is not None:
-        from gnomon.common.auth.settings import TlsSettings
-        from gnomon.common.tls import server_credentials
-
-        tls = server_credentials(TlsSettings(cert_file=creds.cert_file, key_file=creds.key_file))
     server = GrpcServer(
-        "127.0.0.1:0", list(services), authenticator=Authenticator(None, insecure=True), credentials=tls
+        "127.0.0.1:0",
+        list(services),
+        authenticator=Authenticator(None, insecure=True),
+        credentials=session_tls(),
     )
     await server.start()
     await server.set_serving(True)
-    channel = aio_channel(server.address, insecure=creds is None)
+    channel = aio_channel(server.address, insecure=session_credentials() is None)
     try:
         yield channel, server.address
     finally:

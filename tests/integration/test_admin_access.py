@@ -305,7 +305,7 @@ async def test_access_errors_map_to_documented_codes(api):
 async def test_sdk_manages_namespaces_principals_keys_and_grants(api):
     from gnomon.sdk import AsyncClient, GnomonError, NamespaceQuotas
 
-    async with AsyncClient(api.address, metadata=bearer(api.root)) as c:
+    async with AsyncClient(api.address, api_key=api.root) as c:
         ns = await c.create_namespace(
             "sdk", description="via sdk", retention=3600, quotas=NamespaceQuotas(max_schedules=2)
         )

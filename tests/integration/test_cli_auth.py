@@ -22,6 +22,7 @@ from gnomon.common.auth import keys
 from gnomon.common.auth.authenticator import Authenticator
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.storage import tenancy
+from gnomon_test_support import session_tls
 
 
 @pytest.fixture
@@ -41,6 +42,7 @@ async def address(engine):
             ),
         ],
         authenticator=Authenticator(None, insecure=True),
+        credentials=session_tls(),
     )
     await server.start()
     await server.set_serving(True)

@@ -101,7 +101,7 @@ async def test_quotas_refuse_with_retry_info_and_write_nothing(api):
 async def test_sdk_error_carries_the_retry_delay(api):
     from gnomon.sdk import AsyncClient, GnomonError, NamespaceQuotas
 
-    async with AsyncClient(api.address, namespace="capped", metadata=bearer(api.root)) as c:
+    async with AsyncClient(api.address, namespace="capped", api_key=api.root) as c:
         await c.create_namespace("capped", quotas=NamespaceQuotas(max_pending_jobs=1))
         await c.create_job("q", b"", delay=3600)
         with pytest.raises(GnomonError) as e:
