@@ -109,13 +109,12 @@ def test_every_service_refuses_anonymous_calls_and_answers_health(suite):
                 )
                 assert code(list, refl)[0] == unauth
     # an admin key is not the service identity: hints stay refused
-    with Client(api=suite.api_address) as admin:
-        disp = next(p for p in suite.procs if p.role == "dispatcher")
-        with admin.connection.channel(disp.address) as ch:
-            got = code(
-                hint_pb2_grpc.HintServiceStub(ch).WakeDispatcher, hint_pb2.WakeDispatcherRequest(), timeout=5
-            )
-            assert got[0] == grpc.StatusCode.PERMISSION_DENIED
+    disp = next(p for p in suite.procs if p.role == "dispatcher")
+    with resolve(disp.address).channel() as ch:  # the session's admin key
+        got = code(
+            hint_pb2_grpc.HintServiceStub(ch).WakeDispatcher, hint_pb2.WakeDispatcherRequest(), timeout=5
+        )
+        assert got[0] == grpc.StatusCode.PERMISSION_DENIED
 
 
 def test_two_tenants_and_an_intruder(suite, keys):
@@ -214,7 +213,7 @@ def test_a_foreign_stream_cannot_write_to_an_attempt_and_the_owner_still_wins(su
         for a in owner.next("assignments").assignments.assignments:
             if a.attempt.job == job.name:
                 ref = a.attempt
-    owner.send(accepts=wpb.Accepts(attempts=[ref]))
+    owner.send(accepts=wpb.AttemptRefs(attempts=[ref]))
     assert owner.next("acks").acks.acks[0].ok
     # the intruder is a worker of the same namespace and queue, and can read the attempt's token
     with Client(api=suite.api_address, namespace="acme", api_key=keys["w-acme-2"]) as reader:
@@ -224,9 +223,11 @@ def test_a_foreign_stream_cannot_write_to_an_attempt_and_the_owner_still_wins(su
     thief.send(**hello("acme", ["jobs"], worker_id="owner-1"))  # even claiming the owner's worker id
     thief.next("welcome")
     thief.send(heartbeats=wpb.Heartbeats(attempts=[ref]))
-    thief.send(results=wpb.Results(results=[wpb.AttemptResult(attempt=ref, outcome=wpb.OUTCOME_SUCCEEDED)]))
-    thief.send(releases=wpb.Releases(attempts=[ref]))
-    thief.send(accepts=wpb.Accepts(attempts=[ref]))
+    thief.send(
+        results=wpb.AttemptResults(results=[wpb.AttemptResult(attempt=ref, outcome=wpb.OUTCOME_SUCCEEDED)])
+    )
+    thief.send(releases=wpb.AttemptRefs(attempts=[ref]))
+    thief.send(accepts=wpb.AttemptRefs(attempts=[ref]))
     acks = []
     while len(acks) < 4:
         acks += list(thief.next("acks").acks.acks)
@@ -240,7 +241,7 @@ def test_a_foreign_stream_cannot_write_to_an_attempt_and_the_owner_still_wins(su
     with Client(api=suite.api_address, namespace="acme", api_key=keys["alice"]) as alice:
         assert alice.get_job(job.name).state == "RUNNING"
         owner.send(
-            results=wpb.Results(
+            results=wpb.AttemptResults(
                 results=[wpb.AttemptResult(attempt=ref, outcome=wpb.OUTCOME_FAILED, error="mine")]
             )
         )
