@@ -239,3 +239,26 @@ async def test_concurrent_calls_share_one_verification(server, engine):
     token = await add_principal(engine, "fay", ("acme", Role.CLIENT))
     jobs = await asyncio.gather(*(stub.CreateJob(create("acme"), metadata=bearer(token)) for _ in range(20)))
     assert len({j.job.name for j in jobs}) == 20
+
+
+async def test_refused_calls_are_audited_against_the_namespace_they_aimed_at(server, engine):
+    stub, _, audit = server
+    owner = await add_principal(engine, "gina", ("acme", Role.CLIENT))
+    intruder = await add_principal(engine, "hank", ("evil", Role.CLIENT))
+    job = (await stub.CreateJob(create("acme"), metadata=bearer(owner))).job
+    assert (await code_of(stub.CancelJob(jpb.CancelJobRequest(name=job.name), metadata=bearer(intruder))))[
+        0
+    ] == grpc.StatusCode.PERMISSION_DENIED
+    nul = jpb.CreateJobRequest(parent="namespaces/acme", queue="q\x00")
+    assert (await code_of(stub.CreateJob(nul, metadata=bearer(owner))))[0] == grpc.StatusCode.INVALID_ARGUMENT
+    # without a valid credential nothing is recorded (nobody to record; no log flooding)
+    await code_of(stub.CancelJob(jpb.CancelJobRequest(name=job.name), metadata=bearer(keys.generate().token)))
+    await audit.flush()
+    async with engine.connect() as conn:
+        rows = (await conn.execute(select(audit_log).order_by(audit_log.c.created_at))).mappings().all()
+    got = [(r["actor"], r["namespace"], r["action"], r["outcome"]) for r in rows]
+    assert got == [
+        ("gina", "acme", "CreateJob", "OK"),
+        ("hank", "acme", "CancelJob", "PERMISSION_DENIED"),
+        ("gina", "acme", "CreateJob", "INVALID_ARGUMENT"),
+    ]

@@ -296,3 +296,75 @@ def test_a_revoked_key_stops_working(suite):
                 break
             assert time.monotonic() < deadline, "the revoked key kept working"
             time.sleep(0.1)
+
+
+def stream_error(s: RawStream) -> grpc.RpcError:
+    """The error that ends ``s`` (fails if it ends cleanly)."""
+    try:
+        for _ in s.call:
+            pass
+    except grpc.RpcError as e:
+        return e
+    raise AssertionError("the stream ended without an error")
+
+
+@pytest.mark.parametrize("withdraw", ["grant", "principal"])
+def test_an_open_stream_ends_when_its_grant_or_principal_is_withdrawn(suite, withdraw):
+    name = f"w-gone-{withdraw}"
+    key = principal(suite, name, ("worker", "acme", ["gone"]))
+    s = RawStream(suite, key)
+    s.send(**hello("acme", ["gone"], worker_id="gone-1"))
+    assert s.next("welcome").welcome.dispatcher_id
+    with Client(api=suite.api_address) as admin:
+        if withdraw == "grant":
+            assert admin.revoke_role(name, "worker", "acme")
+        else:
+            admin.disable_principal(name)
+    t0 = time.monotonic()
+    err = stream_error(s)
+    s.close()
+    want = grpc.StatusCode.PERMISSION_DENIED if withdraw == "grant" else grpc.StatusCode.UNAUTHENTICATED
+    assert err.code() == want
+    assert time.monotonic() - t0 < 30  # within the recheck period plus the credential cache
+    with Client(api=suite.api_address, namespace="acme", api_key=keys_alice(suite)) as alice:
+        job = alice.create_job("gone", payload=b"after the withdrawal")
+        time.sleep(1.5)
+        assert alice.get_job(job.name).state == "SCHEDULED"  # nobody leased it
+
+
+def keys_alice(suite) -> str:
+    return principal(suite, f"alice-{uuid.uuid4().hex[:6]}", ("client", "acme", []), ("reader", "acme", []))
+
+
+def test_one_streams_bad_input_is_refused_alone(suite, keys):
+    s = RawStream(suite, keys["w-acme"])
+    s.send(**hello("acme", ["jobs"], worker_id="nul-1"))
+    s.next("welcome")
+    with Client(api=suite.api_address, namespace="acme", api_key=keys["alice"]) as alice:
+        job = alice.create_job("jobs", payload=b"x")
+    ref = None
+    while ref is None:
+        for a in s.next("assignments").assignments.assignments:
+            if a.attempt.job == job.name:
+                ref = a.attempt
+            else:
+                s.send(releases=wpb.AttemptRefs(attempts=[a.attempt]))
+    s.send(accepts=wpb.AttemptRefs(attempts=[ref]))
+    while not [a for a in s.next("acks").acks.acks if a.kind == wpb.ACK_KIND_ACCEPT and a.ok]:
+        pass
+    bad = wpb.AttemptResult(attempt=ref, outcome=wpb.OUTCOME_FAILED, error="x\x00y")
+    s.send(results=wpb.AttemptResults(results=[bad]))
+    acks = [a for a in s.next("acks").acks.acks if a.kind == wpb.ACK_KIND_RESULT]
+    assert [(a.ok, a.reason) for a in acks] == [(False, "INVALID_FIELD")]  # refused here, never batched
+    s.send(
+        results=wpb.AttemptResults(results=[wpb.AttemptResult(attempt=ref, outcome=wpb.OUTCOME_SUCCEEDED)])
+    )
+    acks = [a for a in s.next("acks").acks.acks if a.kind == wpb.ACK_KIND_RESULT]
+    assert [(a.ok, a.reason) for a in acks] == [(True, "")]
+    # a message with more items than the protocol allows ends that stream, and only it
+    s.send(releases=wpb.AttemptRefs(attempts=[ref] * 1001))
+    err = stream_error(s)
+    s.close()
+    assert (err.code(), decode(err)[1].reason) == (grpc.StatusCode.INVALID_ARGUMENT, "PROTOCOL_VIOLATION")
+    with Client(api=suite.api_address, namespace="acme", api_key=keys["alice"]) as alice:
+        assert alice.get_job(job.name).state == "SUCCEEDED"

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2, worker_service_pb2_grpc
 from gnomon.common import metrics
+from gnomon.common.auth.settings import AuthSettings
 from gnomon.common.config import (
     BreakerSettings,
     ClusterSettings,
@@ -151,6 +152,7 @@ def build(
         on_credits=wake.set,
         hello_timeout_s=settings.hello_timeout_s,
         max_streams=settings.max_streams,
+        recheck_s=max(1.0, AuthSettings().cache_s),
         quotas=NamespaceCache(namespaces_store.quotas_loader(engine)),
     )
     server = secure_server(

@@ -13,12 +13,28 @@ from gnomon.common import metrics
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
-from gnomon.common.errors import GnomonError, InvalidArgument, QuotaExceeded
+from gnomon.common.errors import (
+    GnomonError,
+    InvalidArgument,
+    PermissionDenied,
+    QuotaExceeded,
+    Unauthenticated,
+    Unavailable,
+)
 from gnomon.common.quotas import NamespaceCache, check_hello_quota
-from gnomon.common.rpc.auth import current_caller
+from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
-from gnomon.dispatcher.hello import MAX_CREDITS, attempt_key, authorize_hello, clip, validate_hello
+from gnomon.dispatcher.hello import (
+    MAX_CREDITS,
+    MAX_ITEMS_PER_MESSAGE,
+    MAX_QUEUED_RESPONSES,
+    Hello,
+    attempt_key,
+    authorize_hello,
+    clip,
+    validate_hello,
+)
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import InvalidItem, WriteBatcher
 
@@ -69,6 +85,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         hello_timeout_s: float = 10.0,
         quotas: NamespaceCache | None = None,
         max_streams: int = 10_000,
+        recheck_s: float = 5.0,
     ):
         self.registry, self.writes = registry, writes
         self.dispatcher_id, self.region, self.heartbeat_interval_s = (
@@ -82,6 +99,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self.quotas = quotas
         #: most streams this dispatcher holds (GNOMON_DISPATCHER_MAX_STREAMS)
         self.max_streams = max_streams
+        #: how often an open stream's credential and grants are checked again, seconds
+        self.recheck_s = recheck_s
         self.draining = False
         # The event loop holds tasks only weakly: pending ack tasks are kept here until they finish,
         # or one could be garbage-collected before its acks are sent.
@@ -142,6 +161,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         )
         self.on_credits()
         reader = asyncio.create_task(self._read(session, request_iterator))
+        recheck = asyncio.create_task(self._recheck(session, context, h, bool(first.hello.namespace)))
         try:
             yield wpb.LeaseResponse(
                 welcome=wpb.DispatcherWelcome(
@@ -161,6 +181,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 raise session.refused
         finally:
             reader.cancel()
+            recheck.cancel()
             self.registry.remove(session)
             metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
             unaccepted = [k for k in session.held if k not in session.accepted]
@@ -171,9 +192,63 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 len(unaccepted),
             )
 
+    async def _recheck(self, s: WorkerSession, context: Any, hello: Hello, namespace_given: bool) -> None:
+        """Every :attr:`recheck_s` seconds, authenticates the stream's credential again and
+        re-authorizes its hello: a revoked key, a disabled principal or a removed worker grant ends
+        the stream (UNAUTHENTICATED / PERMISSION_DENIED) within that time plus the credential cache
+        (``GNOMON_AUTH_CACHE_S``). A database outage keeps the stream (nothing can be checked)."""
+        while not s.closed:
+            await asyncio.sleep(self.recheck_s)
+            try:
+                caller = await reauthenticate(context)
+                now = authorize_hello(hello, caller.principal, namespace_given=namespace_given)
+                if now.namespace != s.namespace:
+                    raise PermissionDenied(
+                        "the stream's worker grant changed namespace", metadata={"namespace": s.namespace}
+                    )
+            except (Unauthenticated, PermissionDenied) as e:
+                log.info(
+                    "worker %s of %s: credential or grant withdrawn; stream ended",
+                    clip(s.worker_id, 128),
+                    clip(s.owner or "", 128),
+                )
+                s.refused = e
+                s.out.put_nowait(None)
+                return
+            except (Unavailable, KeyError):
+                continue
+
+    def _oversized(self, msg) -> GnomonError | None:
+        """The error ending the stream when ``msg`` carries more than :data:`MAX_ITEMS_PER_MESSAGE` items."""
+        kind = msg.WhichOneof("kind")
+        if kind in ("accepts", "releases"):
+            n = len(getattr(msg, kind).attempts)
+        elif kind == "heartbeats":
+            n = max(len(msg.heartbeats.attempts), len(msg.heartbeats.checkpoints))
+        elif kind == "results":
+            n = len(msg.results.results)
+        else:
+            return None
+        if n <= MAX_ITEMS_PER_MESSAGE:
+            return None
+        return GnomonError(
+            f"a {kind} message carries {n} items; at most {MAX_ITEMS_PER_MESSAGE} per message",
+            reason=ErrorReason.PROTOCOL_VIOLATION,
+        )
+
     async def _read(self, s: WorkerSession, it) -> None:
         try:
             async for msg in it:
+                if (too_many := self._oversized(msg)) is not None:
+                    raise too_many
+                if s.out.qsize() > MAX_QUEUED_RESPONSES:
+                    raise QuotaExceeded(
+                        f"more than {MAX_QUEUED_RESPONSES} responses wait for this worker to read them",
+                        quota="queued_responses",
+                        limit=MAX_QUEUED_RESPONSES,
+                        namespace=s.namespace,
+                        retry_after_s=1.0,
+                    )
                 kind = msg.WhichOneof("kind")
                 if kind == "credits":
                     if msg.credits.credits > 0 and self.registry.add_credits(
@@ -332,7 +407,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         futs, bad = [], []
         for r in results:
             k = _key(r.attempt)
-            if k is None:
+            if k is None or "\x00" in r.error:  # PostgreSQL text cannot hold NUL: refused here, alone
                 bad.append(_malformed(r.attempt, wpb.ACK_KIND_RESULT))
                 continue
             res = Result(
@@ -344,7 +419,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 owner=s.owner,
                 worker_id=s.worker_id,
             )
-            futs.append((r.attempt, self.writes.submit("result", res)))
+            futs.append((r.attempt, self.writes.submit("result", res, s.worker_id)))
         _send(s, bad)
 
         throttled = {

@@ -8,7 +8,9 @@ UNAUTHENTICATED. Tried in order:
 
 A successful lookup is cached for ``GNOMON_AUTH_CACHE_S`` (so a revoked key, disabled principal or
 changed grant takes effect within that time), keyed by the SHA-256 of the token, never the token.
-Failed lookups are cached for one second so a flood of bad keys costs one query per key per second.
+Failed lookups are cached for one second so a flood of bad keys costs one query per key per second;
+the cache holds at most 10,000 entries and evicts the least recently used, so a flood of distinct
+made-up keys does not evict the principals in use.
 With ``GNOMON_INSECURE=true`` every caller is the :data:`INSECURE` principal.
 """
 
@@ -17,7 +19,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
@@ -53,9 +56,9 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
     return token.strip()
 
 
-def certificate_name(auth_context: Mapping[str, Sequence[bytes]]) -> str | None:
+def certificate_name(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
     """The subject CN of the verified client certificate in a gRPC ``auth_context``, or None."""
-    names = auth_context.get("x509_common_name") or ()
+    names = list(auth_context.get("x509_common_name") or ())
     return names[0].decode("utf-8", "replace") if names else None
 
 
@@ -82,7 +85,8 @@ class Authenticator:
     ) -> None:
         self.engine, self.insecure, self.jwt, self.cache_s = engine, insecure, jwt, cache_s
         self._service = service_token
-        self._cache: dict[str, tuple[float, Principal | None]] = {}
+        # least recently used first: a flood of unknown keys evicts only the oldest entries
+        self._cache: OrderedDict[str, tuple[float, Principal | None]] = OrderedDict()
 
     @classmethod
     def from_settings(cls, engine: AsyncEngine | None) -> Authenticator:
@@ -98,7 +102,7 @@ class Authenticator:
         )
 
     async def authenticate(
-        self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Sequence[bytes]]
+        self, metadata: Iterable[tuple[str, str | bytes]], auth_context: Mapping[str, Iterable[bytes]]
     ) -> Principal:
         """The principal of one call. Raises :class:`Unauthenticated` (message says which credential
         kind failed, never echoes it) or :class:`gnomon.common.errors.Unavailable` (database down)."""
@@ -127,13 +131,15 @@ class Authenticator:
         digest = hashlib.sha256(key.encode()).hexdigest()
         now = time.monotonic()
         hit = self._cache.get(digest)
+        if hit is not None:
+            self._cache.move_to_end(digest)
         if hit is None or hit[0] < now:
             try:
                 principal = await load()
             except (DBAPIError, OSError) as exc:
                 raise Unavailable("database unavailable; the credential cannot be verified") from exc
-            if len(self._cache) >= _MAX_CACHE:
-                self._cache.clear()
+            while len(self._cache) >= _MAX_CACHE:
+                self._cache.popitem(last=False)
             ttl = self.cache_s if principal is not None else min(self.cache_s, _NEGATIVE_TTL_S)
             hit = self._cache[digest] = (now + ttl, principal)
         if hit[1] is None:

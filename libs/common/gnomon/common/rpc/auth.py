@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
+from google.protobuf.message import Message
 
 from gnomon.common.auth.authenticator import INSECURE, Authenticator
 from gnomon.common.auth.policy import POLICY, PUBLIC_SERVICES, REFLECTION_SERVICES, Rule, Scope
@@ -56,6 +57,24 @@ _CURRENT: ContextVar[Caller | None] = ContextVar("gnomon_caller", default=None)
 #: Callers of open streams, by ``id`` of their servicer context (a stream handler is an async
 #: generator, which must not carry a context variable across its ``yield`` s).
 _STREAMS: dict[int, Caller] = {}
+#: The authenticator that admitted each open stream (for :func:`reauthenticate`).
+_STREAM_AUTH: dict[int, Authenticator] = {}
+
+
+async def reauthenticate(context: Any) -> Caller:
+    """Authenticates the open stream served with ``context`` again, with the credential it opened
+    with (a long-lived stream must not outlive a revoked key, a disabled principal or a removed
+    grant: the dispatcher calls this every ``GNOMON_AUTH_CACHE_S``). Returns the current caller
+    (its grants as they are now). Raises :class:`gnomon.common.errors.Unauthenticated` when the
+    credential is no longer valid, ``Unavailable`` when it cannot be checked (database down), and
+    ``KeyError`` for a context that is not an open, admitted stream."""
+    authenticator = _STREAM_AUTH[id(context)]
+    principal = await authenticator.authenticate(
+        context.invocation_metadata() or (), context.auth_context() or {}
+    )
+    caller = Caller(principal, _STREAMS[id(context)].peer)
+    _STREAMS[id(context)] = caller
+    return caller
 
 
 def current_caller(context: Any = None) -> Caller:
@@ -206,10 +225,29 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             audit = self.audit if rule is not None and rule.mutating else None
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                caller, ns = await self._admit(context, method, rule, request)
-                token = _CURRENT.set(caller)
+                if audit is None:
+                    caller, _ = await self._admit(context, method, rule, request)
+                    token = _CURRENT.set(caller)
+                    try:
+                        return await inner(request, context)
+                    finally:
+                        _CURRENT.reset(token)
+                # audited: a call refused for its input or its grants is recorded too (against the
+                # namespace it aimed at); one without a valid credential is not (nobody to record,
+                # and recording it would let anyone fill the log)
+                principal = await self.authenticator.authenticate(
+                    context.invocation_metadata() or (), context.auth_context() or {}
+                )
+                caller = Caller(principal, (context.peer() or "unknown")[:128])
+                ns: str | None = None
                 response, outcome = None, "OK"
+                token = _CURRENT.set(caller)
                 try:
+                    if rule is not None and rule.scope is Scope.NAMESPACE and isinstance(request, Message):
+                        ns = request_namespace(request, rule)[0]
+                    check_request(request)
+                    assert rule is not None  # audit is only set for rules
+                    ns = authorize(principal, rule, request) or ns
                     response = await inner(request, context)
                     return response
                 except BaseException as exc:
@@ -217,15 +255,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                     raise
                 finally:
                     _CURRENT.reset(token)
-                    if audit is not None:
-                        audit.record(
-                            caller=caller,
-                            method=method,
-                            namespace=ns,
-                            request=request,
-                            response=response,
-                            outcome=outcome,
-                        )
+                    audit.record(
+                        caller=caller,
+                        method=method,
+                        namespace=ns,
+                        request=request,
+                        response=response,
+                        outcome=outcome,
+                    )
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
@@ -244,11 +281,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                     raise PermissionDenied(f"method {method[:100]} is not open to callers")
                 caller, _ = await self._admit(context, method, rule, None)
                 _STREAMS[id(context)] = caller
+                _STREAM_AUTH[id(context)] = self.authenticator
                 try:
                     async for item in inner_ss(request_iterator, context):
                         yield item
                 finally:
                     _STREAMS.pop(id(context), None)
+                    _STREAM_AUTH.pop(id(context), None)
 
             return grpc.stream_stream_rpc_method_handler(
                 stream_stream,
