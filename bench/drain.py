@@ -140,6 +140,8 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
     db = f"bench_{uuid.uuid4().hex[:8]}"
     url = pg.create_database(db) if pg else args.dsn
     insecure = bool(getattr(args, "insecure", False))
+    for var in CLIENT_VARS:  # nothing left over from a previous run's suite (its files are gone)
+        os.environ.pop(var, None)
     suite = Suite(
         api_listen=f"127.0.0.1:{free_port()}",
         database_url=url,
@@ -147,8 +149,6 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         insecure=insecure,
     )
     suite.start()
-    for var in CLIENT_VARS:  # nothing left over from a previous run's suite
-        os.environ.pop(var, None)
     os.environ.update(suite.client_env())  # this process's channels: TLS with the suite's CA, its admin key
     try:
         api = suite.api_address

@@ -246,13 +246,13 @@ def resolve(
         ("api_key_file", values.get("api_key_file")),
     )
     kind, source = next(((k, str(v)) for k, v in key_sources if v), ("", ""))
-    if kind == "api_key":
-        got["api_key"] = source.strip()
-    elif kind == "api_key_file":
-        got["api_key"] = _read(source).decode().strip() or None
     if insecure is None:
         raw = env.get("GNOMON_INSECURE") or values.get("insecure", False)
         insecure = _bool("insecure (GNOMON_INSECURE)", raw)
+    if kind == "api_key":
+        got["api_key"] = source.strip()
+    elif kind == "api_key_file" and not insecure:  # a plaintext connection never sends (or reads) a key
+        got["api_key"] = _read(source).decode().strip() or None
     return Connection(
         address=got.get("address", DEFAULT_ADDRESS),
         namespace=got.get("namespace", DEFAULT_NAMESPACE).removeprefix("namespaces/"),
