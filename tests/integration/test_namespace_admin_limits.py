@@ -1,7 +1,7 @@
 """What a namespace's own admin may not do, and what namespace ids and principals leak, end to end
 over real gRPC with the authenticating server (gnomon_access_support) and a real PostgreSQL:
 quotas and retention need the admin role in ``*``; ListNamespaces lists only namespaces the caller
-may read; DeleteNamespace drops the namespace's grants.
+may read; DeleteNamespace drops the namespace's grants; GrantRole is no oracle of principals.
 The cluster-wide audit entries: test_cluster_audit.py."""
 
 from __future__ import annotations
@@ -137,3 +137,26 @@ async def test_delete_namespace_drops_its_grants(api):
     token = await _fresh_key(api, "old-owner")
     await refused(api.jobs.CreateJob(create("reborn"), metadata=token), grpc.StatusCode.PERMISSION_DENIED)
     assert await count_jobs(api.engine, "reborn") == 0
+
+
+async def test_grant_role_by_a_namespace_admin_does_not_reveal_whether_a_principal_exists(api):
+    await _namespace(api, "probe")
+    admin = bearer(await new_key(api, "probe-admin", role=Role.ADMIN, namespace="probe"))
+    await new_key(api, "exists", role=None)
+    answers = []
+    for who in ("exists", "no-such-principal"):
+        got = await api.access.GrantRole(
+            apb.GrantRoleRequest(principal=f"principals/{who}", namespace="probe", role=apb.ROLE_READER),
+            metadata=admin,
+        )
+        answers.append((got.grant.namespace, got.grant.role))
+    assert answers[0] == answers[1] == ("probe", apb.ROLE_READER)
+    # the cluster admin, who may list principals anyway, is told
+    _, info, _ = await refused(
+        api.access.GrantRole(
+            apb.GrantRoleRequest(principal="principals/nobody", namespace="probe", role=apb.ROLE_READER),
+            metadata=bearer(api.root),
+        ),
+        grpc.StatusCode.NOT_FOUND,
+    )
+    assert info.reason == ErrorReason.PRINCIPAL_NOT_FOUND
