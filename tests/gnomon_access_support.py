@@ -1,7 +1,9 @@
 """Helpers of the namespace and access tests (tests/integration/test_admin_access.py,
-test_namespace_quotas.py): the API's job, schedule, namespace and access services served in the test's
+test_namespace_quotas.py, test_namespace_admin_limits.py): the API's job, schedule, dead-letter,
+namespace and access services served in the test's
 event loop with the real authenticator over the test database, built like ``gnomon api`` builds them
-(one QuotaGuard shared by the job, schedule and namespace servicers); the credential cache is
+(one QuotaGuard shared by the job, schedule, dead-letter and namespace servicers; mutating calls
+audited to the database, :attr:`Api.audit` flushes them); the credential cache is
 :data:`CACHE_S` so revocations are seen quickly (tests poll, never sleep). A ``root`` principal with
 admin on ``*`` is bootstrapped straight into storage."""
 
@@ -19,12 +21,15 @@ from sqlalchemy import func, select
 
 from gnomon._proto.gnomon.v1 import access_service_pb2 as apb
 from gnomon._proto.gnomon.v1 import access_service_pb2_grpc as ag
+from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as dg
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import namespace_service_pb2_grpc as ng
 from gnomon._proto.gnomon.v1 import schedule_service_pb2_grpc as sg
 from gnomon.api.access import AccessEngine
 from gnomon.api.access_servicer import AccessServicer
+from gnomon.api.dead_letter_servicer import DeadLetterServicer
+from gnomon.api.dead_letters import DeadLetterEngine
 from gnomon.api.jobs import JobEngine
 from gnomon.api.namespace_servicer import NamespaceServicer
 from gnomon.api.namespaces import NamespaceEngine
@@ -34,6 +39,7 @@ from gnomon.api.servicer import JobServicer
 from gnomon.common.auth import keys
 from gnomon.common.auth.authenticator import Authenticator
 from gnomon.common.auth.principals import ALL, Role
+from gnomon.common.rpc.audit import AuditLog
 from gnomon.common.rpc.server import GrpcServer
 from gnomon.common.scheduling.engine import ScheduleEngine
 from gnomon.common.storage import tenancy
@@ -54,6 +60,8 @@ class Api:
     root: str
     engine: object
     address: str
+    dead_letters: dg.DeadLetterServiceStub
+    audit: AuditLog
 
 
 def bearer(token: str) -> list[tuple[str, str]]:
@@ -81,6 +89,11 @@ async def serving_api(engine) -> AsyncIterator[Api]:
             "gnomon.v1.ScheduleService",
         ),
         (
+            dg.add_DeadLetterServiceServicer_to_server,
+            DeadLetterServicer(DeadLetterEngine(engine, shards=4, wake_dispatchers=None), quotas=quotas),
+            "gnomon.v1.DeadLetterService",
+        ),
+        (
             ng.add_NamespaceServiceServicer_to_server,
             NamespaceServicer(NamespaceEngine(engine, quotas=quotas)),
             "gnomon.v1.NamespaceService",
@@ -91,10 +104,12 @@ async def serving_api(engine) -> AsyncIterator[Api]:
             "gnomon.v1.AccessService",
         ),
     ]
+    audit = AuditLog(engine)
     server = GrpcServer(
         "127.0.0.1:0",
         services,
         authenticator=Authenticator(engine, cache_s=CACHE_S),
+        audit=audit,
         credentials=session_tls(),
     )
     await server.start()
@@ -114,6 +129,8 @@ async def serving_api(engine) -> AsyncIterator[Api]:
             root.token,
             engine,
             server.address,
+            dg.DeadLetterServiceStub(channel),
+            audit,
         )
     finally:
         await channel.close()

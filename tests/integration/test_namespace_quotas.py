@@ -1,13 +1,19 @@
-"""Namespace quotas on the API's write paths (max_create_rate, max_pending_jobs, max_schedules):
+"""Namespace quotas on the API's write paths (max_create_rate, max_pending_jobs, max_schedules;
+pending jobs also on TriggerSchedule, BackfillSchedule and ReplayDeadLetters):
 RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) with a RetryInfo, and nothing written, over real gRPC with the
 authenticating server (gnomon_access_support) and a real PostgreSQL."""
 
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime, timedelta
+
 import grpc
 import pytest
+from google.protobuf import timestamp_pb2
 from grpc_status import rpc_status
 
+from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as dpb
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import namespace_service_pb2 as npb
 from gnomon._proto.gnomon.v1 import schedule_pb2
@@ -108,3 +114,99 @@ async def test_sdk_error_carries_the_retry_delay(api):
             await c.create_job("q", b"", delay=3600)
     assert (e.value.reason, e.value.metadata["quota"]) == ("QUOTA_EXCEEDED", "max_pending_jobs")
     assert e.value.retry_delay is not None and e.value.retry_delay.total_seconds() == 1.0
+
+
+async def _occurrences(api, md, schedule: str) -> list:
+    got = await api.schedules.ListScheduleOccurrences(
+        spb.ListScheduleOccurrencesRequest(parent=schedule), metadata=md
+    )
+    return list(got.occurrences)
+
+
+def _replay(ns: str, max_jobs: int, *, dry_run: bool = False) -> dpb.ReplayDeadLettersRequest:
+    return dpb.ReplayDeadLettersRequest(
+        parent=f"namespaces/{ns}",
+        max_rate=1.0,
+        max_jobs=max_jobs,
+        reason="quota test",
+        request_id=str(uuid.uuid4()),
+        dry_run=dry_run,
+    )
+
+
+async def test_trigger_backfill_and_replay_respect_max_pending_jobs(api):
+    md = bearer(api.root)
+    await api.namespaces.CreateNamespace(
+        npb.CreateNamespaceRequest(
+            namespace_id="full", namespace=npb.Namespace(quotas=npb.NamespaceQuotas(max_pending_jobs=1))
+        ),
+        metadata=md,
+    )
+    sched = schedule_pb2.Schedule(cron="0 * * * *", job_template=schedule_pb2.JobTemplate(queue="q"))
+    name = (
+        await api.schedules.CreateSchedule(
+            spb.CreateScheduleRequest(parent="namespaces/full", schedule_id="hourly", schedule=sched),
+            metadata=md,
+        )
+    ).schedule.name
+    await api.jobs.CreateJob(create("full"), metadata=md)  # the namespace is now at its limit
+    before = await _occurrences(api, md, name)
+
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await api.schedules.TriggerSchedule(spb.TriggerScheduleRequest(name=name), metadata=md)
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    _, info, _ = decode(err.value)
+    assert (info.reason, info.metadata["quota"]) == ("QUOTA_EXCEEDED", "max_pending_jobs")
+    assert retry_info(rpc_status.from_call(err.value)) is not None
+
+    end = timestamp_pb2.Timestamp()
+    end.FromDatetime(datetime.now(UTC) - timedelta(minutes=1))
+    start = timestamp_pb2.Timestamp()
+    start.FromDatetime(datetime.now(UTC) - timedelta(hours=5))
+    _, info, _ = await refused(
+        api.schedules.BackfillSchedule(
+            spb.BackfillScheduleRequest(name=name, start_time=start, end_time=end), metadata=md
+        ),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    assert info.metadata["quota"] == "max_pending_jobs"
+
+    _, info, _ = await refused(
+        api.dead_letters.ReplayDeadLetters(_replay("full", 1), metadata=md),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    assert info.metadata["quota"] == "max_pending_jobs"
+    # a dry run writes nothing, so it is answered
+    dry = await api.dead_letters.ReplayDeadLetters(_replay("full", 1, dry_run=True), metadata=md)
+    assert dry.dry_run and dry.replayed_count == 0
+
+    assert await count_jobs(api.engine, "full") == 1
+    assert await _occurrences(api, md, name) == before
+
+
+async def test_replay_is_refused_when_max_jobs_would_exceed_the_pending_limit(api):
+    md = bearer(api.root)
+    await api.namespaces.CreateNamespace(
+        npb.CreateNamespaceRequest(
+            namespace_id="roomy", namespace=npb.Namespace(quotas=npb.NamespaceQuotas(max_pending_jobs=3))
+        ),
+        metadata=md,
+    )
+    _, info, _ = await refused(
+        api.dead_letters.ReplayDeadLetters(_replay("roomy", 4), metadata=md),
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    )
+    assert (info.metadata["quota"], info.metadata["limit"]) == ("max_pending_jobs", "3")
+    ok = await api.dead_letters.ReplayDeadLetters(_replay("roomy", 3), metadata=md)
+    assert (ok.matched_count, ok.replayed_count) == (0, 0)
+    # below the limit a trigger is admitted and creates its job
+    sched = schedule_pb2.Schedule(cron="0 * * * *", job_template=schedule_pb2.JobTemplate(queue="q"))
+    name = (
+        await api.schedules.CreateSchedule(
+            spb.CreateScheduleRequest(parent="namespaces/roomy", schedule_id="s", schedule=sched),
+            metadata=md,
+        )
+    ).schedule.name
+    got = await api.schedules.TriggerSchedule(spb.TriggerScheduleRequest(name=name), metadata=md)
+    assert got.job.name.startswith("namespaces/roomy/jobs/")
+    assert await count_jobs(api.engine, "roomy") == 1

@@ -101,7 +101,11 @@ def test_grant_requests_without_a_namespace_are_invalid_before_any_handler():
 
 def test_namespace_listing_filter():
     assert visible_namespaces(who(("b", Role.READER), ("a", Role.WORKER), ("a", Role.CLIENT))) == ["a", "b"]
+    assert visible_namespaces(who(("b", Role.READER), ("c", Role.WORKER))) == ["b"]
     assert visible_namespaces(who()) == []
     assert visible_namespaces(ROOT) is None
     assert visible_namespaces(who((ALL, Role.READER))) is None
-    assert visible_namespaces(INSECURE) is None and visible_namespaces(SERVICE) is None
+    assert visible_namespaces(INSECURE) is None
+    # namespace.read is what counts: a worker grant (lease only) and the service identity list nothing
+    assert visible_namespaces(who(("a", Role.WORKER), (ALL, Role.WORKER))) == []
+    assert visible_namespaces(SERVICE) == []

@@ -188,7 +188,7 @@ def namespace_get(
 
 @namespace_app.command("list")
 def namespace_list(json_out: bool = JSON_OUT, api: str = API) -> None:
-    """List the namespaces you hold a role in (all of them with a role in '*')."""
+    """List the namespaces you may read (reader or more there; all of them with such a role in '*')."""
     items = run(api, "default", lambda c: list(c.list_namespaces()))
     if json_out:
         typer.echo(json.dumps([namespace_dict(n) for n in items], indent=2))

@@ -67,7 +67,8 @@ class AccessClient(ClientBase):
     async def list_namespaces_page(
         self, page_size: int = 100, page_token: str = ""
     ) -> tuple[list[Namespace], str]:
-        """One page of the namespaces the caller holds a role in (all, with a role in ``*``), by id:
+        """One page of the namespaces the caller may read (a reader role or more there; all, with
+        one in ``*``), by id:
         ``(namespaces, next_page_token)``."""
         req = npb.ListNamespacesRequest(page_size=page_size, page_token=page_token)
         resp = await self._call(self._namespaces.ListNamespaces, req)

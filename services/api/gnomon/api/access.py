@@ -70,8 +70,16 @@ class AccessEngine:
         """Revokes key ``key_id`` of ``principal``."""
         return await run_transaction(self.engine, lambda c: store.revoke_key(c, principal, key_id))
 
-    async def grant(self, principal: str, namespace: str, role: Role, queues: Sequence[str]) -> GrantRecord:
-        """Grants ``role`` in ``namespace`` to existing ``principal``."""
+    async def grant(
+        self, principal: str, namespace: str, role: Role, queues: Sequence[str], *, must_exist: bool = True
+    ) -> GrantRecord:
+        """Grants ``role`` in ``namespace`` to ``principal``. ``must_exist``: raise NOT_FOUND
+        (PRINCIPAL_NOT_FOUND) for an unknown principal; False stores the grant whether or not the
+        principal exists (it takes effect if a principal of that id is created)."""
+        if not must_exist:
+            return await run_transaction(
+                self.engine, lambda c: store.grant(c, principal, namespace, role, queues)
+            )
         return await run_transaction(
             self.engine, lambda c: store.add_grant(c, principal, namespace, role, queues)
         )

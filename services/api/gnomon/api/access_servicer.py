@@ -17,7 +17,7 @@ from gnomon._proto.gnomon.v1 import access_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import access_service_pb2_grpc
 from gnomon.api.access import AccessEngine
 from gnomon.common import pagination
-from gnomon.common.auth.principals import ALL, Grant, PrincipalKind, Role
+from gnomon.common.auth.principals import ALL, Grant, Permission, PrincipalKind, Role
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.names import (
     NAMESPACE_RE,
@@ -214,7 +214,12 @@ class AccessServicer(access_service_pb2_grpc.AccessServiceServicer):
 
     async def GrantRole(self, request, context):
         """Grants ``role`` in ``namespace`` to ``principal``. INVALID_ARGUMENT (bad principal,
-        namespace, role or queues; queues on a non-worker role), NOT_FOUND (PRINCIPAL_NOT_FOUND)."""
+        namespace, role or queues; queues on a non-worker role); NOT_FOUND (PRINCIPAL_NOT_FOUND) only
+        for a caller with the admin role in ``*`` (who may list principals anyway). An admin of the
+        namespace alone gets the same answer whether or not the principal exists: the grant is
+        stored either way (so GrantRole is no oracle of the cluster's principals; a grant to an id
+        nobody holds does nothing until a principal of that id is created, and gives it no more than
+        that namespace, which the admin could give it then)."""
         v = Validator()
         principal = _principal(v, request.principal, "principal")
         ns = _namespace(v, request.namespace)
@@ -234,7 +239,8 @@ class AccessServicer(access_service_pb2_grpc.AccessServiceServicer):
         v.raise_if_any()
         if role is Role.WORKER and (not queues or ALL in queues):
             queues = [ALL]
-        rec = await self.access.grant(principal, ns, role, queues)
+        cluster_admin = current_caller(context).principal.can(Permission.NAMESPACE_ADMIN, ALL)
+        rec = await self.access.grant(principal, ns, role, queues, must_exist=cluster_admin)
         return pb.GrantRoleResponse(grant=grant_to_proto(rec))
 
     async def RevokeRole(self, request, context):

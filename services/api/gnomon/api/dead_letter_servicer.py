@@ -26,14 +26,16 @@ from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
 from gnomon.api.convert import job_to_proto
 from gnomon.api.dead_letters import DeadLetterEngine
+from gnomon.api.quotas import QuotaGuard
 from gnomon.api.validation import request_fingerprint
 from gnomon.common import pagination
+from gnomon.common.auth.principals import ALL
 from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayRequest
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, audit_entry_name, job_name, parse_parent
-from gnomon.common.rpc.auth import current_caller
+from gnomon.common.rpc.auth import CLUSTER_PARENT, current_caller
 from gnomon.common.timeconv import check_timestamp, to_timestamp
 
 MAX_RATE = 1000.0
@@ -182,9 +184,19 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
     :func:`gnomon.api.service.build`, or by :meth:`on`). The caller's grants are checked by the
     authorization interceptor before any handler runs (PERMISSION_DENIED, NAMESPACE_NOT_ALLOWED)."""
 
-    def __init__(self, dead_letters: DeadLetterEngine, *, reply_budget_bytes: int = REPLY_BUDGET_BYTES):
+    def __init__(
+        self,
+        dead_letters: DeadLetterEngine,
+        *,
+        reply_budget_bytes: int = REPLY_BUDGET_BYTES,
+        quotas: QuotaGuard | None = None,
+    ):
         self.dead_letters = dead_letters
+        #: namespace quotas a replay is admitted against (None: not checked)
+        self.quotas = quotas
         #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
+        #: namespace quotas a replay is admitted against (None: not checked)
+        self.quotas = quotas
         self.reply_budget_bytes = reply_budget_bytes
 
     @classmethod
@@ -232,10 +244,15 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         """Re-creates matching dead jobs as new jobs (paced at ``max_rate`` jobs/s, at most
         ``max_jobs``; ``dry_run`` only counts), audited with the caller and ``reason``; idempotent per
         ``request_id``. INVALID_ARGUMENT for bad fields; ALREADY_EXISTS for a reused request id with
-        another request."""
+        another request; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when ``pending + max_jobs`` would exceed
+        the namespace's ``max_pending_jobs`` (not for a dry run), before anything is written."""
         ns = parse_parent(request.parent)
         req = validate_replay(request, ns, context)
+        if self.quotas is not None and not req.dry_run:
+            await self.quotas.admit_pending(ns, req.max_jobs)
         out = await self.dead_letters.replay(req)
+        if self.quotas is not None and not req.dry_run:
+            await self.quotas.admit_pending(ns, req.max_jobs)
         return pb.ReplayDeadLettersResponse(
             matched_count=out.matched,
             replayed_count=out.replayed,
@@ -244,9 +261,11 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         )
 
     async def ListAuditEntries(self, request, context):
-        """Audit entries of ``parent``, newest first; ``page_size`` 0-1000 (0 = 100).
-        INVALID_ARGUMENT for a bad parent, page size or token."""
-        ns = parse_parent(request.parent)
+        """Audit entries of ``parent``, newest first; ``page_size`` 0-1000 (0 = 100). ``parent``
+        ``namespaces/*``: the cluster-wide entries (namespace ``*``: principals, keys, namespaces,
+        grants in ``*``, the bootstrap), which the interceptor admits only with ``audit.read`` in
+        ``*``. INVALID_ARGUMENT for a bad parent, page size or token."""
+        ns = ALL if request.parent == CLUSTER_PARENT else parse_parent(request.parent)
         v = Validator()
         size = pagination.page_size(v, request.page_size)
         filt = pagination.fingerprint(ns)

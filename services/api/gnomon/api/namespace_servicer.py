@@ -19,8 +19,8 @@ from gnomon._proto.gnomon.v1 import namespace_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import namespace_service_pb2_grpc
 from gnomon.api.namespaces import NamespaceEngine
 from gnomon.common import pagination
-from gnomon.common.auth.principals import ALL, Principal, PrincipalKind
-from gnomon.common.errors import InvalidArgument, Validator
+from gnomon.common.auth.principals import ALL, Permission, Principal
+from gnomon.common.errors import InvalidArgument, PermissionDenied, Validator
 from gnomon.common.names import (
     DEFAULT_NAMESPACE,
     NAMESPACE_RE,
@@ -30,7 +30,7 @@ from gnomon.common.names import (
 from gnomon.common.quotas import Quotas
 from gnomon.common.rpc.auth import current_caller
 from gnomon.common.storage.namespaces import NamespaceRecord
-from gnomon.common.timeconv import to_duration, to_timestamp
+from gnomon.common.timeconv import check_duration, to_duration, to_timestamp
 
 MAX_DESCRIPTION = 1024
 MAX_RETENTION_S = 3650 * 86400
@@ -80,11 +80,8 @@ def _values(v: Validator, msg: pb.Namespace, prefix: str) -> tuple[str, int, Quo
         f"{prefix}.description",
         f"at most {MAX_DESCRIPTION} characters",
     )
-    r = msg.retention
-    v.check(
-        r.seconds >= 0 and r.nanos >= 0 and r.seconds <= MAX_RETENTION_S,
-        f"{prefix}.retention",
-        f"must be between 0 and {MAX_RETENTION_S // 86400} days",
+    retention = check_duration(
+        v, msg.retention, f"{prefix}.retention", timedelta(0), timedelta(seconds=MAX_RETENTION_S)
     )
     q = msg.quotas
     rate = q.max_create_rate
@@ -112,17 +109,31 @@ def _values(v: Validator, msg: pb.Namespace, prefix: str) -> tuple[str, int, Quo
         max_worker_streams=q.max_worker_streams,
         max_queues_per_hello=q.max_queues_per_hello,
     )
-    return msg.description, max(0, r.seconds), quotas
+    return msg.description, int(retention.total_seconds()) if retention is not None else 0, quotas
 
 
 def visible_namespaces(principal: Principal) -> list[str] | None:
-    """The namespace ids ``principal`` holds any role in; None when it sees every namespace (a grant
-    in ``*``, the service identity, or an insecure server)."""
-    if principal.service or principal.kind is PrincipalKind.INSECURE:
+    """The namespace ids where ``principal`` holds ``namespace.read`` (GetNamespace would answer
+    it; a worker-only grant does not count), sorted; None when it sees every namespace (a grant in
+    ``*`` that gives ``namespace.read``, or an insecure server)."""
+    if principal.can(Permission.NAMESPACE_READ, ALL):
         return None
-    if any(g.namespace == ALL for g in principal.grants):
-        return None
-    return sorted({g.namespace for g in principal.grants})
+    return sorted(
+        {g.namespace for g in principal.grants if principal.can(Permission.NAMESPACE_READ, g.namespace)}
+    )
+
+
+def check_capacity_change(principal: Principal, name: str, paths: list[str]) -> None:
+    """Raises :class:`PermissionDenied` (NAMESPACE_NOT_ALLOWED, metadata ``namespace`` and
+    ``fields``) when ``paths`` (UpdateNamespace mask paths) change ``retention`` or ``quotas`` and
+    ``principal`` lacks ``namespace.admin`` in ``*``: those are capacity decisions of the cluster; an
+    admin of namespace ``name`` alone may change its description only."""
+    capacity = sorted({p.split(".")[0] for p in paths if p != "description"})
+    if capacity and not principal.can(Permission.NAMESPACE_ADMIN, ALL):
+        raise PermissionDenied(
+            f"changing {' and '.join(capacity)} of namespace {name!r} needs the admin role in '*'",
+            metadata={"namespace": name, "fields": ",".join(capacity)},
+        )
 
 
 class NamespaceServicer(namespace_service_pb2_grpc.NamespaceServiceServicer):
@@ -151,7 +162,7 @@ class NamespaceServicer(namespace_service_pb2_grpc.NamespaceServiceServicer):
         return pb.GetNamespaceResponse(namespace=namespace_to_proto(await self.namespaces.get(name)))
 
     async def ListNamespaces(self, request, context):
-        """The namespaces the caller holds a role in (all, with a role in ``*``), by id, paged
+        """The namespaces where the caller holds ``namespace.read`` (all, with it in ``*``), by id, paged
         (``page_size`` 0-1000, 0 = 100). INVALID_ARGUMENT for a bad page size or token."""
         v = Validator()
         size = pagination.page_size(v, request.page_size)
@@ -168,7 +179,9 @@ class NamespaceServicer(namespace_service_pb2_grpc.NamespaceServiceServicer):
 
     async def UpdateNamespace(self, request, context):
         """Applies the fields ``update_mask`` names (empty: all) when ``namespace.etag`` is empty or
-        current. INVALID_ARGUMENT (unknown paths, bad values), NOT_FOUND, FAILED_PRECONDITION."""
+        current. INVALID_ARGUMENT (unknown paths, bad values), NOT_FOUND, FAILED_PRECONDITION;
+        PERMISSION_DENIED (NAMESPACE_NOT_ALLOWED) when ``retention`` or ``quotas`` are named by a
+        caller without the admin role in ``*`` (:func:`check_capacity_change`), before any write."""
         v = Validator()
         try:
             name = parse_namespace_name(request.namespace.name, "namespace.name")
@@ -180,6 +193,7 @@ class NamespaceServicer(namespace_service_pb2_grpc.NamespaceServiceServicer):
         v.check(not bad, "update_mask", f"unknown paths {bad}; allowed: {list(MASK_PATHS)}")
         description, retention_s, quotas = _values(v, request.namespace, "namespace")
         v.raise_if_any()
+        check_capacity_change(current_caller(context).principal, name, paths)
 
         def merge(cur: NamespaceRecord) -> NamespaceRecord:
             out = cur
@@ -200,7 +214,7 @@ class NamespaceServicer(namespace_service_pb2_grpc.NamespaceServiceServicer):
         return pb.UpdateNamespaceResponse(namespace=namespace_to_proto(rec))
 
     async def DeleteNamespace(self, request, context):
-        """Deletes namespace ``name``'s row (``etag`` checked when set). INVALID_ARGUMENT (bad name,
+        """Deletes namespace ``name``'s row and every grant in it (``etag`` checked when set). INVALID_ARGUMENT (bad name,
         or ``default``), NOT_FOUND, FAILED_PRECONDITION (NAMESPACE_NOT_EMPTY, STALE_VERSION)."""
         v = Validator()
         name = parse_namespace_name(request.name)

@@ -64,6 +64,7 @@ class NamespaceEngine:
         return out
 
     async def delete(self, name: str, etag: str) -> None:
-        """Deletes namespace ``name``'s row (refused while it has pending jobs or schedules)."""
+        """Deletes namespace ``name``'s row and its grants in one transaction (refused while it has
+        pending jobs or schedules)."""
         await run_transaction(self.engine, lambda c: store.delete_namespace(c, name, etag))
         self._changed(name)

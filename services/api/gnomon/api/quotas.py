@@ -1,6 +1,7 @@
 """Namespace quotas on the API's write paths: :class:`QuotaGuard` admits job creates
-(``max_create_rate``, ``max_pending_jobs``) and schedule creates (``max_schedules``) before anything is
-written, or refuses with :class:`gnomon.common.errors.QuotaExceeded` (RESOURCE_EXHAUSTED + RetryInfo).
+(``max_create_rate``, ``max_pending_jobs``: CreateJob, BatchCreateJobs, TriggerSchedule), calls that
+create jobs later or paced (``max_pending_jobs`` only: BackfillSchedule, ReplayDeadLetters) and
+schedule creates (``max_schedules``) before anything is written, or refuses with :class:`gnomon.common.errors.QuotaExceeded` (RESOURCE_EXHAUSTED + RetryInfo).
 
 Cost on the hot path: the namespace's quotas come from a cache (:class:`NamespaceCache`, at most
 ``settings_ttl_s`` old, 5 s by default), so a namespace without limits costs one dict lookup. The
@@ -65,17 +66,7 @@ class QuotaGuard:
         a batch larger than the rate's burst is refused with no retry delay that could help (it must
         be split: RetryInfo says 0 s and the message says so)."""
         q = await self.cache.quotas(namespace)
-        if q.max_pending_jobs:
-            pending = await self._pending_count(namespace, q.max_pending_jobs)
-            if pending + n > q.max_pending_jobs:
-                raise QuotaExceeded(
-                    f"namespace {namespace!r} has {pending} pending jobs (SCHEDULED or QUEUED); "
-                    f"{n} more would exceed max_pending_jobs {q.max_pending_jobs}",
-                    quota=Quota.MAX_PENDING_JOBS,
-                    limit=q.max_pending_jobs,
-                    namespace=namespace,
-                    retry_after_s=PENDING_RETRY_S,
-                )
+        await self._check_pending(namespace, q.max_pending_jobs, n)
         if q.max_create_rate:
             bucket = self._bucket(namespace, q.max_create_rate)
             wait = bucket.take(n)
@@ -92,6 +83,28 @@ class QuotaGuard:
         hit = self._pending.get(namespace)
         if q.max_pending_jobs and hit is not None:
             self._pending[namespace] = (hit[0], hit[1] + n)
+
+    async def admit_pending(self, namespace: str, n: int) -> None:
+        """Refuses a call that may create up to ``n`` (>= 1) jobs in ``namespace`` later or paced
+        (BackfillSchedule, ReplayDeadLetters) when ``pending + n`` would exceed ``max_pending_jobs``:
+        raises :class:`QuotaExceeded` (RetryInfo :data:`PENDING_RETRY_S`). Takes no create-rate
+        token and adds nothing to the cached count (such calls pace their own creates)."""
+        q = await self.cache.quotas(namespace)
+        await self._check_pending(namespace, q.max_pending_jobs, n)
+
+    async def _check_pending(self, namespace: str, limit: int, n: int) -> None:
+        if not limit:
+            return
+        pending = await self._pending_count(namespace, limit)
+        if pending + n > limit:
+            raise QuotaExceeded(
+                f"namespace {namespace!r} has {pending} pending jobs (SCHEDULED or QUEUED); "
+                f"{n} more would exceed max_pending_jobs {limit}",
+                quota=Quota.MAX_PENDING_JOBS,
+                limit=limit,
+                namespace=namespace,
+                retry_after_s=PENDING_RETRY_S,
+            )
 
     async def admit_schedule(self, namespace: str) -> None:
         """Admits one new schedule in ``namespace`` or raises :class:`QuotaExceeded` (``max_schedules``)."""

@@ -196,12 +196,16 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
     async def TriggerSchedule(self, request, context):
         """Runs the schedule now under ``overlap_policy`` (unspecified: the schedule's); idempotent
         per ``request_id``. Returns the occurrence and its job (if one was created). INVALID_ARGUMENT
-        for bad fields, NOT_FOUND for an unknown schedule."""
+        for bad fields, NOT_FOUND for an unknown schedule; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when
+        one more job would exceed the namespace's ``max_pending_jobs`` or ``max_create_rate``
+        (``quotas``; None: not checked), before anything is written."""
         ns, sid = parse_schedule_name(request.name)
         v = Validator()
         policy = overlap_of(v, request.overlap_policy, "overlap_policy", "")
         request_id = parse_request_id(v, request.request_id)
         v.raise_if_any()
+        if self.quotas is not None:
+            await self.quotas.admit_jobs(ns, 1)
         out = await self.schedules.trigger(ns, sid, policy=policy or None, request_id=request_id)
         return pb.TriggerScheduleResponse(
             occurrence=occurrence_to_proto(out.record, schedule_name(ns, sid)),
@@ -211,7 +215,10 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
     async def BackfillSchedule(self, request, context):
         """Records the rule's fire times in ``[start_time, end_time)`` (both required, in the past, at
         most 1000 times) as buffered occurrences the planner releases under ``overlap_policy``.
-        INVALID_ARGUMENT (INVALID_TIME_RANGE when ``end_time <= start_time``), NOT_FOUND."""
+        INVALID_ARGUMENT (INVALID_TIME_RANGE when ``end_time <= start_time``), NOT_FOUND;
+        RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when the namespace is at or over ``max_pending_jobs``
+        (``quotas``; None: not checked), before anything is written. How many times the range holds
+        is known only inside the write (the rule is expanded there), so it is not counted up front."""
         ns, sid = parse_schedule_name(request.name)
         v = Validator()
         start = rule_instant(v, request.start_time, "start_time") if request.HasField("start_time") else None
@@ -228,6 +235,8 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
                 [FieldViolation("end_time", "must be after start_time")],
                 reason=ErrorReason.INVALID_TIME_RANGE,
             )
+        if self.quotas is not None:
+            await self.quotas.admit_pending(ns, 1)
         out = await self.schedules.backfill(ns, sid, start=start, end=end, policy=policy or None)
         name = schedule_name(ns, sid)
         return pb.BackfillScheduleResponse(occurrences=[occurrence_to_proto(r, name) for r in out])

@@ -130,6 +130,7 @@ def build(
             DeadLetterServicer(
                 DeadLetterEngine(engine, shards=cluster.shards, wake_dispatchers=hints.wake),
                 reply_budget_bytes=srv.reply_budget_bytes,
+                quotas=quotas,
             ),
             dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name,
         ),

@@ -36,17 +36,27 @@ class Rule:
     """``permission`` required in the namespace ``scope`` gives; ``mutating`` calls are audited;
     ``field``: dotted request field holding the namespace or a name under it (NAMESPACE scope,
     when the request has neither ``parent`` nor ``name``); ``optional_name``: an empty ``name`` reads
-    nothing stored (PreviewSchedule of an unsaved rule), so any authenticated caller may send it."""
+    nothing stored (PreviewSchedule of an unsaved rule), so any authenticated caller may send it;
+    ``cluster_parent``: ``parent`` may be ``namespaces/*`` (the cluster-wide entries), which needs the
+    permission in ``*`` (only ``*`` grants count); for other rules it is malformed."""
 
     permission: P | None
     scope: Scope
     mutating: bool = False
     field: str = ""
     optional_name: bool = False
+    cluster_parent: bool = False
 
 
-def _ns(permission: P, *, mutating: bool = False, field: str = "", optional_name: bool = False) -> Rule:
-    return Rule(permission, Scope.NAMESPACE, mutating, field, optional_name)
+def _ns(
+    permission: P,
+    *,
+    mutating: bool = False,
+    field: str = "",
+    optional_name: bool = False,
+    cluster_parent: bool = False,
+) -> Rule:
+    return Rule(permission, Scope.NAMESPACE, mutating, field, optional_name, cluster_parent)
 
 
 def _cluster(permission: P, *, mutating: bool = False) -> Rule:
@@ -86,7 +96,8 @@ _METHODS: dict[str, dict[str, Rule]] = {
         "ListDeadLetters": _ns(P.DEAD_LETTERS_READ),
         # audited by the replay itself, in its own transaction, with its filter and counts
         "ReplayDeadLetters": _ns(P.DEAD_LETTERS_REPLAY),
-        "ListAuditEntries": _ns(P.AUDIT_READ),
+        # parent namespaces/*: the cluster-wide entries, for audit.read in * only
+        "ListAuditEntries": _ns(P.AUDIT_READ, cluster_parent=True),
     },
     "gnomon.v1.ClusterService": {
         "ListDispatchers": _ANY,

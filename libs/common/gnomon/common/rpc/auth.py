@@ -50,6 +50,10 @@ class Caller:
         return self.principal.name
 
 
+#: The ``parent`` of the cluster-wide entries (namespace ``*``) where a rule allows it
+#: (:attr:`Rule.cluster_parent`: ListAuditEntries).
+CLUSTER_PARENT = f"namespaces/{ALL}"
+
 #: The caller of a handler invoked without the interceptor (in-process tests): may do everything.
 ANONYMOUS = Caller(INSECURE, "unknown")
 
@@ -97,7 +101,8 @@ def _field(request: Any, path: str) -> Any:
 
 def request_namespace(request: Any, rule: Rule) -> tuple[str | None, str]:
     """``(namespace, source field)`` a request acts on: its ``parent`` (empty = the default
-    namespace), else ``name``, else the rule's ``field`` (a namespace id or a name under one).
+    namespace; ``namespaces/*`` = :data:`ALL` when the rule allows ``cluster_parent``), else
+    ``name``, else the rule's ``field`` (a namespace id or a name under one).
     The namespace is None when the field is malformed (the caller gets INVALID_ARGUMENT)."""
     fields = getattr(getattr(request, "DESCRIPTOR", None), "fields_by_name", {})
     if rule.field:
@@ -106,6 +111,8 @@ def request_namespace(request: Any, rule: Rule) -> tuple[str | None, str]:
             return (value if value == ALL else namespace_of(f"namespaces/{value}")), rule.field
         return (namespace_of(value) if isinstance(value, str) else None), rule.field
     if "parent" in fields:
+        if rule.cluster_parent and request.parent == CLUSTER_PARENT:
+            return ALL, "parent"
         return namespace_of(request.parent, parent=True), "parent"
     if "name" in fields:
         return namespace_of(request.name), "name"

@@ -24,7 +24,7 @@ from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from gnomon.common.quotas import Quotas
 from gnomon.common.storage.schema import jobs, schedules
-from gnomon.common.storage.schema_tenancy import namespaces
+from gnomon.common.storage.schema_tenancy import grants, namespaces
 from gnomon.common.storage.statements import builder, named
 
 #: The job states that count as pending (``max_pending_jobs``).
@@ -157,6 +157,12 @@ def delete_namespace_stmt(name: str) -> Delete:
     return delete(namespaces).where(namespaces.c.name == name)
 
 
+@builder(name="ns")
+def delete_namespace_grants_stmt(name: str) -> Delete:
+    """Deletes every grant in namespace ``name`` (not those in ``*``)."""
+    return delete(grants).where(grants.c.namespace == name)
+
+
 @builder(namespace="ns", cap=10)
 def pending_jobs_stmt(namespace: str, cap: int) -> Select[Any]:
     """How many jobs of ``namespace`` are SCHEDULED or QUEUED, counted up to ``cap`` (the count of
@@ -234,7 +240,8 @@ async def update_namespace(conn: AsyncConnection, rec: NamespaceRecord, etag: st
 
 
 async def delete_namespace(conn: AsyncConnection, name: str, etag: str) -> None:
-    """Deletes namespace ``name``'s row. Raises :class:`NotFound` (NAMESPACE_NOT_FOUND),
+    """Deletes namespace ``name``'s row and every grant in it (so a namespace created later with the
+    same id starts with no principals). Raises :class:`NotFound` (NAMESPACE_NOT_FOUND),
     :class:`FailedPrecondition` (STALE_VERSION for a stale ``etag``; NAMESPACE_NOT_EMPTY while it has
     a SCHEDULED or QUEUED job or any schedule)."""
     row = (await conn.execute(NAMESPACE_FOR_UPDATE, {"p_name": name})).first()
@@ -249,6 +256,7 @@ async def delete_namespace(conn: AsyncConnection, name: str, etag: str) -> None:
             reason=ErrorReason.NAMESPACE_NOT_EMPTY,
             metadata={"pending_jobs": str(pending), "schedules": str(sched)},
         )
+    await conn.execute(delete_namespace_grants_stmt(name))
     await conn.execute(delete_namespace_stmt(name))
 
 

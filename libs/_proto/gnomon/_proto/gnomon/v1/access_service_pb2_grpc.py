@@ -180,7 +180,9 @@ class AccessServiceServicer:
 
     def GrantRole(self, request, context):
         """Grants a role in a namespace (or `*`) to a principal; granting a role it already holds there
-        replaces the worker queue list. The namespace needs no row. NOT_FOUND (PRINCIPAL_NOT_FOUND);
+        replaces the worker queue list. The namespace needs no row. NOT_FOUND (PRINCIPAL_NOT_FOUND) for
+        a caller with the admin role in `*` only; from an admin of the namespace alone the grant is
+        stored whether or not the principal exists (the same answer either way);
         INVALID_ARGUMENT for a bad namespace, role or queue (queues are only for the worker role).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -35,7 +35,8 @@ class NamespaceServiceStub:
     a `google.rpc.BadRequest` naming every bad field. A refused request writes nothing. A caller
     without the permission a method needs gets PERMISSION_DENIED (NAMESPACE_NOT_ALLOWED) whether or
     not the namespace exists. Create and Delete need the admin role in every namespace (`*`); Get and
-    Update need a reader (Get) or admin (Update) role in the namespace itself.
+    Update need a reader (Get) or admin (Update) role in the namespace itself, and an Update of
+    `retention` or `quotas` needs the admin role in `*`.
     """
 
     def __init__(self, channel):
@@ -80,7 +81,8 @@ class NamespaceServiceServicer:
     a `google.rpc.BadRequest` naming every bad field. A refused request writes nothing. A caller
     without the permission a method needs gets PERMISSION_DENIED (NAMESPACE_NOT_ALLOWED) whether or
     not the namespace exists. Create and Delete need the admin role in every namespace (`*`); Get and
-    Update need a reader (Get) or admin (Update) role in the namespace itself.
+    Update need a reader (Get) or admin (Update) role in the namespace itself, and an Update of
+    `retention` or `quotas` needs the admin role in `*`.
     """
 
     def CreateNamespace(self, request, context):
@@ -99,8 +101,8 @@ class NamespaceServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListNamespaces(self, request, context):
-        """Lists the namespaces the caller holds any role in (every namespace for a caller with a role in
-        `*`), ordered by id, paged. INVALID_ARGUMENT for a bad page size or page token.
+        """Lists the namespaces the caller may read (a reader, client, operator or admin role there; every
+        namespace with such a role in `*`; a worker role does not count), ordered by id, paged. INVALID_ARGUMENT for a bad page size or page token.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -109,15 +111,16 @@ class NamespaceServiceServicer:
     def UpdateNamespace(self, request, context):
         """Changes the fields `update_mask` names (all updatable fields when empty) when `namespace.etag`
         is empty or current. INVALID_ARGUMENT for unknown mask paths or bad values; NOT_FOUND
-        (NAMESPACE_NOT_FOUND); FAILED_PRECONDITION (STALE_VERSION) for a stale etag. New quotas take
-        effect within the servers' namespace cache time (5 s).
+        (NAMESPACE_NOT_FOUND); FAILED_PRECONDITION (STALE_VERSION) for a stale etag; PERMISSION_DENIED
+        (NAMESPACE_NOT_ALLOWED) when the mask names `retention` or `quotas` (or is empty) and the caller
+        lacks the admin role in `*`. New quotas take effect within the servers' namespace cache time (5 s).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteNamespace(self, request, context):
-        """Deletes a namespace's row (its quotas and settings; grants in it stay). FAILED_PRECONDITION
+        """Deletes a namespace's row (its quotas and settings) and every grant in it. FAILED_PRECONDITION
         (NAMESPACE_NOT_EMPTY) while it has jobs SCHEDULED or QUEUED or any schedule, or (STALE_VERSION)
         for a stale etag; NOT_FOUND (NAMESPACE_NOT_FOUND). The namespace `default` cannot be deleted
         (INVALID_ARGUMENT).
@@ -171,7 +174,8 @@ class NamespaceService:
     a `google.rpc.BadRequest` naming every bad field. A refused request writes nothing. A caller
     without the permission a method needs gets PERMISSION_DENIED (NAMESPACE_NOT_ALLOWED) whether or
     not the namespace exists. Create and Delete need the admin role in every namespace (`*`); Get and
-    Update need a reader (Get) or admin (Update) role in the namespace itself.
+    Update need a reader (Get) or admin (Update) role in the namespace itself, and an Update of
+    `retention` or `quotas` needs the admin role in `*`.
     """
 
     @staticmethod
