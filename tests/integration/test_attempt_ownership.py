@@ -106,6 +106,8 @@ async def test_a_foreign_stream_cannot_accept_heartbeat_checkpoint_finish_or_rel
     )
     servicer._heartbeats(owner, [wrong_version])
     assert await one(owner) == (False, "STALE_ATTEMPT")
+    servicer._checkpoints(owner, [wpb.Checkpoint(attempt=wrong_version, data=b"wrong version")])
+    assert await one(owner) == (False, "STALE_ATTEMPT")
     servicer._results(owner, [wpb.AttemptResult(attempt=wrong_version, outcome=wpb.OUTCOME_SUCCEEDED)])
     assert await one(owner) == (False, "STALE_ATTEMPT")
 

@@ -32,10 +32,17 @@ async def engine(engine):
     return engine
 
 
-async def new_job(engine, *, idempotent=False, max_attempts=3, deadline=None, schedule_at=None) -> uuid.UUID:
+async def new_job(
+    engine, *, idempotent=False, max_attempts=3, deadline=None, schedule_at=None, namespace="default"
+) -> uuid.UUID:
     jid = uuid.uuid4()
     new = new_job_spec(
-        id=jid, schedule_at=schedule_at, deadline=deadline, max_attempts=max_attempts, idempotent=idempotent
+        id=jid,
+        schedule_at=schedule_at,
+        deadline=deadline,
+        max_attempts=max_attempts,
+        idempotent=idempotent,
+        namespace=namespace,
     )
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
     return jid
@@ -259,3 +266,32 @@ def test_handler_is_cancelled_at_start_to_close(pg_server, migrated_template, tm
         assert (j.state, j.attempt) == ("DEAD", 1)
         ran = (j.finish_time - j.start_time).total_seconds()
         assert 1.0 <= ran < 10, ran
+
+
+async def test_prune_follows_each_namespace_retention(engine):
+    from gnomon.common.quotas import Quotas
+    from gnomon.common.storage import namespaces as ns_store
+    from gnomon.common.storage.namespaces import NamespaceRecord
+
+    async with engine.begin() as c:
+        await ns_store.create_namespace(c, NamespaceRecord("short", "", 3600, Quotas()))  # 1 h
+        await ns_store.create_namespace(c, NamespaceRecord("long", "", 30 * 86400, Quotas()))  # 30 d
+    ids = {}
+    for ns, days in [("short", 1), ("long", 8), ("long", 31), ("default", 8)]:
+        jid = await new_job(engine, namespace=ns)
+        async with engine.begin() as c:
+            await c.execute(
+                update(jobs)
+                .where(jobs.c.id == jid)
+                .values(state="SUCCEEDED", finished_at=datetime.now(UTC) - timedelta(days=days))
+            )
+        ids[(ns, days)] = jid
+    n = await run_transaction(
+        engine, lambda c: reaping.prune_finished(c, region="local", retention_s=7 * 86400, limit=10)
+    )
+    assert n == 3
+    async with engine.connect() as c:
+        left = set((await c.execute(select(jobs.c.id))).scalars().all())
+    # the short namespace's 1-day-old job is past its 1 h; the long one keeps its 8-day-old job;
+    # the default namespace (row with retention 0) follows the cluster's 7 days
+    assert left == {ids[("long", 8)]}

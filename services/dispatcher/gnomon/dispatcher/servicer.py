@@ -385,7 +385,13 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 )
                 continue
             item = CheckpointWrite(
-                k.job_id, k.attempt, k.token, bytes(cp.data), owner=s.owner, worker_id=s.worker_id
+                k.job_id,
+                k.attempt,
+                k.token,
+                bytes(cp.data),
+                owner=s.owner,
+                worker_id=s.worker_id,
+                version=k.version,
             )
             futs.append((cp.attempt, self.writes.submit("checkpoint", item)))
         if refused:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import BigInteger, Integer, LargeBinary, String, Uuid, update
+from sqlalchemy import BigInteger, Integer, LargeBinary, String, Uuid, or_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.states import AttemptState
@@ -44,17 +44,26 @@ class CheckpointWrite:
     data: bytes
     owner: str | None = None
     worker_id: str | None = None
+    #: the job version the attempt was dispatched under (None: unchecked, in-process callers)
+    version: int | None = None
 
 
 _C = unnest_rows(
-    "c", job_id=Uuid, attempt=Integer, token=BigInteger, data=LargeBinary, owner=String, worker=String
+    "c",
+    job_id=Uuid,
+    attempt=Integer,
+    token=BigInteger,
+    data=LargeBinary,
+    owner=String,
+    worker=String,
+    version=BigInteger,
 )
 
 SAVE_CHECKPOINTS = named(
     __name__,
     "SAVE_CHECKPOINTS",
     """Prebuilt: saves each row's data on its job when the attempt is current and RUNNING under the
-    token and owned by the row's ``owner`` (NULL: any owner).""",
+    token and version and owned by the row's ``owner`` and ``worker`` (NULL: unchecked).""",
     update(jobs)
     .where(
         jobs.c.id == _C.c.job_id,
@@ -63,6 +72,7 @@ SAVE_CHECKPOINTS = named(
         attempts.c.attempt == _C.c.attempt,
         attempts.c.token == _C.c.token,
         owned_by(_C.c.owner, _C.c.worker),
+        or_(_C.c.version.is_(None), attempts.c.version == _C.c.version),
         attempts.c.state == AttemptState.RUNNING,
     )
     .values(checkpoint=_C.c.data)
@@ -81,14 +91,14 @@ async def save_checkpoints(
     validate first; nothing is silently truncated).
     """
     latest: dict[tuple[uuid.UUID, int, int], bytes] = {}
-    owner: dict[tuple[uuid.UUID, int, int], tuple[str | None, str | None]] = {}
+    owner: dict[tuple[uuid.UUID, int, int], tuple[str | None, str | None, int | None]] = {}
     for it in items:
         if len(it.data) > MAX_CHECKPOINT_BYTES:
             raise ValueError(f"checkpoint of {len(it.data)} bytes exceeds {MAX_CHECKPOINT_BYTES}")
         # UPDATE ... FROM with two source rows for one target row applies an arbitrary one: dedupe.
         latest.pop((it.job_id, it.attempt, it.token), None)
         latest[(it.job_id, it.attempt, it.token)] = it.data
-        owner[(it.job_id, it.attempt, it.token)] = (it.owner, it.worker_id)
+        owner[(it.job_id, it.attempt, it.token)] = (it.owner, it.worker_id, it.version)
     if not latest:
         return set()
     keys = list(latest)
@@ -103,6 +113,7 @@ async def save_checkpoints(
                 data=[latest[k] or None for k in keys],
                 owner=[owner[k][0] for k in keys],
                 worker=[owner[k][1] for k in keys],
+                version=[owner[k][2] for k in keys],
             ),
         )
     ).all()

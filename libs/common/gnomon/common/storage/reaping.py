@@ -27,6 +27,7 @@ from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
 from gnomon.common.storage.jobs import POLICY_COLS
 from gnomon.common.storage.results import fail_job_stmt, judge
 from gnomon.common.storage.schema import attempts, jobs, outbox, schedule_occurrences
+from gnomon.common.storage.schema_tenancy import namespaces
 from gnomon.common.storage.statements import builder
 
 LOST_ERROR = "lease expired while running: the worker stopped heartbeating; outcome unknown"
@@ -179,17 +180,20 @@ async def expire_deadlines(conn: AsyncConnection, *, region: str, limit: int) ->
 
 @builder(region="r", retention_s=60.0, limit=10)
 def finished_jobs_stmt(region: str, retention_s: float, limit: int) -> Select[tuple[uuid.UUID]]:
-    """Ids of up to ``limit`` terminal jobs of ``region`` finished more than ``retention_s`` seconds
-    ago (database clock), locked ``FOR UPDATE SKIP LOCKED``."""
+    """Ids of up to ``limit`` terminal jobs of ``region`` past their retention (database clock),
+    locked ``FOR UPDATE SKIP LOCKED``: their namespace's ``retention_s`` when its row sets one (> 0),
+    else ``retention_s`` (the cluster's ``GNOMON_REAPER_RETENTION_S``), seconds after ``finished_at``."""
+    keep_s = func.coalesce(func.nullif(namespaces.c.retention_s, 0), retention_s)
     return (
         select(jobs.c.id)
+        .select_from(jobs.outerjoin(namespaces, namespaces.c.name == jobs.c.namespace))
         .where(
             jobs.c.region == region,
             jobs.c.state.in_(sorted(TERMINAL)),
-            jobs.c.finished_at < func.now() - timedelta(seconds=retention_s),
+            jobs.c.finished_at + keep_s * timedelta(seconds=1) < func.now(),
         )
         .limit(limit)
-        .with_for_update(skip_locked=True)
+        .with_for_update(of=jobs, skip_locked=True)
     )
 
 
@@ -204,8 +208,9 @@ def delete_jobs_stmts(ids: Sequence[uuid.UUID]) -> tuple[Delete, Delete, Delete]
 
 
 async def prune_finished(conn: AsyncConnection, *, region: str, retention_s: float, limit: int) -> int:
-    """Deletes up to ``limit`` terminal jobs of ``region`` finished more than ``retention_s`` seconds
-    ago, with their attempt and outbox rows. Returns how many jobs were deleted."""
+    """Deletes up to ``limit`` terminal jobs of ``region`` past their retention (their namespace's,
+    else ``retention_s`` seconds; see :func:`finished_jobs_stmt`), with their attempt and outbox rows.
+    Returns how many jobs were deleted."""
     ids = list((await conn.execute(finished_jobs_stmt(region, retention_s, limit))).scalars().all())
     if ids:
         for stmt in delete_jobs_stmts(ids):
