@@ -32,7 +32,8 @@ class Attempt:
     starts when the accept is acknowledged, ``launched``) -> ``done``; or ``released`` (returned
     unstarted) / ``dropped`` (its dispatcher session ended before it started). ``dropped_reason`` is
     set when a running attempt must not report a result (accept or heartbeat refused, lease lost,
-    session gone).
+    session gone). ``session`` is the session that carries the attempt now: the one that delivered
+    it, or another after its stream went down (:mod:`gnomon.sdk.routing`).
     """
 
     __slots__ = (
@@ -48,6 +49,7 @@ class Attempt:
         "launched",
         "cp_inflight",
         "cp_acked",
+        "borrowed",
     )
 
     def __init__(
@@ -68,6 +70,9 @@ class Attempt:
         # applied out of order), and of the last one acknowledged.
         self.cp_inflight: int | None = None
         self.cp_acked = 0
+        # Moved to another session than the one that delivered it (gnomon.sdk.routing): its credit
+        # is not that session's to return.
+        self.borrowed = False
 
     def drop(self, reason: str, cancel_reason: str) -> None:
         """Marks a running attempt as no longer ours: no result will be reported, and the

@@ -407,7 +407,8 @@ class DispatcherSession(Reconnecting):
             self.buffer.discard(att.key)
         else:
             self.buffer.add_result(result)
-        self.credit_back()
+        if not att.borrowed:  # a moved attempt's credit is its first stream's (gnomon.sdk.routing)
+            self.credit_back()
 
     def release(self, att: Attempt) -> None:
         """Returns an unstarted attempt to the dispatcher (it is re-delivered)."""

@@ -16,7 +16,8 @@ How it works (the lease protocol: docs/concepts.md): the worker asks the API for
 go into one local FIFO; at most ``concurrency`` handlers run at once. Starting a handler sends an
 accept (without waiting for its ack); while it runs, each stream heartbeats all of its running
 attempts in one message; when it ends, a result is reported. All outgoing items are coalesced per
-stream (:mod:`gnomon.sdk.outgoing`).
+stream (:mod:`gnomon.sdk.outgoing`). A dispatcher stream that is down hands its running attempts and
+unacknowledged results to a connected one (:mod:`gnomon.sdk.routing`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .context import JobContext
 from .discovery import discover
 from .errors import GnomonError
 from .failures import FailureClass
+from .routing import reroute
 from .runner import Runner, Signals
 from .session import DispatcherSession
 
@@ -58,10 +60,6 @@ MAX_RECEIVE_MESSAGE_BYTES = 64 * 1024 * 1024
 
 _TICK = 0.1  # timer granularity: heartbeats, silent-stream detection (seconds)
 _LEASE_CHECK = 0.25  # how often local leases are checked (seconds)
-
-
-def _default_worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 def _is_async_callable(fn: Any) -> bool:
@@ -151,7 +149,7 @@ class Worker:
         self.connection = resolve(api, namespace, api_key=api_key, insecure=insecure, profile=profile)
         self.api, self.namespace = self.connection.address, self.connection.namespace
         self.concurrency = concurrency
-        self.worker_id = worker_id or _default_worker_id()
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self.static_dispatchers = list(dispatchers) if dispatchers is not None else None
         self.exception_classes = {t: FailureClass.coerce(v) for t, v in (exception_classes or {}).items()}
         for t in self.exception_classes:
@@ -452,9 +450,9 @@ class Worker:
         while True:
             await asyncio.sleep(_TICK)
             now = time.monotonic()
-            check = now - last_lease_check >= _LEASE_CHECK
-            if check:
+            if check := now - last_lease_check >= _LEASE_CHECK:
                 last_lease_check = now
+            reroute(self._sessions.values())  # attempts of a dispatcher that is down: via another
             for session in list(self._sessions.values()):
                 session.tick(now, check)
 
