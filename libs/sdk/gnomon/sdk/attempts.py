@@ -16,6 +16,7 @@ from .context import JobContext
 from .errors import GnomonError
 from .lease import LocalLease
 from .outgoing import RefKey
+from .protocol import is_final_refusal
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import DispatcherSession
@@ -68,6 +69,22 @@ class Attempt:
         # applied out of order), and of the last one acknowledged.
         self.cp_inflight: int | None = None
         self.cp_acked = 0
+
+    def hand_back(self, reason: str) -> None:
+        """The accept of this attempt was settled as refused with ``reason``, its slot already freed.
+        A transient reason (e.g. ``DATABASE_UNAVAILABLE``: the SDK gave up after
+        ``MAX_ACCEPT_RETRIES`` re-sends) means the dispatcher may still hold it as delivered, so it
+        is **released** -- the dispatcher forgets it and its relay re-delivers it to any worker --
+        never dropped silently. The release is pending until acknowledged (re-sent on the next
+        stream); ``STALE_ATTEMPT`` (already forgotten, e.g. past the accept timeout) settles it. A
+        final reason (e.g. ``STALE_ATTEMPT``) means the attempt is not ours: nothing to do."""
+        s = self.session
+        if is_final_refusal(reason) or s.ended:
+            return
+        self.state = RELEASED
+        s.protocol.release(self.key, self.ref)
+        s.buffer.add_release(self.ref)
+        s.host.emit("released", self.ctx)
 
     def drop(self, reason: str, cancel_reason: str) -> None:
         """Marks a running attempt as no longer ours: no result will be reported, and the
