@@ -5,6 +5,7 @@ worker (:class:`SessionHost`): the small, explicit interface between :mod:`gnomo
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Attempt", "SessionHost", "WorkerIdentity", "QUEUED", "RUNNING", "DONE", "RELEASED", "DROPPED"]
 
 QUEUED, RUNNING, DONE, RELEASED, DROPPED = "queued", "running", "done", "released", "dropped"
+
+log = logging.getLogger("gnomon.sdk.worker")
 
 
 class Attempt:
@@ -81,6 +84,12 @@ class Attempt:
         s = self.session
         if is_final_refusal(reason) or s.ended:
             return
+        log.warning(
+            "gave up on the accept of %s attempt %d (%s); releasing it",
+            self.ctx.job,
+            self.ctx.attempt,
+            reason,
+        )
         self.state = RELEASED
         s.protocol.release(self.key, self.ref)
         s.buffer.add_release(self.ref)
