@@ -112,7 +112,9 @@ def test_a_frozen_worker_does_not_hold_its_unaccepted_attempts(tmp_path):
 )
 def test_database_restarts_under_load_leave_nothing_queued(tmp_path, outage_s, restarts):
     """``3x4s`` is the reported run; ``2x9s`` keeps the database down longer than the SDK re-sends an
-    accept (~7.75 s), so accepts are given up on and released (asserted)."""
+    accept (~7.75 s), so accepts in flight when it stops are given up on (how many depends on timing:
+    0 and 8 in two runs; the figures print it) and each must be released. The deterministic check of
+    that path is tests/unit/test_sdk_accept_give_up.py."""
     from gnomon.sdk import Client
     from gnomon_test_support import records, running_suite, sql
 
@@ -208,9 +210,8 @@ def test_database_restarts_under_load_leave_nothing_queued(tmp_path, outage_s, r
             assert set(counts) == set(names), figures  # every job ran
             assert figures["attempts_run_twice"] == 0, figures  # at most once per attempt
             assert too_long == [], figures
-            if outage_s > 7.75:  # the path of the report: accepts given up on are released, not dropped
-                assert figures["accepts_given_up"] >= 1, figures
-                assert figures["accepts_given_up_and_released"] == figures["accepts_given_up"], figures
+            # the path of the report: every accept given up on is released, none dropped silently
+            assert figures["accepts_given_up_and_released"] == figures["accepts_given_up"], figures
             for p in s.procs:
                 assert p.popen.poll() is None, f"{p.role} exited: see {p.log_path}"
         finally:
