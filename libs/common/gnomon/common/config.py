@@ -140,6 +140,14 @@ class DispatcherSettings(BaseSettings):
     heartbeat_interval_s: float = Field(
         default=5.0, gt=0, description="Heartbeat period asked of workers, seconds."
     )
+    accept_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="An attempt delivered to a worker stream and not accepted this long is forgotten by "
+        "that stream and re-delivered by the relay's recovery scan (within one relay_interval_s "
+        "more); the stream's late accept of it is refused (STALE_ATTEMPT), seconds.",
+    )
     hello_timeout_s: float = Field(
         default=10.0,
         gt=0,

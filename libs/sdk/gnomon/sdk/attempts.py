@@ -5,6 +5,7 @@ worker (:class:`SessionHost`): the small, explicit interface between :mod:`gnomo
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -16,6 +17,7 @@ from .context import JobContext
 from .errors import GnomonError
 from .lease import LocalLease
 from .outgoing import RefKey
+from .protocol import is_final_refusal
 
 if TYPE_CHECKING:  # pragma: no cover
     from .session import DispatcherSession
@@ -23,6 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Attempt", "SessionHost", "WorkerIdentity", "QUEUED", "RUNNING", "DONE", "RELEASED", "DROPPED"]
 
 QUEUED, RUNNING, DONE, RELEASED, DROPPED = "queued", "running", "done", "released", "dropped"
+
+log = logging.getLogger("gnomon.sdk.worker")
 
 
 class Attempt:
@@ -73,6 +77,28 @@ class Attempt:
         # Moved to another session than the one that delivered it (gnomon.sdk.routing): its credit
         # is not that session's to return.
         self.borrowed = False
+
+    def hand_back(self, reason: str) -> None:
+        """The accept of this attempt was settled as refused with ``reason``, its slot already freed.
+        A transient reason (e.g. ``DATABASE_UNAVAILABLE``: the SDK gave up after
+        ``MAX_ACCEPT_RETRIES`` re-sends) means the dispatcher may still hold it as delivered, so it
+        is **released** -- the dispatcher forgets it and its relay re-delivers it to any worker --
+        never dropped silently. The release is pending until acknowledged (re-sent on the next
+        stream); ``STALE_ATTEMPT`` (already forgotten, e.g. past the accept timeout) settles it. A
+        final reason (e.g. ``STALE_ATTEMPT``) means the attempt is not ours: nothing to do."""
+        s = self.session
+        if is_final_refusal(reason) or s.ended:
+            return
+        log.warning(
+            "gave up on the accept of %s attempt %d (%s); releasing it",
+            self.ctx.job,
+            self.ctx.attempt,
+            reason,
+        )
+        self.state = RELEASED
+        s.protocol.release(self.key, self.ref)
+        s.buffer.add_release(self.ref)
+        s.host.emit("released", self.ctx)
 
     def drop(self, reason: str, cancel_reason: str) -> None:
         """Marks a running attempt as no longer ours: no result will be reported, and the

@@ -323,6 +323,7 @@ class DispatcherSession(Reconnecting):
                     self.host.launch(att)
             else:
                 self._abandon(att)
+                att.hand_back(ack.reason)  # given up after transient refusals: released, not dropped
         elif kind == _ACK_CHECKPOINT:
             att = self.attempts.get(key)
             if att is None or att.cp_inflight is None:

@@ -78,6 +78,7 @@ class RegionStack:
             region=region,
             interval_s=s.relay_interval_s,
             batch=s.claim_batch,
+            accept_timeout_s=s.accept_timeout_s,
         )
         self.budget = RetryBudget(ctx.budget_settings, region=region)
         self.breakers = Breakers(

@@ -5,7 +5,9 @@ marks it); until then the attempt is "in flight" on a live stream (:meth:`Sessio
 Fast path: right after a claim commits, the claimed attempts are handed to streams with credits.
 Recovery path: every ``relay_interval_s`` the relay re-reads unpublished outbox rows of its shards
 that no live stream holds (a previous owner died between claim commit and delivery; a worker
-released an attempt or disconnected before accepting; no worker had credits at claim time),
+released an attempt or disconnected before accepting; a stream did not accept an attempt within
+``accept_timeout_s`` of its delivery, :meth:`SessionRegistry.expire_unaccepted`; no worker had
+credits at claim time),
 re-fences them under the current token and delivers them again. A duplicate delivery is harmless:
 the accept of the second copy is refused (the attempt is already RUNNING for another worker), and
 a worker starts a handler only after its accept is acknowledged.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from datetime import timedelta
 
@@ -81,9 +84,12 @@ class Relay:
         region: str,
         interval_s: float,
         batch: int,
+        accept_timeout_s: float = 10.0,
     ):
         self.engine, self.registry, self.shards = engine, registry, shards
         self.region, self.interval_s, self.batch = region, interval_s, batch
+        #: an attempt delivered and not accepted this long (seconds) is forgotten and re-delivered
+        self.accept_timeout_s = accept_timeout_s
         self.delivered = 0
         self._task: asyncio.Task | None = None
 
@@ -91,6 +97,7 @@ class Relay:
         """Hands attempts to sessions with credits; returns how many were delivered. The rest stay
         unpublished in the outbox for the recovery scan."""
         per_session = defaultdict(list)
+        now = time.monotonic()
         for c in claimed:
             s = self.registry.pick(c.namespace, c.queue)
             if s is None:
@@ -98,6 +105,7 @@ class Relay:
             s.credits -= 1
             key = (c.job_id, c.attempt)
             s.held[key] = c
+            s.delivered_at[key] = now
             per_session[s].append(c)
         for s, items in per_session.items():
             s.out.put_nowait(
@@ -124,7 +132,15 @@ class Relay:
                 log.warning("outbox recovery scan failed", exc_info=True)
 
     async def recover_once(self) -> int:
-        """One recovery scan: re-delivers unpublished attempts of owned shards; returns the count."""
+        """One recovery scan: first forgets attempts not accepted within ``accept_timeout_s`` of
+        their delivery, then re-delivers unpublished attempts of owned shards; returns the count."""
+        expired = self.registry.expire_unaccepted(self.accept_timeout_s)
+        if expired:
+            log.info(
+                "%d attempts not accepted within %.3gs go back to the outbox",
+                len(expired),
+                self.accept_timeout_s,
+            )
         tokens = self.shards.tokens()
         cap = sum(self.registry.capacity().values())
         if not tokens or cap == 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -16,8 +17,9 @@ Key = tuple[uuid.UUID, int]
 @dataclass(eq=False)
 class WorkerSession:
     """One worker's lease stream. ``credits`` = attempts it can still take; ``held`` = attempts
-    delivered to it and not finished; ``accepted`` = the subset it started; ``owner`` = the
-    authenticated principal of the stream (the owner of every attempt it accepts)."""
+    delivered to it and not finished; ``accepted`` = the subset it started; ``delivered_at`` = when
+    each held attempt was (last) delivered, monotonic seconds; ``owner`` = the authenticated
+    principal of the stream (the owner of every attempt it accepts)."""
 
     session_id: int
     worker_id: str
@@ -27,6 +29,7 @@ class WorkerSession:
     out: asyncio.Queue = field(default_factory=asyncio.Queue)
     held: dict[Key, Claimed] = field(default_factory=dict)
     accepted: set[Key] = field(default_factory=set)
+    delivered_at: dict[Key, float] = field(default_factory=dict)
     closed: bool = False
     owner: str | None = None
     #: set when the stream's input was refused (e.g. a message that does not parse): the stream ends
@@ -84,6 +87,28 @@ class SessionRegistry:
         """Attempts delivered to a live stream and not accepted yet. Their outbox rows are still
         unpublished (an accept marks them published), so the relay's recovery scan skips them."""
         return {k for s in self.sessions.values() for k in s.held if k not in s.accepted}
+
+    def expire_unaccepted(self, timeout_s: float, now: float | None = None) -> list[Key]:
+        """Forgets every attempt delivered to a live stream at least ``timeout_s`` seconds ago
+        (``now``: monotonic seconds, default the current time) and not accepted by it: it leaves
+        ``held``, so it is no longer :meth:`in_flight` and the relay's recovery scan re-delivers it
+        (its outbox row is still unpublished). A later accept of it from that stream is no longer
+        fresh, so it is refused (STALE_ATTEMPT) unless the attempt is re-delivered to that stream.
+
+        The stream's credit is **not** given back: the worker spent it and returns it itself when the
+        attempt leaves it (its accept refused, a release), so a frozen worker gets nothing more.
+        Returns the forgotten ``(job_id, attempt)`` keys."""
+        now = time.monotonic() if now is None else now
+        gone: list[Key] = []
+        for s in list(self.sessions.values()):
+            for k, t in list(s.delivered_at.items()):
+                if k not in s.held or k in s.accepted:
+                    del s.delivered_at[k]  # accepted, finished or released: no longer timed
+                elif now - t >= timeout_s:
+                    del s.delivered_at[k]
+                    del s.held[k]
+                    gone.append(k)
+        return gone
 
     def pick(self, namespace: str, queue: str) -> WorkerSession | None:
         """A session with a free credit for the queue (round robin), or None."""
