@@ -1,14 +1,12 @@
 """One worker's connection to one dispatcher: the ``WorkerService.Lease`` stream, kept alive
 across reconnects (the lease protocol: docs/concepts.md).
 
-A :class:`DispatcherSession` outlives individual streams. It holds the attempts received from
-its dispatcher (queued or running) or moved to it from a session whose stream is down
-(:mod:`gnomon.sdk.routing`); credits and items awaiting an ack (re-sent on the next stream) are the
-bookkeeping of a pure :class:`~gnomon.sdk.protocol.LeaseProtocol`. The session talks to its worker
-only through :class:`~gnomon.sdk.attempts.SessionHost`.
-
-A single sender task per stream writes whatever the :class:`~gnomon.sdk.outgoing.OutgoingBuffer`
-coalesced; a reader loop handles welcome, assignments and acks.
+A :class:`DispatcherSession` outlives individual streams. It holds the attempts received from its
+dispatcher or moved to it from a session whose stream is down (:mod:`gnomon.sdk.routing`); credits
+and items awaiting an ack are the bookkeeping of a pure :class:`~gnomon.sdk.protocol.LeaseProtocol`.
+It talks to its worker only through :class:`~gnomon.sdk.attempts.SessionHost`. One sender task per
+stream writes what :class:`~gnomon.sdk.outgoing.OutgoingBuffer` coalesced; a reader loop handles
+welcome, assignments and acks.
 """
 
 from __future__ import annotations
