@@ -213,48 +213,47 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             rule = POLICY.get(method)
         return self._wrap(handler, method, rule)
 
-    async def _admit(
-        self, context: Any, method: str, rule: Rule | None, request: Any
-    ) -> tuple[Caller, str | None]:
+    async def _caller(self, context: Any) -> Caller:
+        """The authenticated caller of the call served with ``context`` (raises Unauthenticated)."""
         principal = await self.authenticator.authenticate(
             context.invocation_metadata() or (), context.auth_context() or {}
         )
+        return Caller(principal, (context.peer() or "unknown")[:128])
+
+    @staticmethod
+    def _permit(caller: Caller, method: str, rule: Rule | None, request: Any) -> str | None:
+        """Checks ``request`` (when given) and authorizes ``caller`` for ``method``; returns the
+        namespace acted on. Raises PermissionDenied (no rule, or no grant) or InvalidArgument."""
         if rule is None:
             raise PermissionDenied(f"method {method[:100]} is not open to callers")
         if request is not None:
             check_request(request)
-        ns = authorize(principal, rule, request)
-        return Caller(principal, (context.peer() or "unknown")[:128]), ns
+        return authorize(caller.principal, rule, request)
+
+    async def _admit(self, context: Any, method: str, rule: Rule | None, request: Any) -> Caller:
+        caller = await self._caller(context)
+        self._permit(caller, method, rule, request)
+        return caller
 
     def _wrap(self, handler: Handler, method: str, rule: Rule | None) -> Handler:
         if handler.unary_unary:
             inner: Callable[..., Any] = handler.unary_unary
             audit = self.audit if rule is not None and rule.mutating else None
+            # the namespace an audited call aimed at, known even when the call is refused
+            aimed = rule is not None and rule.scope is Scope.NAMESPACE
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                if audit is None:
-                    caller, _ = await self._admit(context, method, rule, request)
-                    token = _CURRENT.set(caller)
-                    try:
-                        return await inner(request, context)
-                    finally:
-                        _CURRENT.reset(token)
-                # audited: a call refused for its input or its grants is recorded too (against the
-                # namespace it aimed at); one without a valid credential is not (nobody to record,
-                # and recording it would let anyone fill the log)
-                principal = await self.authenticator.authenticate(
-                    context.invocation_metadata() or (), context.auth_context() or {}
-                )
-                caller = Caller(principal, (context.peer() or "unknown")[:128])
+                # A call without a valid credential is refused here and never audited (nobody to
+                # record, and recording it would let anyone fill the log); an audited call refused
+                # for its input or its grants is recorded against the namespace it aimed at.
+                caller = await self._caller(context)
                 ns: str | None = None
                 response, outcome = None, "OK"
                 token = _CURRENT.set(caller)
                 try:
-                    if rule is not None and rule.scope is Scope.NAMESPACE and isinstance(request, Message):
-                        ns = request_namespace(request, rule)[0]
-                    check_request(request)
-                    assert rule is not None  # audit is only set for rules
-                    ns = authorize(principal, rule, request) or ns
+                    if audit is not None and aimed and isinstance(request, Message):
+                        ns = request_namespace(request, rule)[0]  # type: ignore[arg-type]
+                    ns = self._permit(caller, method, rule, request) or ns
                     response = await inner(request, context)
                     return response
                 except BaseException as exc:
@@ -262,14 +261,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                     raise
                 finally:
                     _CURRENT.reset(token)
-                    audit.record(
-                        caller=caller,
-                        method=method,
-                        namespace=ns,
-                        request=request,
-                        response=response,
-                        outcome=outcome,
-                    )
+                    if audit is not None:
+                        audit.record(
+                            caller=caller,
+                            method=method,
+                            namespace=ns,
+                            request=request,
+                            response=response,
+                            outcome=outcome,
+                        )
 
             return grpc.unary_unary_rpc_method_handler(
                 unary_unary,
@@ -286,7 +286,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             ) -> AsyncIterator[Any]:
                 if rule is not None and rule.scope is Scope.NAMESPACE:
                     raise PermissionDenied(f"method {method[:100]} is not open to callers")
-                caller, _ = await self._admit(context, method, rule, None)
+                caller = await self._admit(context, method, rule, None)
                 _STREAMS[id(context)] = caller
                 _STREAM_AUTH[id(context)] = self.authenticator
                 try:
@@ -307,7 +307,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             async def unary_stream(
                 request: Any, context: grpc.aio.ServicerContext[Any, Any]
             ) -> AsyncIterator[Any]:
-                caller, _ = await self._admit(context, method, rule, request)
+                caller = await self._admit(context, method, rule, request)
                 _STREAMS[id(context)] = caller
                 try:
                     async for item in inner_us(request, context):
