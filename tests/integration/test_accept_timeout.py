@@ -11,14 +11,13 @@ import asyncio
 import time
 
 import pytest
-from test_attempt_history_checkpoints import TOKEN, claim, new_job  # type: ignore[import-not-found]
-from test_attempt_ownership import one, state_of  # type: ignore[import-not-found]
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.dispatcher.relay import Relay
 from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import WriteBatcher
+from gnomon_attempt_support import TOKEN, claim, new_job, one, state_of
 
 pytestmark = pytest.mark.usefixtures("engine")
 

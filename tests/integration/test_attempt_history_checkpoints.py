@@ -21,8 +21,6 @@ from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
 from gnomon.common.storage import checkpoints as cps
-from gnomon.common.storage import claims as claim_store
-from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
@@ -32,9 +30,8 @@ from gnomon.dispatcher.relay import assignment
 from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.writes import WriteBatcher
-from gnomon_test_support import job_service, new_job_spec, own_shards, serving
-
-TOKEN = 11
+from gnomon_attempt_support import TOKEN, claim, new_job
+from gnomon_test_support import job_service, own_shards, serving
 
 
 @pytest.fixture
@@ -48,29 +45,6 @@ async def engine(engine):
 async def api(engine):
     async with serving(job_service(engine)) as (channel, _):
         yield jg.JobServiceStub(channel)
-
-
-async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=5) -> uuid.UUID:
-    jid = uuid.uuid4()
-    new = new_job_spec(id=jid, namespace=namespace, max_attempts=max_attempts, idempotent=idempotent)
-    await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
-    return jid
-
-
-async def claim(engine, jid, namespace="default") -> Claimed:
-    claimed = await run_transaction(
-        engine,
-        lambda c: claim_store.claim_due(
-            c,
-            region="local",
-            tokens={0: TOKEN},
-            targets=[(namespace, "q")],
-            limit=100,
-            dispatcher_id="disp-A",
-        ),
-    )
-    [got] = [c for c in claimed if c.job_id == jid]
-    return got
 
 
 async def start(engine, jid, worker="w1", namespace="default") -> tuple[Claimed, AttemptKey]:

@@ -7,14 +7,12 @@ the identity of each session is what the authorization interceptor sets from the
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
-from test_attempt_history_checkpoints import TOKEN, claim, new_job  # type: ignore[import-not-found]
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
-from gnomon.common.storage.schema import attempts, jobs
 from gnomon.dispatcher.servicer import WorkerServicer
-from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
+from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.writes import WriteBatcher
+from gnomon_attempt_support import TOKEN, claim, new_job, one, state_of
 
 pytestmark = pytest.mark.usefixtures("engine")
 
@@ -44,31 +42,6 @@ async def dispatcher(engine):
         yield registry, servicer
     finally:
         await writes.stop()
-
-
-async def acks_of(s: WorkerSession, n: int = 1) -> list[wpb.Ack]:
-    got: list[wpb.Ack] = []
-    while len(got) < n:
-        got += list((await s.out.get()).acks.acks)
-    return got
-
-
-async def one(s: WorkerSession) -> tuple[bool, str]:
-    [a] = await acks_of(s)
-    return a.ok, a.reason
-
-
-async def state_of(engine, jid) -> tuple[str, str, str | None, str | None]:
-    async with engine.connect() as c:
-        j = (await c.execute(select(jobs.c.state).where(jobs.c.id == jid))).scalar_one()
-        a = (
-            await c.execute(
-                select(attempts.c.state, attempts.c.owner, attempts.c.worker_id).where(
-                    attempts.c.job_id == jid
-                )
-            )
-        ).one()
-    return j, a.state, a.owner, a.worker_id
 
 
 async def test_a_foreign_stream_cannot_accept_heartbeat_checkpoint_finish_or_release(engine, dispatcher):

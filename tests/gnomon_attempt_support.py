@@ -1,0 +1,69 @@
+"""Helpers of the attempt-level tests (imported as ``gnomon_attempt_support``): jobs inserted and
+claimed with the data-plane storage functions under shard 0's fencing token :data:`TOKEN`, and the
+acks a ``WorkerServicer`` session receives (driven without a gRPC stream)."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import select
+
+from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.common.domain.attempts import Claimed
+from gnomon.common.storage import claims as claim_store
+from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.schema import attempts, jobs
+from gnomon.dispatcher.sessions import WorkerSession
+from gnomon_test_support import new_job_spec
+
+#: The fencing token shard 0 is owned under in these tests (``own_shards(engine, TOKEN)``).
+TOKEN = 11
+
+
+async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=5) -> uuid.UUID:
+    jid = uuid.uuid4()
+    new = new_job_spec(id=jid, namespace=namespace, max_attempts=max_attempts, idempotent=idempotent)
+    await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
+    return jid
+
+
+async def claim(engine, jid, namespace="default") -> Claimed:
+    claimed = await run_transaction(
+        engine,
+        lambda c: claim_store.claim_due(
+            c,
+            region="local",
+            tokens={0: TOKEN},
+            targets=[(namespace, "q")],
+            limit=100,
+            dispatcher_id="disp-A",
+        ),
+    )
+    [got] = [c for c in claimed if c.job_id == jid]
+    return got
+
+
+async def acks_of(s: WorkerSession, n: int = 1) -> list[wpb.Ack]:
+    got: list[wpb.Ack] = []
+    while len(got) < n:
+        got += list((await s.out.get()).acks.acks)
+    return got
+
+
+async def one(s: WorkerSession) -> tuple[bool, str]:
+    [a] = await acks_of(s)
+    return a.ok, a.reason
+
+
+async def state_of(engine, jid) -> tuple[str, str, str | None, str | None]:
+    async with engine.connect() as c:
+        j = (await c.execute(select(jobs.c.state).where(jobs.c.id == jid))).scalar_one()
+        a = (
+            await c.execute(
+                select(attempts.c.state, attempts.c.owner, attempts.c.worker_id).where(
+                    attempts.c.job_id == jid
+                )
+            )
+        ).one()
+    return j, a.state, a.owner, a.worker_id
