@@ -14,6 +14,7 @@ import random
 import sys
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -87,16 +88,24 @@ def test_postgres_immediate_restart_under_load(tmp_path):
             w = s.start_worker(["pg"], "history:run", concurrency=32, env=worker_env(record))
 
             def produce():
+                # A create that fails (UNAVAILABLE, or DEADLINE_EXCEEDED when the client gives up
+                # first) may still have committed: the outcome is ambiguous, so the client retries the
+                # same request (request_id, same fields) until it is acknowledged, as docs/api.md
+                # advises; the history then knows every job that exists.
+                pending: tuple[str, float] | None = None
                 with Client(api=s.api_address, timeout=5) as c:
-                    while not stop.is_set():
+                    while not stop.is_set() or pending is not None:
+                        rid, delay = pending or (str(uuid.uuid4()), rng.uniform(0, 1))
                         try:
                             h.created(
                                 c.create_job(
-                                    "pg", b'{"sleep": 0.2}', delay=timedelta(seconds=rng.uniform(0, 1))
+                                    "pg", b'{"sleep": 0.2}', delay=timedelta(seconds=delay), request_id=rid
                                 )
                             )
-                        except GnomonError as e:  # refused while the database is down: never acknowledged
+                            pending = None
+                        except GnomonError as e:  # refused while the database is down
                             errors.append(e.code.name)
+                            pending = (rid, delay)
                             time.sleep(0.05)  # the load's pace while refused, not a wait
 
             t = threading.Thread(target=produce)
