@@ -63,3 +63,31 @@ def test_ts_client_creates_and_ts_worker_drains_fifty_jobs_exactly_once(suite):
     assert sorted(r[0] for r in rows) == sorted(ids)
     assert {r[1] for r in rows} == {"SUCCEEDED"}
     assert {(r[2], r[3]) for r in rows} == {(1, 1)}  # exactly one attempt each
+
+
+REJECT_SCRIPT = """
+const { Client, GnomonError } = require("./dist/src");
+const c = new Client();
+c.createJob("Bad Queue", "{}").then(
+  () => { console.log(JSON.stringify({ created: true })); c.close(); },
+  (e) => {
+    console.log(JSON.stringify({ gnomon: e instanceof GnomonError, code: e.codeName, reason: e.reason,
+                                 fields: e.fieldViolations.map((v) => v.field) }));
+    c.close();
+  });
+"""
+
+
+def test_ts_client_decodes_the_servers_rich_status(suite):
+    """A refused CreateJob surfaces as a GnomonError with the reason and field violations the API put in
+    grpc-status-details-bin (decoded with the shipped google/rpc protos)."""
+    env = dict(os.environ, **suite.client_env())
+    proc = subprocess.run(
+        [NODE, "-e", REJECT_SCRIPT], env=env, cwd=SDK_TS, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["gnomon"] is True
+    assert got["code"] == "INVALID_ARGUMENT"
+    assert got["reason"]  # an ErrorInfo reason, e.g. INVALID_ARGUMENT / INVALID_QUEUE
+    assert any(f.endswith("queue") for f in got["fields"]), got
