@@ -1,7 +1,12 @@
 """Drain benchmark: N no-op jobs due now, W worker processes, figures as JSON lines.
 
 Usage: ``python -m bench.drain --jobs 20000 --workers 2 [--runs 1] [--dsn URL] [--concurrency 64]
-[--insecure | --compare-auth]``
+[--insecure | --compare-auth] [--workers-lang python|ts|both]``
+
+``--workers-lang`` chooses the SDK of the W worker processes: ``python`` (``gnomon worker``, the default),
+``ts`` (``node libs/sdk-ts/dist/examples/noop-worker.js``, the TypeScript SDK; build it first with
+``scripts/bootstrap``) or ``both`` (each run twice on the same PostgreSQL server, Python first, then
+TypeScript; every figure line carries ``workers_lang``).
 
 Per run (a fresh database each run; the embedded PostgreSQL is started **durable**: fsync and
 synchronous_commit on, unless ``--dsn`` points elsewhere):
@@ -10,7 +15,7 @@ synchronous_commit on, unless ``--dsn`` points elsewhere):
 2. enqueue, with no worker connected (so nothing is claimed yet): ``--single-jobs`` CreateJob calls
    (``--enqueue-concurrency`` in flight, on a queue nobody drains) -> ``enqueue_single_jobs_per_s``;
    then the ``--jobs`` drain jobs through BatchCreateJobs (``--batch-size`` each) -> ``enqueue_jobs_per_s``;
-3. drain: W ``gnomon worker`` processes start; the drain window runs from the first claim
+3. drain: W worker processes start (``gnomon worker``, or the TypeScript no-op worker); the drain window runs from the first claim
    (min ``dispatched_at``, the start signal) to the last ``finished_at``, both by the database clock
    -> ``drain_jobs_per_s``;
 4. steady lag: with the workers connected, jobs are created at ``--lag-rate`` per second for
@@ -42,6 +47,8 @@ from gnomon.sdk.connection import aio_channel
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Client settings a suite's ``client_env`` may set (cleared between runs).
 CLIENT_VARS = ("GNOMON_API", "GNOMON_INSECURE", "GNOMON_API_KEY", "GNOMON_API_KEY_FILE", "GNOMON_TLS_CA_FILE")
+#: The TypeScript SDK's no-op worker (``libs/sdk-ts/examples/noop-worker.ts``, built by ``npm run build``).
+TS_WORKER = os.path.join(ROOT, "libs", "sdk-ts", "dist", "examples", "noop-worker.js")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -136,6 +143,18 @@ def lag_ms(conn, queue: str) -> tuple[float, float]:
     return round(float(r[0] or 0), 2), round(float(r[1] or 0), 2)
 
 
+def start_worker(suite: Suite, args):
+    """One worker process serving the benchmark's queues with a no-op handler, in ``args.workers_lang``."""
+    queues = ["drain", "lag-now", "lag-later"]
+    if args.workers_lang == "ts":
+        if not os.path.isfile(TS_WORKER):
+            raise SystemExit(f"{TS_WORKER} is missing: run scripts/bootstrap (it builds libs/sdk-ts)")
+        return suite.start_worker_command(["node", TS_WORKER, str(args.concurrency), *queues])
+    return suite.start_worker(
+        queues, "bench.handlers:noop", concurrency=args.concurrency, env={"PYTHONPATH": ROOT}
+    )
+
+
 def one_run(args, run: int, pg: PostgresServer | None) -> dict:
     db = f"bench_{uuid.uuid4().hex[:8]}"
     url = pg.create_database(db) if pg else args.dsn
@@ -158,16 +177,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         conn = psycopg.connect(plain, autocommit=True)
         single = asyncio.run(enqueue(api, "single", args.single_jobs, args.enqueue_concurrency))
         enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size))
-        env = {"PYTHONPATH": ROOT}
-        workers = [
-            suite.start_worker(
-                ["drain", "lag-now", "lag-later"],
-                "bench.handlers:noop",
-                concurrency=args.concurrency,
-                env=env,
-            )
-            for _ in range(args.workers)
-        ]
+        workers = [start_worker(suite, args) for _ in range(args.workers)]
         ok = wait_done(conn, "drain", args.jobs, args.timeout)
         t_first, t_last = q(
             conn, "SELECT min(dispatched_at), max(finished_at) FROM jobs WHERE queue = 'drain'"
@@ -197,6 +207,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
             "run": run,
             "jobs": args.jobs,
             "workers": args.workers,
+            "workers_lang": args.workers_lang,
             "enqueue_jobs_per_s": round(enq, 1),
             "enqueue_single_jobs_per_s": round(single, 1),
             "drain_jobs_per_s": round(args.jobs / drain_s, 1) if ok else None,
@@ -274,6 +285,12 @@ def main(argv: list[str] | None = None) -> int:
         help="Run the suite with GNOMON_INSECURE=true (no TLS, no authentication).",
     )
     ap.add_argument(
+        "--workers-lang",
+        choices=("python", "ts", "both"),
+        default="python",
+        help="SDK of the worker processes: Python, TypeScript (libs/sdk-ts), or both (each run twice).",
+    )
+    ap.add_argument(
         "--compare-auth",
         action="store_true",
         help="Each run twice, secure and insecure (alternating which goes first), then a summary line "
@@ -287,8 +304,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.compare_auth:
             compare_auth(args, pg)
         else:
+            langs = ("python", "ts") if args.workers_lang == "both" else (args.workers_lang,)
             for run in range(1, args.runs + 1):
-                print(json.dumps(one_run(args, run, pg)), flush=True)
+                for lang in langs:
+                    args.workers_lang = lang
+                    print(json.dumps(one_run(args, run, pg)), flush=True)
     finally:
         if pg:
             pg.stop()

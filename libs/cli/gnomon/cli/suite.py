@@ -327,6 +327,25 @@ class Suite:
         self.procs.append(p)
         return p
 
+    def start_worker_command(
+        self, argv: list[str], *, cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> Proc:
+        """Starts any worker program (``argv``, e.g. a TypeScript worker under ``node``) as a child
+        process like :meth:`start_worker`: registered with the watchdog, stopped (SIGTERM) with the
+        suite, its output in ``logs/worker-<n>.log``, and with :meth:`client_env` in its environment
+        (the ``GNOMON_*`` variables every SDK reads: API address, CA, admin key; ``env`` may override)."""
+        n = sum(1 for p in self.procs if p.role == "worker")
+        log_path = os.path.join(self.log_dir, f"worker-{n}.log")
+        e = dict(os.environ, **self.client_env(), **(env or {}))
+        with open(log_path, "ab") as logf:
+            popen = subprocess.Popen(
+                argv, cwd=cwd, env=e, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        p = Proc("worker", "", popen, log_path)
+        _watch(p)
+        self.procs.append(p)
+        return p
+
     def stop_proc(self, p: Proc, sig: int = signal.SIGTERM, timeout_s: float = 15.0) -> int | None:
         """Signals one process and waits for it (SIGKILL after ``timeout_s``); returns its exit code."""
         try:
