@@ -301,10 +301,12 @@ export class DispatcherSession {
         call.cancel();
         resolve();
       }, timeoutMs);
-      call.once("close", () => {
+      const done = () => {
         clearTimeout(t);
         resolve();
-      });
+      };
+      call.once("status", done);
+      call.once("close", done);
       call.end();
     });
   }
