@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Copies the contract from the repository's `proto/` directory into this package's `proto/` (so that
 // `npm pack` is self-contained and the runtime loads exactly the protos the types were generated
-// from). Copied: every `gnomon/v1/*.proto` and the `google/rpc` + `google/api` protos the error
-// details need. When the repository does not ship `proto/google/rpc` yet, those files are taken from
-// the `googleapis-common-protos` Python package in the repository's `.venv` (same files, Apache-2.0).
+// from). Copied: every `gnomon/v1/*.proto` and the repository's `proto/google/` tree (the `google.rpc`
+// protos decode every error detail). When the repository does not ship `proto/google/rpc`, the three
+// files needed are taken from the `googleapis-common-protos` Python package in the repository's
+// `.venv` (same files, Apache-2.0), or from $GNOMON_GOOGLE_PROTO_DIR.
 // Then generates the TypeScript types of every copied file into `src/gen/` with
 // `proto-loader-gen-types` (the only place message shapes come from: a proto change is a rebuild).
 // Usage: node scripts/gen.js   (`npm run build` calls it).
@@ -43,23 +44,21 @@ if (!fs.existsSync(path.join(repoProto, "gnomon", "v1"))) {
 fs.rmSync(out, { recursive: true, force: true });
 const isProto = (n) => n.endsWith(".proto");
 copyTree(path.join(repoProto, "gnomon", "v1"), path.join(out, "gnomon", "v1"), isProto);
-const wanted = ["rpc/status.proto", "rpc/error_details.proto", "rpc/code.proto"];
 let googleSrc = path.join(repoProto, "google");
-if (!fs.existsSync(path.join(googleSrc, "rpc", "status.proto"))) {
+if (fs.existsSync(path.join(googleSrc, "rpc", "status.proto"))) {
+  // the repository ships google/rpc and google/api: take all of it, with its licence files
+  copyTree(googleSrc, path.join(out, "google"), (n) => isProto(n) || /^(LICENSE|NOTICE|README)/.test(n));
+} else {
   googleSrc = venvGoogle();
   if (!googleSrc) {
     console.error("protos: no google/rpc protos in proto/ nor in .venv (run scripts/bootstrap first)");
     process.exit(1);
   }
-}
-for (const rel of wanted) {
-  const d = path.join(out, "google", rel);
-  fs.mkdirSync(path.dirname(d), { recursive: true });
-  fs.copyFileSync(path.join(googleSrc, rel), d);
-}
-for (const extra of ["LICENSE", "NOTICE", "README.md"]) {
-  const s = path.join(repoProto, "google", extra);
-  if (fs.existsSync(s)) fs.copyFileSync(s, path.join(out, "google", extra));
+  for (const rel of ["rpc/status.proto", "rpc/error_details.proto", "rpc/code.proto"]) {
+    const d = path.join(out, "google", rel);
+    fs.mkdirSync(path.dirname(d), { recursive: true });
+    fs.copyFileSync(path.join(googleSrc, rel), d);
+  }
 }
 console.log(`protos: copied ${repoProto} -> ${out} (google/rpc from ${googleSrc})`);
 
