@@ -2,9 +2,9 @@
 
 A :class:`Driver` is a name, the argv that starts it (relative paths are resolved against ``cwd``)
 and the directory it runs in. :func:`selected` is what the harness runs: the available drivers,
-narrowed by ``GNOMON_CONFORMANCE_DRIVERS`` (comma-separated names), plus any external driver given
-with ``GNOMON_CONFORMANCE_DRIVER`` (a shell-quoted command line, e.g.
-``GNOMON_CONFORMANCE_DRIVER="./my-worker --flag"``, named ``external``).
+narrowed by ``GNOMON_TEST_CONFORMANCE_DRIVERS`` (comma-separated names), plus any external driver given
+with ``GNOMON_TEST_CONFORMANCE_DRIVER`` (a shell-quoted command line, e.g.
+``GNOMON_TEST_CONFORMANCE_DRIVER="./my-worker --flag"``, named ``external``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 #: Names of the drivers to run, comma-separated (unset or empty: every available one).
-SELECT_ENV = "GNOMON_CONFORMANCE_DRIVERS"
+SELECT_ENV = "GNOMON_TEST_CONFORMANCE_DRIVERS"  # GNOMON_TEST_*: variables the services let pass
 #: A command line (shell-quoted) of an extra driver named ``external``, run in the current directory.
-EXTERNAL_ENV = "GNOMON_CONFORMANCE_DRIVER"
+EXTERNAL_ENV = "GNOMON_TEST_CONFORMANCE_DRIVER"
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Driver:
     """One SDK's driver.
 
     Attributes:
-        name: short id used in test ids and in ``GNOMON_CONFORMANCE_DRIVERS`` (e.g. ``"python"``).
+        name: short id used in test ids and in ``GNOMON_TEST_CONFORMANCE_DRIVERS`` (e.g. ``"python"``).
         argv: the command; the harness adds only environment variables.
         cwd: the directory it runs in.
         available: ``available()`` is True when the driver can run here (built, interpreter found);
@@ -66,7 +66,7 @@ DRIVERS: tuple[Driver, ...] = (
 
 
 def selected(env: dict[str, str] | None = None) -> list[Driver]:
-    """The drivers the harness runs (see the module docstring). A name in ``GNOMON_CONFORMANCE_DRIVERS``
+    """The drivers the harness runs (see the module docstring). A name in ``GNOMON_TEST_CONFORMANCE_DRIVERS``
     that is not in :data:`DRIVERS` (nor ``external``) raises ``ValueError``."""
     env = dict(os.environ) if env is None else env
     names = [n.strip() for n in env.get(SELECT_ENV, "").split(",") if n.strip()]

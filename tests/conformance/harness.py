@@ -257,5 +257,6 @@ class Conformance:
 
 def failure_class(a: JobAttempt | Job) -> str:
     """The failure class name of an attempt or job, upper case without prefix (``"TRANSIENT"``),
-    whether the API reports it as a string or as an enum name."""
-    return str(a.failure_class or "").upper().removeprefix("FAILURE_CLASS_")
+    whether the SDK reports it as a string or as an enum name; ``""`` for none (or UNSPECIFIED)."""
+    name = str(getattr(a.failure_class, "name", a.failure_class) or "").upper().removeprefix("FAILURE_CLASS_")
+    return "" if name == "UNSPECIFIED" else name
