@@ -3,6 +3,7 @@ a real suite, a driver of one SDK started as a subprocess with the contract's en
 file, and the history as the API reports it. ``tests/conformance/README.md`` is the contract.
 
     Conformance   one suite + the driver under test: start drivers, create jobs, read jobs/attempts
+    most_running  the peak number of handlers a driver ran at once
     DriverProcess one running driver: wait for ``ready``, SIGTERM, wait for its exit, its log
     read_events   the events file, each line checked against the contract's shape
 """
@@ -83,6 +84,17 @@ def read_events(path: Path) -> list[dict[str, Any]]:
 def of(events: Iterable[dict[str, Any]], kind: str, job: str | None = None) -> list[dict[str, Any]]:
     """The events of ``kind`` (of ``job`` if given)."""
     return [e for e in events if e["event"] == kind and (job is None or e["job"] == job)]
+
+
+def most_running(events: Iterable[dict[str, Any]], pid: int) -> int:
+    """The most handlers process ``pid`` ran at once: the peak of ``start`` minus ``finish`` events in
+    the order it wrote them (a handler killed before ``finish`` counts as running to the end)."""
+    running = peak = 0
+    for e in events:
+        if e["pid"] == pid and e["event"] in ("start", "finish"):
+            running += 1 if e["event"] == "start" else -1
+            peak = max(peak, running)
+    return peak
 
 
 @dataclass

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import pytest
 from drivers import Driver, selected
-from harness import FAST_RETRY, SUITE_ENV, Conformance, failure_class, of
+from harness import FAST_RETRY, SUITE_ENV, Conformance, failure_class, most_running, of
 
 from gnomon.sdk import Client
 from gnomon_test_support import running_suite, wait_for
@@ -51,6 +51,7 @@ def test_exactly_once_without_faults(c: Conformance) -> None:
     assert starts == dict.fromkeys(names, 1), "every job started exactly once"
     assert Counter(e["job"] for e in of(events, "finish")) == dict.fromkeys(names, 1)
     assert {e["outcome"] for e in of(events, "finish")} == {"succeeded"}
+    assert 1 <= most_running(events, driver.pid) <= 8, "never more handlers than CONFORMANCE_CONCURRENCY"
     for name in names[:20]:  # the attempt history of a sample: one SUCCEEDED attempt, as started
         [a] = c.attempts(name)
         [start] = of(events, "start", name)
@@ -207,6 +208,7 @@ def test_credits_never_stall(c: Conformance) -> None:
     assert states == {(0, "SUCCEEDED"): 34, (1, "DEAD"): 33, (2, "DEAD"): 33}
     starts = Counter(e["job"] for e in of(driver.events(), "start"))
     assert starts == {n: 2 if kinds[n] == 2 else 1 for n in names}
+    assert most_running(driver.events(), driver.pid) <= 2, "never more handlers than CONFORMANCE_CONCURRENCY"
 
 
 def test_graceful_drain(c: Conformance) -> None:
@@ -220,6 +222,7 @@ def test_graceful_drain(c: Conformance) -> None:
     finished = {e["job"]: e["outcome"] for e in of(events, "finish") if e["pid"] == first.pid}
     assert finished == dict.fromkeys(started, "succeeded"), "running handlers finished"
     assert 0 < len(started) < 20, "the drained driver stopped taking work"
+    assert most_running(events, first.pid) <= 4
     jobs = c.jobs("drain")
     assert Counter(jobs[n].state for n in started) == {"SUCCEEDED": len(started)}
     assert not [n for n in names if jobs[n].state == "RUNNING"], "nothing left running"
