@@ -26,7 +26,7 @@ Fixtures of one topic's test modules (their plain helpers: gnomon_test_support.E
 The suite as processes: ``gnomon_test_support.running_suite``; a servicer in-process:
 ``gnomon_test_support.serving``. Tests under ``tests/integration`` are marked ``integration`` and those
 under ``tests/faults`` ``faults`` (and ``integration``), those under ``tests/conformance`` ``conformance``
-(and ``integration``) by :func:`pytest_collection_modifyitems`.
+by :func:`pytest_collection_modifyitems`.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ async def _serve_dead_letters(engine):
 _FOLDER_MARKS = {
     "integration": ("integration",),
     "faults": ("integration", "faults"),
-    "conformance": ("integration", "conformance"),
+    "conformance": ("conformance",),  # the suite cases are "integration" through their fixtures
 }
 
 
