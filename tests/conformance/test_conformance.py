@@ -8,6 +8,8 @@ states, attempts with failure class, error and worker) and by the driver's event
 
 from __future__ import annotations
 
+import os
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -135,6 +137,34 @@ def test_stale_result_refused(c: Conformance) -> None:
     assert late["outcome"] == "succeeded"
     assert a1.finish_time is not None and late["t"] > a1.finish_time.timestamp(), (late, a1.finish_time)
     assert [e["attempt"] for e in of(events, "start", name)] == [1, 2]
+
+
+def test_lease_loss_observed(c: Conformance) -> None:
+    """A driver frozen (SIGSTOP) past its lease, then resumed: it observes the loss (``cancelled``
+    with reason ``lease_lost``), reports nothing that changes attempt 1, and runs attempt 2."""
+    driver = c.start("lost")
+    [name] = c.create(
+        "lost",
+        {"do": "sleep", "s": 6},
+        lease_duration=2,
+        max_attempts=2,
+        idempotent=True,
+        retry_policy=FAST_RETRY,
+    )
+    wait_for(lambda: of(driver.events(), "start", name), 20, "the handler to start")
+    os.kill(driver.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: c.attempts(name)[0].state == "LOST", 20, "the reaper to declare attempt 1 lost")
+    finally:
+        os.kill(driver.pid, signal.SIGCONT)
+    job = c.wait_final("lost", [name], 30)[name]
+    history = c.attempts(name)
+    assert [a.state for a in history] == ["LOST", "SUCCEEDED"], "nothing the driver sent changed attempt 1"
+    assert job.state == "SUCCEEDED"
+    events = driver.events()
+    assert [(e["attempt"], e["reason"]) for e in of(events, "cancelled", name)] == [(1, "lease_lost")]
+    assert [e["attempt"] for e in of(events, "start", name)] == [1, 2]
+    assert [e["outcome"] for e in of(events, "finish", name) if e["attempt"] == 2] == ["succeeded"]
 
 
 def test_checkpoint_and_resume(c: Conformance) -> None:
