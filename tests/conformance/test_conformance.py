@@ -47,7 +47,7 @@ def test_exactly_once_without_faults(c: Conformance) -> None:
     driver = c.start("once", concurrency=8)
     names = c.create("once", {"do": "succeed"}, n=200)
     jobs = c.wait_final("once", names, 60)
-    assert Counter(j.state for j in jobs.values()) == {"SUCCEEDED": 200}
+    assert Counter((j.state, j.attempt) for j in jobs.values()) == {("SUCCEEDED", 1): 200}, "one attempt each"
     events = driver.events()
     starts = Counter(e["job"] for e in of(events, "start"))
     assert starts == dict.fromkeys(names, 1), "every job started exactly once"
