@@ -91,3 +91,40 @@ def test_ts_client_decodes_the_servers_rich_status(suite):
     assert got["code"] == "INVALID_ARGUMENT"
     assert got["reason"]  # an ErrorInfo reason, e.g. INVALID_ARGUMENT / INVALID_QUEUE
     assert any(f.endswith("queue") for f in got["fields"]), got
+
+
+def test_ts_client_tour_every_call_against_the_api(suite):
+    """Every Client wrapper (jobs, schedules, dead letters, queues) once against the real API: the
+    example script libs/sdk-ts/examples/client-tour.ts reports what each call returned."""
+    queue = f"tour-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ, **suite.client_env())
+    proc = subprocess.run(
+        [NODE, str(SDK_TS / "dist" / "examples" / "client-tour.js"), queue],
+        env=env,
+        cwd=SDK_TS,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["created"] == {"state": "JOB_STATE_SCHEDULED", "maxAttempts": 3}
+    assert got["requestIdDeduplicates"] is True
+    assert got["batch"] == 3
+    assert got["got"] == '{"hello":"world"}'
+    assert got["rescheduled"] is True
+    assert got["listed"] == 5  # later, the deduplicated one, 3 of the batch
+    assert got["cancel"] == "CANCEL_OUTCOME_CANCELLED"
+    assert got["attempts"] == 0
+    assert got["notFound"] == "NOT_FOUND"
+    assert got["schedule"] is True and got["scheduleGot"] is True
+    assert got["schedulesListed"] == 1
+    assert got["paused"] is True and got["resumed"] is True
+    assert got["triggered"] is True
+    assert got["withdrawn"] == 1  # deleting the schedule withdrew the triggered, pending occurrence
+    assert got["deadLetters"] == 0 and got["replayDryRun"] is True
+    assert got["queue"] == f"namespaces/default/queues/{queue}"
+    assert got["rateLimit"] == {"rate": 5, "burst": 10}
+    assert got["unlimited"] is True
+    rows = sql(suite.database_url, "SELECT count(*) FROM jobs WHERE queue = %s", queue)
+    assert rows[0][0] == 5  # the 5 created (the withdrawn occurrence is gone)

@@ -22,6 +22,8 @@ import type { GetQueueRequest } from "./gen/gnomon/v1/GetQueueRequest";
 import type { GetQueueResponse__Output } from "./gen/gnomon/v1/GetQueueResponse";
 import type { SetQueueRateLimitRequest } from "./gen/gnomon/v1/SetQueueRateLimitRequest";
 import type { SetQueueRateLimitResponse__Output } from "./gen/gnomon/v1/SetQueueRateLimitResponse";
+import type { BatchCreateJobsRequest } from "./gen/gnomon/v1/BatchCreateJobsRequest";
+import type { BatchCreateJobsResponse__Output } from "./gen/gnomon/v1/BatchCreateJobsResponse";
 import type { CancelJobRequest } from "./gen/gnomon/v1/CancelJobRequest";
 import type { CancelJobResponse__Output } from "./gen/gnomon/v1/CancelJobResponse";
 import type { CreateJobRequest } from "./gen/gnomon/v1/CreateJobRequest";
@@ -133,6 +135,16 @@ export class Client {
     if (delayMs !== undefined) req.delay = toDuration(delayMs);
     const res = await this.call<CreateJobRequest, CreateJobResponse__Output>(this.jobs, this.jobs.CreateJob, req);
     return res.job!;
+  }
+
+  /** Creates up to 1000 jobs atomically (all or none; field violations name `requests[i].field`).
+   * Each request lacking a `requestId` gets a fresh one, so retrying the whole call is safe when the
+   * same request objects are passed again (they are updated in place with their ids). `payload` is
+   * bytes (a Buffer; a string here means base64, as in the generated CreateJobRequest type). */
+  async createJobs(requests: CreateJobRequest[]): Promise<Job__Output[]> {
+    for (const r of requests) if (!r.requestId) r.requestId = randomUUID();
+    const req: BatchCreateJobsRequest = { parent: this.parent, requests };
+    return (await this.call<BatchCreateJobsRequest, BatchCreateJobsResponse__Output>(this.jobs, this.jobs.BatchCreateJobs, req)).jobs;
   }
 
   /** Reads a job (id or full name). */

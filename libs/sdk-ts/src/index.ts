@@ -19,3 +19,4 @@ export {
 export { classifyError, type Failure, type FailureClassName } from "./failures";
 export { resolveConnection, type Connection, type ConnectionOptions } from "./connection";
 export { Client, type ClientOptions, type CreateJobOptions } from "./client";
+export { toTimestamp, toDate, toDuration, durationMs } from "./proto";

@@ -255,9 +255,15 @@ export function initialLeaseMs(durationMs: number | null, expireMs: number | nul
   return DEFAULT_LEASE_MS;
 }
 
-/** Reconnect backoff: `baseMs` doubling per consecutive failure up to `maxMs`, with full jitter
- * in [50%, 100%] of the step (`random` in [0, 1)). `failures` is 1-based. */
-export function reconnectDelayMs(failures: number, baseMs = 200, maxMs = 5000, random: () => number = Math.random): number {
-  const step = Math.min(maxMs, baseMs * 2 ** Math.max(0, failures - 1));
-  return step * (0.5 + random() / 2);
+/** Reconnect backoff bounds (ms): the first retry waits about BACKOFF_MIN_MS, doubling per
+ * consecutive failed try up to BACKOFF_MAX_MS (as the Python SDK: 0.1 s to 5 s). */
+export const BACKOFF_MIN_MS = 100;
+export const BACKOFF_MAX_MS = 5000;
+
+/** Milliseconds before reconnect try number `failures` (1-based count of consecutive tries without
+ * a welcome): `min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2^(failures-1))` with ±20 % jitter (`random`
+ * in [0, 1)). */
+export function reconnectDelayMs(failures: number, random: () => number = Math.random): number {
+  const step = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** Math.max(0, failures - 1));
+  return step * (0.8 + 0.4 * random());
 }

@@ -18,7 +18,7 @@ import { JobContext } from "./context";
 import { GnomonError } from "./errors";
 import { OutgoingBuffer, refKey } from "./outgoing";
 import { toDate, durationMs } from "./proto";
-import { AckOutcome, LeaseProtocol, LocalLease, initialLeaseMs, isFinalRefusal, monotonic } from "./protocol";
+import { AckOutcome, LeaseProtocol, LocalLease, initialLeaseMs, isFinalRefusal, monotonic, reconnectDelayMs } from "./protocol";
 
 /** Heartbeat interval used until (or if) the welcome names one (ms). */
 export const DEFAULT_HEARTBEAT_MS = 5000;
@@ -26,9 +26,6 @@ export const DEFAULT_HEARTBEAT_MS = 5000;
 export const WELCOME_TIMEOUT_MS = 10_000;
 /** A dispatcher gone from discovery is still reconnected to this long while it holds our work (ms). */
 export const UNLISTED_GRACE_MS = 30_000;
-/** Reconnect backoff bounds (ms); doubled per failed try, ±20 % jitter. */
-export const BACKOFF_MIN_MS = 100;
-export const BACKOFF_MAX_MS = 5000;
 /** Codes that end a stream before its welcome "for good": the worker stops with a GnomonError. */
 export const FATAL_CODES: ReadonlySet<number> = new Set([
   grpc.status.INVALID_ARGUMENT,
@@ -117,7 +114,7 @@ export class DispatcherSession {
   private flushScheduled = false;
   private lastHb = 0;
   private hbUnansweredSince: number | null = null;
-  private backoff = BACKOFF_MIN_MS;
+  /** Consecutive stream tries without a welcome (the reconnect backoff; reset by each welcome). */
   private failures = 0;
   private timer: NodeJS.Timeout | null = null;
 
@@ -212,7 +209,6 @@ export class DispatcherSession {
     const hb = durationMs(w.heartbeatInterval);
     if (hb !== null && hb > 0) this.heartbeatMs = hb;
     this.connected = true;
-    this.backoff = BACKOFF_MIN_MS;
     this.failures = 0;
     this.lastHb = monotonic();
     this.hbUnansweredSince = null;
@@ -249,12 +245,10 @@ export class DispatcherSession {
       return this.teardown();
     }
     if (!this.shouldReconnect()) return this.teardown();
-    if (!welcomed) this.failures++;
+    this.failures = welcomed ? 1 : this.failures + 1;
     const level = this.failures % 12 === 1 ? "warn" : "debug";
     this.host.log(level, `dispatcher ${this.address}: stream ended (${err ? `${err.code} ${err.details}` : "closed"}); reconnecting`);
-    const delay = this.backoff * (0.8 + Math.random() * 0.4);
-    this.backoff = Math.min(this.backoff * 2, BACKOFF_MAX_MS);
-    this.timer = setTimeout(() => this.connect(), delay);
+    this.timer = setTimeout(() => this.connect(), reconnectDelayMs(this.failures));
   }
 
   private teardown(): void {

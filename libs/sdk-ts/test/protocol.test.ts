@@ -43,10 +43,12 @@ test("resend delay doubles from 250 ms and is capped at 5 s", () => {
   assert.deepEqual([1, 2, 3, 4, 5, 6, 10].map(resendDelayMs), [250, 500, 1000, 2000, 4000, 5000, 5000]);
 });
 
-test("reconnect delay: jittered within [50%, 100%] of a doubling, capped step", () => {
-  assert.equal(reconnectDelayMs(1, 200, 5000, () => 0), 100);
-  assert.equal(reconnectDelayMs(3, 200, 5000, () => 0.999999).toFixed(0), "800");
-  assert.equal(reconnectDelayMs(30, 200, 5000, () => 0), 2500);
+test("reconnect delay: 100 ms doubling per failed try, capped at 5 s, ±20 % jitter", () => {
+  assert.equal(reconnectDelayMs(1, () => 0.5), 100);
+  assert.equal(reconnectDelayMs(4, () => 0.5), 800);
+  assert.equal(reconnectDelayMs(30, () => 0.5), 5000);
+  assert.equal(reconnectDelayMs(1, () => 0), 80);
+  assert.equal(Math.round(reconnectDelayMs(30, () => 0.999999)), 6000);
 });
 
 test("final and transient refusals", () => {
