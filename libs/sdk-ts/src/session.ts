@@ -10,10 +10,10 @@ import type { Ack__Output } from "./gen/gnomon/v1/Ack";
 import type { Assignment__Output } from "./gen/gnomon/v1/Assignment";
 import type { AttemptRef } from "./gen/gnomon/v1/AttemptRef";
 import type { AttemptResult } from "./gen/gnomon/v1/AttemptResult";
-import type { Checkpoint } from "./gen/gnomon/v1/Checkpoint";
 import type { LeaseRequest } from "./gen/gnomon/v1/LeaseRequest";
 import type { LeaseResponse__Output } from "./gen/gnomon/v1/LeaseResponse";
 import type { WorkerServiceClient } from "./gen/gnomon/v1/WorkerService";
+import { Attempt, heartbeatBatch, type SessionHost, type WorkerIdentity } from "./attempts";
 import { JobContext } from "./context";
 import { GnomonError } from "./errors";
 import { OutgoingBuffer, refKey } from "./outgoing";
@@ -33,65 +33,6 @@ export const FATAL_CODES: ReadonlySet<number> = new Set([
   grpc.status.UNAUTHENTICATED,
   grpc.status.UNIMPLEMENTED,
 ]);
-
-/** Worker-side state of an attempt. */
-export type AttemptState = "queued" | "running" | "done" | "released" | "dropped";
-
-/** One assignment as the worker tracks it. `borrowed`: moved to another session than the one that
- * delivered it (its credit is not that session's to return). */
-export class Attempt {
-  state: AttemptState = "queued";
-  droppedReason: string | null = null;
-  acceptSent = 0;
-  launched = false;
-  cpInflight: number | null = null;
-  cpAcked = 0;
-  borrowed = false;
-  constructor(
-    readonly key: string,
-    readonly ref: AttemptRef,
-    readonly ctx: JobContext,
-    public session: DispatcherSession,
-    readonly lease: LocalLease,
-  ) {}
-
-  /** Marks a running attempt as no longer ours (no result will be reported) and aborts its signal. */
-  drop(reason: string, cancel: "refused" | "lease_lost" | "shutdown"): void {
-    if (this.droppedReason === null) this.droppedReason = reason;
-    this.ctx._cancel(cancel);
-  }
-}
-
-/** Who says hello on every stream. */
-export interface WorkerIdentity {
-  workerId: string;
-  /** `namespaces/{ns}`. */
-  namespace: string;
-  queues: string[];
-  concurrency: number;
-}
-
-/** What a session needs from its worker. */
-export interface SessionHost {
-  readonly draining: boolean;
-  /** A new assignment: queue it for a free handler slot. */
-  deliver(att: Attempt): void;
-  /** The accept of `att` was acknowledged: run its handler. */
-  launch(att: Attempt): void;
-  /** `att` took a slot but its handler will never run: free the slot. */
-  abandon(att: Attempt): void;
-  /** Reports an event (released, dropped, ...). */
-  emit(kind: string, ctx: JobContext): void;
-  /** A stream of `session` was welcomed. */
-  connected(session: DispatcherSession): void;
-  /** A pending result or release was settled. */
-  acked(): void;
-  /** `session` is over for good. */
-  ended(session: DispatcherSession): void;
-  /** A dispatcher rejected the worker for good. */
-  fatal(err: GnomonError): void;
-  log(level: "debug" | "info" | "warn", msg: string): void;
-}
 
 type Call = grpc.ClientDuplexStream<LeaseRequest, LeaseResponse__Output>;
 
@@ -520,21 +461,8 @@ export class DispatcherSession {
     if (!due || this.buffer.heartbeatPending) return;
     this.lastHb = now;
     this.checkpointDue = false;
-    const refs: AttemptRef[] = [];
-    const cps: Checkpoint[] = [];
-    let minLease = Infinity;
-    for (const att of this.attempts.values()) {
-      if (att.state !== "running" || att.droppedReason !== null) continue;
-      refs.push(att.ref);
-      att.lease.heartbeatSent(now);
-      minLease = Math.min(minLease, att.lease.leaseMs);
-      const cp = att.ctx._checkpoint;
-      if (cp && att.cpInflight === null && cp.seq > att.cpAcked && att.launched) {
-        att.cpInflight = cp.seq;
-        cps.push({ attempt: att.ref, data: cp.data });
-      }
-    }
-    this.minLeaseMs = minLease;
+    const { refs, cps, minLeaseMs } = heartbeatBatch(this.attempts.values(), now);
+    this.minLeaseMs = minLeaseMs;
     if (refs.length) {
       this.buffer.setHeartbeats(refs, cps);
       if (this.hbUnansweredSince === null) this.hbUnansweredSince = now;

@@ -22,7 +22,8 @@ import { cancellationOf, classifyError } from "./failures";
 import { gnomon, toDuration } from "./proto";
 import { monotonic } from "./protocol";
 import { reroute } from "./routing";
-import { Attempt, DispatcherSession, type SessionHost, type WorkerIdentity } from "./session";
+import { Attempt, type SessionHost, type WorkerIdentity } from "./attempts";
+import { DispatcherSession } from "./session";
 
 /** A job handler: resolve = success; throw = failure (see errors.ts for the failure classes). */
 export type Handler = (ctx: JobContext) => Promise<unknown> | unknown;
@@ -53,7 +54,7 @@ export interface WorkerOptions extends ConnectionOptions {
   ackTimeoutMs?: number;
   /** Called on each event; must not throw (exceptions are logged and ignored). */
   onEvent?: (kind: WorkerEvent, ctx: JobContext) => void;
-  /** Log sink (default: warnings to stderr when `GNOMON_LOG` is unset, everything when it is `debug`). */
+  /** Log sink (default: stderr, at the level of `GNOMON_LOG_LEVEL`, WARNING when unset). */
   logger?: (level: "debug" | "info" | "warn" | "error", msg: string) => void;
   /** Install SIGTERM/SIGINT handlers that drain (default true). */
   handleSignals?: boolean;
@@ -67,9 +68,11 @@ const TICK_MS = 100;
 const LEASE_CHECK_MS = 250;
 const LEVELS = { debug: 0, info: 1, warn: 2, error: 3 };
 
+/** The default log sink: stderr, from the level in `GNOMON_LOG_LEVEL` (DEBUG, INFO, WARNING, ERROR or
+ * CRITICAL, any case; the variable the services read too), default WARNING. */
 function defaultLogger(): (level: keyof typeof LEVELS, msg: string) => void {
-  const want = (process.env.GNOMON_LOG || "warn").toLowerCase() as keyof typeof LEVELS;
-  const min = LEVELS[want] ?? 2;
+  const names: Record<string, number> = { DEBUG: 0, INFO: 1, WARNING: 2, WARN: 2, ERROR: 3, CRITICAL: 4 };
+  const min = names[(process.env.GNOMON_LOG_LEVEL || "WARNING").trim().toUpperCase()] ?? 2;
   return (level, msg) => {
     if (LEVELS[level] >= min) process.stderr.write(`gnomon worker ${level}: ${msg}\n`);
   };
