@@ -7,13 +7,15 @@ SIGKILL while the handlers run. The worker heartbeats those attempts and reports
 through its stream to B (gnomon.sdk.routing), so every job SUCCEEDED with exactly one attempt --
 the one A delivered --, none LOST or DEAD (half the jobs are not idempotent: a lost attempt would
 make them DEAD), each run once. ``restart=False``: A stays dead. ``restart=True``: a 3 s lease and A
-restarted on the same address while the handlers still run.
+restarted on the same address while the handlers still run. ``lang="ts"``: the worker is the
+TypeScript SDK's (``history_worker.js``, the twin of ``history:run``), which must route the same way.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sys
 from datetime import timedelta
@@ -30,6 +32,8 @@ from history import History, check, worker_env
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 N = 6
+#: The TypeScript SDK's twin of ``history:run``.
+TS_HISTORY_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "history_worker.js")
 SLEEP_S = 15  # longer than starting B, proving the worker's stream to B and killing A
 
 
@@ -42,10 +46,15 @@ def _attempts(url: str, ids: list[str]) -> list[tuple]:
     )
 
 
-@pytest.mark.parametrize("restart,lease_s", [(False, 5), (True, 3)])
+@pytest.mark.parametrize(
+    "restart,lease_s,lang",
+    [(False, 5, "python"), (True, 3, "python"), (False, 5, "ts"), (True, 3, "ts")],
+)
 def test_running_attempts_survive_the_loss_of_their_dispatcher(
-    pg_server, migrated_template, tmp_path, restart, lease_s
+    pg_server, migrated_template, tmp_path, restart, lease_s, lang
 ):
+    if lang == "ts" and shutil.which("node") is None:
+        pytest.skip("node is not installed (the TypeScript SDK needs node >= 20)")
     with running_suite(
         pg_server, migrated_template, tmp_path, start=False, dispatchers=0, env=fast_failover(3)
     ) as s:
@@ -57,7 +66,10 @@ def test_running_attempts_survive_the_loss_of_their_dispatcher(
             lambda: sql(url, "SELECT count(*) FROM shard_owners WHERE owner = 'disp-a'")[0][0] > 0, 20, "A"
         )
         record = str(tmp_path / "runs.txt")
-        worker = s.start_worker(["loss"], "history:run", concurrency=32, env=worker_env(record))
+        if lang == "ts":
+            worker = s.start_worker_command(["node", TS_HISTORY_WORKER, "32", "loss"], env=worker_env(record))
+        else:
+            worker = s.start_worker(["loss"], "history:run", concurrency=32, env=worker_env(record))
         h = History()
         with Client(api=s.api_address) as c:
             for i in range(N):
@@ -138,7 +150,7 @@ def test_running_attempts_survive_the_loss_of_their_dispatcher(
             "lost": sum(1 for x in atts if x[2] == "LOST"),
             "dead": dict(states).get("DEAD", 0),
         }
-        print("dispatcher loss", "restart" if restart else "for good", counts)
+        print("dispatcher loss", "restart" if restart else "for good", lang, counts)
         assert states == [("SUCCEEDED", N)], (states, atts)
         # exactly one attempt per job, the one A delivered, SUCCEEDED
         assert sorted(atts) == sorted((j, 1, "SUCCEEDED", "disp-a") for j in ids), atts
