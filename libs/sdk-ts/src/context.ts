@@ -125,6 +125,9 @@ export class JobContext {
     const seq = ++this.seq;
     this._checkpoint = { seq, data: buf };
     const p = new Promise<void>((resolve, reject) => this.waiters.push({ seq, resolve, reject }));
+    // A handler may checkpoint without awaiting: its rejection (the attempt ended first) must not be
+    // an unhandled rejection that ends the process. Awaiting `p` still sees it.
+    p.catch(() => undefined);
     this._onCheckpoint?.();
     return p;
   }

@@ -112,6 +112,7 @@ export class Worker {
   private wakers: (() => void)[] = [];
   private connectedWaiters: (() => void)[] = [];
   private everConnected = false;
+  private drainBeforeRun = false;
 
   constructor(opts: WorkerOptions) {
     const queues = typeof opts.queues === "string" ? [opts.queues] : [...(opts.queues ?? [])];
@@ -161,6 +162,10 @@ export class Worker {
   /** Runs the worker until {@link drain} (or a signal) and the drain is over. */
   async run(): Promise<void> {
     if (this.running) throw new Error("worker is already running");
+    if (this.drainBeforeRun) {
+      this.drainBeforeRun = false; // drain() before run(): this run returns at once
+      return;
+    }
     this.running = true;
     this.draining = false;
     this.forced = false;
@@ -194,9 +199,13 @@ export class Worker {
     if (this.fatalError) throw this.fatalError;
   }
 
-  /** Starts the graceful drain (see the class comment); a second call skips the waiting. Resolves
-   * nothing: await {@link run} for the end. */
+  /** Starts the graceful drain (see the class comment); a second call skips the waiting. Returns at
+   * once: await {@link run} for the end. Called before {@link run}, makes that run return at once. */
   drain(): void {
+    if (!this.running) {
+      this.drainBeforeRun = true;
+      return;
+    }
     if (this.draining) {
       this.forced = true;
       this.wake();

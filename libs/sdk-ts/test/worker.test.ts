@@ -201,3 +201,40 @@ test("the worker validates its options", () => {
   assert.throws(() => new Worker({ ...QUIET, queues: ["q"], concurrency: 0, handler: () => undefined }), RangeError);
   assert.ok(new CancelledError("shutdown").message.includes("shutdown"));
 });
+
+test("a checkpoint saved and acknowledged resolves; one left unawaited when the attempt ends does not crash the process", async () => {
+  const fake = new FakeDispatcher();
+  fake.script = { onHello: (s) => [1, 2].forEach(() => fake.assign(s, fake.ref())) };
+  await fake.start();
+  let n = 0;
+  let acked = false;
+  const worker = new Worker({
+    ...QUIET,
+    dispatchers: [fake.address],
+    queues: ["q"],
+    concurrency: 1,
+    handler: async (ctx) => {
+      if (n++ === 0) {
+        await ctx.checkpoint("half way");
+        acked = true;
+      } else {
+        void ctx.checkpoint("never awaited"); // the attempt ends before its ack
+      }
+    },
+  });
+  const run = worker.run();
+  await until(() => fake.items("results").length === 2, 5000, "both results");
+  await new Promise((r) => setTimeout(r, 400)); // past the heartbeat that would carry it
+  worker.drain();
+  await run;
+  assert.ok(acked);
+  const cps = fake.received.filter((m) => m.kind === "heartbeats").flatMap((m) => m.heartbeats!.checkpoints);
+  assert.equal(cps[0].data.toString(), "half way");
+  fake.stop();
+});
+
+test("drain() before run() makes that run return at once", async () => {
+  const worker = new Worker({ ...QUIET, dispatchers: ["127.0.0.1:1"], queues: ["q"], handler: () => undefined });
+  worker.drain();
+  await worker.run();
+});
