@@ -342,14 +342,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         _send(s, [_malformed(ref, wpb.ACK_KIND_HEARTBEAT) for ref in refs if _key(ref) is None])
 
         def build(ref, renewed):
-            # renewed: (lease end, cancel_requested) or None (not live: refused)
-            a = wpb.Ack(
-                attempt=ref,
-                kind=wpb.ACK_KIND_HEARTBEAT,
-                ok=renewed is not None,
-                reason="" if renewed is not None else ErrorReason.STALE_ATTEMPT,
-            )
-            if renewed is not None:
+            # renewed: (lease end, cancel_requested), LEASE_EXPIRED (ended: nothing renewed) or None (stale)
+            ok = isinstance(renewed, tuple)
+            reason = "" if ok else (renewed or ErrorReason.STALE_ATTEMPT)
+            a = wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_HEARTBEAT, ok=ok, reason=reason)
+            if ok:
                 a.lease_expire_time.CopyFrom(to_timestamp(renewed[0]))
                 a.cancel_requested = renewed[1]
             return a
