@@ -215,9 +215,9 @@ class ReaperSettings(BaseSettings):
         default=1.0,
         ge=0,
         le=60,
-        description="A lease counts as expired only this long after its end "
-        "(database clock), seconds: tolerance for clock skew and "
-        "in-flight heartbeats.",
+        description="A lease counts as expired (attempt LOST) only this long after its end "
+        "(database clock), seconds: tolerance for clock skew and in-flight results (a heartbeat "
+        "after the end is refused LEASE_EXPIRED and renews nothing; a result is still applied).",
     )
     retention_s: float = Field(
         default=7 * 86400,

@@ -1,5 +1,5 @@
 """One worker's connection to one dispatcher: the ``WorkerService.Lease`` stream, kept alive
-across reconnects (the lease protocol: docs/concepts.md).
+across reconnects (the lease protocol: docs/protocol.md).
 
 A :class:`DispatcherSession` outlives individual streams. It holds the attempts received from its
 dispatcher or moved to it from a session whose stream is down (:mod:`gnomon.sdk.routing`); credits
