@@ -41,3 +41,28 @@ async def test_lease_expired_heartbeat_cancels_drops_and_returns_the_credit(fake
     assert saw == {"cancelled": True, "reason": "lease_lost"}
     assert fake.results() == {}
     assert len(fake.of_kind("heartbeats")) == beats
+
+
+async def test_heartbeat_period_is_a_third_of_the_shortest_lease_below_the_welcome_interval(fake):
+    """docs/protocol.md, section 5: period = min(welcome.heartbeat_interval, lease_duration / 3). The
+    welcome asks for 60 s; a 3 s lease would be lost locally after about 2 s without heartbeats, so
+    a 4 s handler finishes only if the worker heartbeats on the lease's rule."""
+    fake.heartbeat_interval = 60.0
+    fake.add(assignment(1, lease_s=3.0))
+    events: list[str] = []
+
+    async def handler(ctx):
+        await asyncio.sleep(4.0)
+
+    w = Worker(
+        ["q"],
+        handler,
+        dispatchers=[fake.address],
+        concurrency=1,
+        on_event=lambda kind, ctx: events.append(kind),
+    )
+    task = await start(w)
+    await until(lambda: "namespaces/default/jobs/job-1" in fake.results() or "dropped" in events, timeout=15)
+    await stop(w, task)
+    assert "dropped" not in events
+    assert len(fake.of_kind("heartbeats")) >= 3  # 4 s at one per second at most
