@@ -149,3 +149,25 @@ async def test_accepted_or_released_attempts_never_time_out(engine, parts):
     assert (jids[0], cs[0].attempt) in s.held and (jids[0], cs[0].attempt) in s.accepted
     assert registry.in_flight() == set()
     assert s.delivered_at == {}
+
+
+async def test_a_released_attempt_waiting_for_credits_is_flagged_as_backlog(engine, parts):
+    """With no credits anywhere the scan delivers nothing but flags the waiting row (the claim loop
+    then serves the backlog before claiming new work); with a credit back it is delivered."""
+    registry, servicer, relay = parts
+    jid = await new_job(engine)
+    c1 = await claim(engine, jid)
+    s = registry.add("w-busy", "default", ["q"], 1, owner="alice")
+    relay.deliver([c1])
+    [first] = assignments(s)
+    servicer._releases(s, [first.attempt])  # handed back, and the stream has no credit left
+    assert await one(s) == (True, "")
+    assert s.credits == 0 and not relay.backlog
+    assert await relay.recover_once() == 0
+    assert relay.backlog  # it waits for a credit
+    registry.add_credits(s, 1, 10)
+    assert await relay.recover_once() == 1
+    [again] = assignments(s)
+    assert again.attempt == first.attempt
+    # a full scan (as many rows as credits) may have left more behind: the next scan finds none
+    assert await relay.recover_once() == 0 and not relay.backlog

@@ -35,8 +35,16 @@ class Shards:
 
     region_token = TOKEN
 
+    def __init__(self) -> None:
+        self.trust_checks = 0
+        self.trusted_for = 10**9  # how many trust checks answer True (then the lease is "lost")
+
     def tokens(self) -> dict[int, int]:
         return {0: TOKEN}
+
+    def trusted(self) -> bool:
+        self.trust_checks += 1
+        return self.trust_checks <= self.trusted_for
 
     def region_stale(self) -> None:
         raise AssertionError("the region fence must hold")
@@ -47,6 +55,8 @@ class Shards:
 
 class Relay:
     """Records deliveries instead of sending them to streams."""
+
+    backlog = False  # no unpublished outbox rows waiting
 
     def __init__(self) -> None:
         self.delivered: list = []
@@ -63,12 +73,12 @@ class Clock:
         return self.now
 
 
-def loop_on(engine, relay: Relay) -> ClaimLoop:
+def loop_on(engine, relay: Relay, shards: Shards | None = None) -> ClaimLoop:
     registry = SessionRegistry()
     registry.add("w", "default", ["good", "bad", "other"], 100)
     loop = ClaimLoop(
         engine,
-        Shards(),  # type: ignore[arg-type]
+        shards or Shards(),  # type: ignore[arg-type]
         registry,
         relay,  # type: ignore[arg-type]
         DispatcherSettings(),
@@ -151,3 +161,44 @@ async def test_a_lost_database_still_fails_the_whole_claim(setup):
         assert not loop.backoff.blocked(BAD) and loop.backoff.next_retry_in() is None
     finally:
         await gone.dispose()
+
+
+async def test_a_claim_that_outlives_the_lease_trust_commits_nothing(setup):
+    """tokens() was read under a trusted lease, but the lease stopped being trusted before the claim
+    could commit (etcd quorum lost while the transaction ran): the claim is rolled back, nothing is
+    delivered and the jobs stay SCHEDULED for whoever owns the shard next."""
+    engine = setup
+    relay, shards = Relay(), Shards()
+    shards.trusted_for = 0
+    loop = loop_on(engine, relay, shards)
+    assert await loop.claim_once() == (0, None)
+    assert relay.delivered == [] and shards.trust_checks == 1
+    async with engine.connect() as c:
+        states = (await c.execute(text("SELECT state, count(*) FROM jobs GROUP BY state"))).all()
+    assert dict(states) == {"SCHEDULED": 9}
+    shards.trusted_for = 10**9  # trusted again: the same jobs are claimed
+    assert (await loop.claim_once())[0] == 9
+
+
+class BackloggedRelay(Relay):
+    """A relay whose recovery scan has unpublished rows waiting (released or expired attempts)."""
+
+    def __init__(self, waiting: int) -> None:
+        super().__init__()
+        self.waiting = waiting
+        self.backlog = True
+
+    async def recover_once(self) -> int:
+        self.backlog = False
+        n, self.waiting = self.waiting, 0
+        return n
+
+
+async def test_the_outbox_backlog_is_served_before_new_claims(setup):
+    """Attempts waiting in the outbox (claimed earlier) go out before anything new is claimed."""
+    relay = BackloggedRelay(waiting=2)
+    loop = loop_on(setup, relay)
+    assert await loop.claim_once() == (2, 0.0)  # the backlog only: nothing claimed
+    assert relay.delivered == [] and loop.claimed_total == 0
+    n, _ = await loop.claim_once()  # backlog empty: claims resume
+    assert n == 9 and loop.claimed_total == 9

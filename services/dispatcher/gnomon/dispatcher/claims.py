@@ -59,12 +59,17 @@ TARGET_BACKOFF_MIN_S = 1.0
 TARGET_BACKOFF_MAX_S = 60.0
 
 
+class LeaseNotTrusted(Exception):
+    """Raised inside a claim transaction (which it rolls back) when the dispatcher's etcd lease is
+    no longer locally trusted at the end of the claim (:meth:`ShardOwnership.trusted`)."""
+
+
 def whole_claim_fault(exc: BaseException) -> bool:
     """True when ``exc`` must abort the whole claim transaction (and be retried as a whole): the
     database unreachable or the connection broken, a serialization failure or deadlock (40001,
     40P01: :func:`run_transaction` retries them), a fencing rejection, cancellation. False for a
     failure that belongs to one target (its savepoint is rolled back, the target backed off)."""
-    if isinstance(exc, (asyncio.CancelledError, StaleFencingToken, Unavailable, OSError)):
+    if isinstance(exc, (asyncio.CancelledError, StaleFencingToken, LeaseNotTrusted, Unavailable, OSError)):
         return True
     if isinstance(exc, (OperationalError, InterfaceError)) or getattr(exc, "connection_invalidated", False):
         return True
@@ -154,6 +159,12 @@ class ClaimLoop:
         long (database clock, seconds) until the next job of the owned shards is due within
         ``prefetch_s`` (``None``: none that close; 0: due now but locked by another claimer).
         Raises :class:`StaleFencingToken` (after dropping the shards) if fenced off."""
+        if self.relay.backlog:
+            # attempts released, expired or recovered from the outbox go first: they were claimed
+            # earlier, and some waited an outage already
+            redelivered = await self.relay.recover_once()
+            if redelivered:
+                return redelivered, 0.0
         tokens = self.shards.tokens()
         region_token = self.shards.region_token
         cap = self.registry.capacity()
@@ -229,6 +240,9 @@ class ClaimLoop:
                     continue
                 full = full or more
                 out += got
+            if out and not self.shards.trusted():
+                # the lease stopped being trusted while this claim ran: roll it back, claim nothing
+                raise LeaseNotTrusted("etcd lease not trusted any more")
             if out:
                 faults.point("crash_mid_claim")  # test-only: SIGKILL with the claim written, not committed
             if full:
@@ -259,6 +273,9 @@ class ClaimLoop:
                 # one target's rows or code failed: claim again, each target in its own savepoint
                 isolate = True
                 claimed, delay = await run_transaction(self.engine, tx)
+        except LeaseNotTrusted:
+            log.warning("claim rolled back: the etcd lease stopped being trusted while it ran")
+            return 0, None
         except StaleFencingToken as e:
             if "region" in e.metadata:
                 self.shards.region_stale()

@@ -91,6 +91,10 @@ class Relay:
         #: an attempt delivered and not accepted this long (seconds) is forgotten and re-delivered
         self.accept_timeout_s = accept_timeout_s
         self.delivered = 0
+        #: True when the last scan saw more unpublished rows than it could deliver (or any while no
+        #: stream had credits): the claim loop then re-delivers them before claiming new work, so
+        #: released and recovered attempts do not wait behind a backlog of fresh claims
+        self.backlog = False
         self._task: asyncio.Task | None = None
 
     def deliver(self, claimed: list[Claimed]) -> int:
@@ -143,8 +147,12 @@ class Relay:
             )
         tokens = self.shards.tokens()
         cap = sum(self.registry.capacity().values())
-        if not tokens or cap == 0:
+        if not tokens:
+            self.backlog = False
             return 0
+        # no credits anywhere: only look whether something waits (the claim loop serves it first
+        # once credits come back)
+        limit = min(cap, self.batch) if cap else 1
         try:
             rows = await run_transaction(
                 self.engine,
@@ -153,19 +161,26 @@ class Relay:
                     region=self.region,
                     tokens=tokens,
                     exclude=self.registry.in_flight(),
-                    limit=min(cap, self.batch),
+                    limit=limit,
                     min_age_s=self.interval_s,
                 ),
             )
         except StaleFencingToken as e:
             self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
+            self.backlog = False
             return 0
         except GnomonError as e:
             log.warning("outbox scan: %s", e)
+            self.backlog = False
+            return 0
+        if cap == 0:
+            self.backlog = bool(rows)
             return 0
         # A claim may have committed and delivered while this scan ran: never deliver those twice.
         held = self.registry.in_flight()
         rows = [r for r in rows if (r.job_id, r.attempt) not in held]
         if rows:
             log.info("re-delivering %d unpublished outbox rows", len(rows))
-        return self.deliver(rows)
+        delivered = self.deliver(rows)
+        self.backlog = len(rows) >= limit or delivered < len(rows)
+        return delivered

@@ -98,6 +98,12 @@ class ShardOwnership:
             return {}
         return dict(self.owned)
 
+    def trusted(self) -> bool:
+        """True while claims may commit: the session lease is locally trusted and the region token
+        is ours. Checked again at the end of every claim transaction, just before its commit, so a
+        claim that began under a trusted lease never commits after the lease stopped being trusted."""
+        return self.region_token is not None and self.keeper is not None and self.keeper.valid()
+
     def region_stale(self) -> None:
         """The region token was refused by the region fence (a fail-over or fail-back happened):
         stop claiming until the next scan reads the region key again."""
