@@ -138,7 +138,10 @@ class DispatcherSettings(BaseSettings):
         default=1.0, gt=0, description="Scan period for unpublished outbox rows, seconds."
     )
     heartbeat_interval_s: float = Field(
-        default=5.0, gt=0, description="Heartbeat period asked of workers, seconds."
+        default=5.0,
+        gt=0,
+        description="Ceiling of the workers' heartbeat period, sent in the welcome (they heartbeat "
+        "every min(this, lease_duration / 3)), seconds.",
     )
     accept_timeout_s: float = Field(
         default=10.0,
