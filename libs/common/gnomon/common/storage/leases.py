@@ -187,11 +187,15 @@ HEARTBEAT = named(
     """Extends the lease of the live attempts ``(v_job_id, v_attempt, v_token, v_version)`` (arrays)
     to ``now() + lease_ms``: RUNNING ones accepted by worker ``v_worker`` of principal ``v_owner``
     (NULL: any), QUEUED ones only where
-    ``v_held`` (delivered to the heartbeating stream), and only while their recorded lease has not
-    ended (``lease_expires_at >= now()``: a heartbeat after the lease end renews nothing); returns
+    ``v_held`` (delivered to the heartbeating stream); a RUNNING one only while its recorded lease has
+    not ended (``lease_expires_at >= now()``: a heartbeat after the lease end renews nothing; a
+    QUEUED attempt's lease is not enforced before its accept, which restarts it); returns
     ``(job_id, attempt, lease_expires_at, cancel_requested)``.""",
     update(attempts)
-    .where(_live_heartbeat(), attempts.c.lease_expires_at >= func.now())
+    .where(
+        _live_heartbeat(),
+        or_(attempts.c.state != AttemptState.RUNNING, attempts.c.lease_expires_at >= func.now()),
+    )
     .values(lease_expires_at=func.now() + attempts.c.lease_ms * _LEASE)
     .returning(
         attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at, attempts.c.cancel_requested
@@ -201,11 +205,11 @@ HEARTBEAT = named(
 EXPIRED_HEARTBEATS = named(
     __name__,
     "EXPIRED_HEARTBEATS",
-    """Of the heartbeat batch ``v`` (the arrays of :data:`HEARTBEAT`), the attempts that are live in
-    every respect but whose recorded lease already ended (``lease_expires_at < now()``): their
-    heartbeat is refused with ``LEASE_EXPIRED``. Returns ``(job_id, attempt)``.""",
+    """Of the heartbeat batch ``v`` (the arrays of :data:`HEARTBEAT`), the RUNNING attempts that are
+    live in every respect but whose recorded lease already ended (``lease_expires_at < now()``):
+    their heartbeat is refused with ``LEASE_EXPIRED``. Returns ``(job_id, attempt)``.""",
     select(attempts.c.job_id, attempts.c.attempt).where(
-        _live_heartbeat(), attempts.c.lease_expires_at < func.now()
+        _live_heartbeat(), attempts.c.state == AttemptState.RUNNING, attempts.c.lease_expires_at < func.now()
     ),
 )
 
@@ -218,8 +222,8 @@ async def heartbeat(
 ) -> dict[AttemptId, tuple[datetime, bool]]:
     """Extends the lease of every live attempt (matching token and version; RUNNING and accepted by
     its entry of ``owners``, ``(principal, worker_id)``, or QUEUED and ``held`` by the caller's
-    stream; default: no owner check, every QUEUED one held) whose recorded lease has not ended yet,
-    by its lease duration from now; returns
+    stream; default: no owner check, every QUEUED one held), a RUNNING one only before its recorded
+    lease end, by its lease duration from now; returns
     ``(job_id, attempt) -> (new lease end, cancel_requested)`` for those renewed (``cancel_requested``: a caller asked to cancel the job, see
     :func:`gnomon.common.storage.cancel.cancel_job`; the worker is told in the heartbeat ack)."""
     if not keys:
