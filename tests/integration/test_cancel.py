@@ -32,6 +32,7 @@ from gnomon.common.storage import outbox as outbox_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, outbox
+from gnomon.sdk import FailureClass
 from gnomon_cancel_support import (
     OUT,
     TOKENS,
@@ -321,7 +322,7 @@ def test_cancel_reaches_a_running_handler_through_real_processes(
             assert (outcome, j.state) == ("CANCEL_REQUESTED", "RUNNING")
             done = wait_for(lambda: (x := c.get_job(job.name)).state == "CANCELLED" and x, 10, "CANCELLED")
             assert time.monotonic() - t0 < 10
-            assert done.attempt == 1 and done.failure_class == "PERMANENT"
+            assert done.attempt == 1 and done.failure_class is FailureClass.PERMANENT
             assert c.cancel_job(job.name)[0] == "ALREADY_FINISHED"
         log = Path(os.path.join(s.log_dir, "dispatcher-0.log")).read_text()
         assert ("pushing cancellation of 1 attempt(s)" in log) == (delivery == "push")

@@ -139,13 +139,10 @@ class Driver:
             raise Cancelled(ctx.cancel_reason)
 
     async def _checkpoint(self, ctx: JobContext, data: bytes) -> None:
-        """Saves ``data`` and waits until it is safely recorded. The Python SDK sends a checkpoint
-        with the attempt's next heartbeat and gives the handler no acknowledgement, so the driver
-        waits one lease duration: heartbeats go out at least three times per lease, and each
-        carries the pending checkpoint until one is acknowledged."""
+        """Saves ``data`` and waits until the dispatcher acknowledged it as saved."""
         ctx.checkpoint(data)
-        lease = ctx.lease_duration.total_seconds() if ctx.lease_duration else 2.0
-        await self._wait(ctx, lease)
+        if not await ctx.wait_checkpoint_saved(timeout=30):
+            raise TransientError("checkpoint not acknowledged within 30 s")
         self.events.emit("checkpointed", ctx)
 
 

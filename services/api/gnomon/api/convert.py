@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2
 from gnomon.common.domain.jobs import policy_of
+from gnomon.common.failure_wire import failure_class_to_wire
 from gnomon.common.names import attempt_name, job_name, occurrence_name, schedule_name
 from gnomon.common.retry import RetryPolicy
 from gnomon.common.time import RuleKind
@@ -28,7 +29,7 @@ def job_to_proto(row: dict) -> job_pb2.Job:
         request_id=str(row["request_id"]) if row["request_id"] else "",
         lease_duration=to_duration(timedelta(milliseconds=row["lease_ms"])),
         idempotent=row["idempotent"],
-        failure_class=row["failure_class"] or "",
+        failure_class=failure_class_to_wire(row["failure_class"]),
     )
     if row.get("schedule_id"):
         j.schedule = schedule_name(row["namespace"], row["schedule_id"])
@@ -70,7 +71,7 @@ def attempt_to_proto(row: dict) -> job_pb2.JobAttempt:
         dispatcher_id=row["dispatcher_id"] or "",
         fencing_token=row["token"],
         version=row["version"],
-        failure_class=row["failure_class"] or "",
+        failure_class=failure_class_to_wire(row["failure_class"]),
         error=row["error"] or "",
         cancel_requested=bool(row["cancel_requested"]),
     )

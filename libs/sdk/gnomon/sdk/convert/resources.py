@@ -16,6 +16,7 @@ from gnomon._proto.gnomon.v1 import (
     schedule_pb2,
 )
 
+from ..failures import FailureClass
 from ..models import (
     AuditEntry,
     DeadLetter,
@@ -140,7 +141,7 @@ def job_from_proto(msg: job_pb2.Job) -> Job:
         request_id=msg.request_id,
         lease_duration=field_duration(msg, "lease_duration"),
         idempotent=msg.idempotent,
-        failure_class=msg.failure_class,
+        failure_class=FailureClass.from_wire(msg.failure_class),
         retry_policy=retry_policy_from_proto(msg.retry_policy) if msg.HasField("retry_policy") else None,
     )
 
@@ -156,7 +157,7 @@ def job_attempt_from_proto(msg: job_pb2.JobAttempt) -> JobAttempt:
         dispatcher_id=msg.dispatcher_id,
         fencing_token=msg.fencing_token,
         version=msg.version,
-        failure_class=msg.failure_class,
+        failure_class=FailureClass.from_wire(msg.failure_class),
         error=msg.error,
         claim_time=t(msg, "claim_time"),
         accept_time=t(msg, "accept_time"),
@@ -225,7 +226,7 @@ def dead_letter_from_proto(m: dead_letter_service_pb2.DeadLetter) -> DeadLetter:
             DeadLetterAttempt(
                 attempt=a.attempt,
                 state=a.state,
-                failure_class=a.failure_class,
+                failure_class=FailureClass.from_wire(a.failure_class),
                 error=a.error,
                 worker_id=a.worker_id,
                 fencing_token=a.fencing_token,
