@@ -41,7 +41,7 @@ def counts(url: str) -> dict:
     return out
 
 
-def actual(c: Client, name: str, t1, t2) -> tuple[list, list]:
+def actual(c, name, t1, t2):
     """The records the planner wrote for nominal times in (t1, t2], summarised as a prediction is:
     runs one by one, skips as ranges of the same decision and note."""
     recs = sorted(

@@ -134,7 +134,8 @@ def check_window(start: datetime, end: datetime) -> None:
 def _first_planned(sched: Row, start: datetime, lookahead: timedelta) -> datetime:
     """The high-water mark at the outage's start: ``start`` plus the horizon, and never before the
     schedule's creation (it never fires for earlier times)."""
-    return max(start + horizon(sched, lookahead), sched["created_at"])
+    created: datetime = sched["created_at"]
+    return max(start + horizon(sched, lookahead), created)
 
 
 def simulate(
