@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +27,7 @@ from gnomon_test_support import running_suite, sql, wait_for
 pytestmark = pytest.mark.integration
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUTAGE_S = 6.0
+DOCS = os.path.join(os.path.dirname(TESTS_DIR), "docs", "schedules.md")
 TABLES = ("jobs", "schedule_occurrences", "schedules", "catchup_budget", "audit_log")
 
 
@@ -181,3 +185,27 @@ def test_prediction_equals_what_the_planner_did_after_a_real_outage(suite):
         ).stdout  # fmt: skip
         assert "COALESCED" in table and "catch-up finishes" in table and names[1] in table
     suite.stop_proc(worker)
+
+
+def test_the_docs_outage_example_prints_what_it_shows(suite):
+    """docs/schedules.md "What happens during an outage": its commands, run as written, print its output."""
+    # an API with the default catch-up budget (this suite's planner has a small one), as a user has
+    defaults = {"GNOMON_PLANNER_CATCHUP_RATE": "20", "GNOMON_PLANNER_CATCHUP_BURST": "20"}
+    api = suite.start_service("api", env=defaults)
+    wait_healthy(api.address, ca_file=suite.credentials.ca_file if suite.credentials else None)
+    text = Path(DOCS).read_text().split("## What happens during an outage", 1)[1]
+    commands, shown = re.search(r"```bash\n(.*?)```\n\n```text\n(.*?)```", text, re.S).groups()
+    out = ""
+    for line in commands.strip().splitlines():
+        argv = shlex.split(line)
+        assert argv[0] == "gnomon"
+        out = subprocess.run(
+            [sys.executable, "-m", "gnomon.cli.main", *argv[1:], "--api", api.address],
+            env=dict(os.environ, **suite.client_env()),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
+    suite.stop_proc(api)
+    assert out == shown, out

@@ -63,7 +63,7 @@ def _print(d: dict[str, Any]) -> None:
     rows: list[tuple[str, ...]] = [("  DECISION", "COUNT", "NOMINAL (UTC)", "RELEASED AT", "NOTE")]
     for o in d["runs"]:
         span = o["nominal_time"]
-        if o.get("missed_count"):
+        if o.get("missed_count") and o["missed_first_time"] != o["missed_last_time"]:
             span = f"{o['missed_first_time']} .. {o['missed_last_time']}"
         rows.append(
             (
