@@ -18,6 +18,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import grpc
 import pytest
 
 from gnomon.cli.suite import wait_healthy
@@ -209,3 +210,44 @@ def test_the_docs_outage_example_prints_what_it_shows(suite):
         ).stdout
     suite.stop_proc(api)
     assert out == shown, out
+
+
+def test_bad_requests_are_refused_with_field_violations(suite):
+    from google.protobuf.timestamp_pb2 import Timestamp
+    from google.rpc import error_details_pb2
+    from grpc_status import rpc_status
+
+    from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
+    from gnomon._proto.gnomon.v1 import schedule_service_pb2_grpc
+    from gnomon.sdk.connection import open_channel
+
+    ch = open_channel(suite.api_address)
+    stub = schedule_service_pb2_grpc.ScheduleServiceStub(ch)
+    start, end = Timestamp(seconds=1_900_000_000), Timestamp(seconds=1_900_003_600)
+
+    def fields(**kw) -> list[str]:
+        with pytest.raises(grpc.RpcError) as e:
+            stub.SimulateOutage(pb.SimulateOutageRequest(**kw))
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        bad = error_details_pb2.BadRequest()
+        next(d for d in rpc_status.from_call(e.value).details if d.Unpack(bad))
+        return [v.field for v in bad.field_violations]
+
+    try:
+        assert fields() == ["outage_start_time", "outage_end_time"]
+        both = dict(name="namespaces/default/schedules/a", parent="namespaces/default")
+        assert fields(outage_start_time=start, outage_end_time=end, **both) == ["parent"]
+        assert fields(outage_start_time=start, outage_end_time=end, assume_active=-1) == ["assume_active"]
+        assert fields(outage_start_time=start, outage_end_time=end, page_size=101) == ["page_size"]
+        assert fields(outage_start_time=start, outage_end_time=end, max_runs=1001) == ["max_runs"]
+        assert fields(outage_start_time=end, outage_end_time=start) == ["outage_end_time"]
+        assert fields(outage_start_time=start, outage_end_time=end, page_token="nope") == ["page_token"]
+        with pytest.raises(grpc.RpcError) as e:
+            stub.SimulateOutage(
+                pb.SimulateOutageRequest(
+                    name="namespaces/default/schedules/nope", outage_start_time=start, outage_end_time=end
+                )
+            )
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        ch.close()
