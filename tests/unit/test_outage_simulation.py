@@ -273,3 +273,14 @@ def test_a_backlog_over_many_steps_decides_like_one_step(step, policy, window_mi
     many = predict(r, model=PlannerModel(MODEL.lookahead, step, 20.0, 20, 64))
     strip = lambda p: [(x["decision"], x["nominal_time"], x["missed_count"]) for x in p.runs]  # noqa: E731
     assert (many.missed_count, strip(many)) == (one.missed_count, strip(one))
+
+
+def test_listing_is_bounded_and_the_counts_complete():
+    # a 1-day grace: every time after the catch-up run is only late, found it active and skipped with
+    # a note naming its own lag, so each is a range of its own
+    p = predict(row(misfire_policy="COALESCE", misfire_grace_ms=86_400_000), max_listed=5)
+    assert p.missed_count == 113 and p.run_count == 1 and p.runs[0]["decision"] == "LATE"
+    assert len(p.skipped) == 5 and p.skipped_count == 112
+    assert all(s.decision == "SKIPPED_OVERLAP" and s.count == 1 for s in p.skipped)
+    p = predict(row(misfire_policy="RUN_ALL", overlap_policy="ALLOW", max_catchup=1000), max_listed=7)
+    assert (len(p.runs), p.run_count) == (7, 112)

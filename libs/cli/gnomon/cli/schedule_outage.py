@@ -44,6 +44,7 @@ def prediction_dict(p: OutagePrediction) -> dict[str, Any]:
             }
             for s in p.skipped
         ],
+        "skipped_count": p.skipped_count,
         "catchup_finish_time": r(p.catchup_finish_time),
         "assumptions": list(p.assumptions),
     }
@@ -87,6 +88,9 @@ def _print(d: dict[str, Any]) -> None:
                 s["note"],
             )
         )
+    listed = sum(s["count"] for s in d["skipped"])
+    if d["skipped_count"] > listed:
+        rows.append(("  ...", str(d["skipped_count"] - listed), "more skipped times not listed", "-", "-"))
     table(rows)
     finish = d["catchup_finish_time"]
     typer.echo(f"  runs: {d['run_count']}; catch-up finishes {finish}" if finish else "  runs: none")
@@ -103,7 +107,9 @@ def simulate_outage(
     assume_active: int = typer.Option(
         0, "--assume-active", help="Earlier occurrences assumed still queued or running at --to (0-1000)."
     ),
-    max_runs: int = typer.Option(100, "--max-runs", help="Runs listed per schedule (1-1000)."),
+    max_runs: int = typer.Option(
+        100, "--max-runs", help="Runs (and ranges of skipped times) listed per schedule (1-1000)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print a JSON array, one object per schedule."),
     api: str | None = API,
     namespace: str | None = NS,

@@ -190,6 +190,7 @@ def prediction_to_proto(p: OutagePrediction, schedule: str) -> schedule_service_
         overlap_policy="OVERLAP_POLICY_" + row["overlap_policy"],
         missed_count=p.missed_count,
         run_count=p.run_count,
+        skipped_count=p.skipped_count,
         assumptions=p.assumptions,
         paused=bool(row["paused"]),
     )

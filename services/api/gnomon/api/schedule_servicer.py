@@ -318,7 +318,8 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         """Predicts the planner's decisions after an outage from ``outage_start_time`` to
         ``outage_end_time`` for schedule ``name`` or the schedules of ``parent`` (paged, ``page_size``
         0-100, 0 = 20), with ``assume_active`` (0-1000) occurrences assumed active and at most
-        ``max_runs`` (0-1000, 0 = 100) runs listed per schedule. Writes nothing. INVALID_ARGUMENT for
+        ``max_runs`` (0-1000, 0 = 100) runs (and skipped ranges) listed per schedule; a page ends early
+        at the reply budget. Writes nothing. INVALID_ARGUMENT for
         bad fields (both ``name`` and ``parent``, a missing or bad instant, a window that is empty,
         longer than 366 days or holds more than 100000 nominal times), NOT_FOUND for an unknown
         schedule."""
@@ -363,14 +364,20 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             limit=request.page_size or DEFAULT_SIMULATE_PAGE,
             max_listed=request.max_runs or DEFAULT_RUNS_LISTED,
         )
+        items: list[pb.OutagePrediction] = []
+        size = 0
+        for p in preds:
+            item = prediction_to_proto(p, schedule_name(ns, p.schedule["schedule_id"]))
+            size += item.ByteSize()
+            if items and size > self.reply_budget_bytes:  # the rest on the next page
+                more = True
+                break
+            items.append(item)
         token = ""
-        if more and preds:
-            token = pagination.encode(method, filt, {"a": preds[-1].schedule["schedule_id"]})
-        return pb.SimulateOutageResponse(
-            predictions=[prediction_to_proto(p, schedule_name(ns, p.schedule["schedule_id"])) for p in preds],
-            next_page_token=token,
-            tzdata_version=self.tzdata,
-        )
+        if more and items:
+            last = items[-1].schedule.rsplit("/", 1)[-1]
+            token = pagination.encode(method, filt, {"a": last})
+        return pb.SimulateOutageResponse(predictions=items, next_page_token=token, tzdata_version=self.tzdata)
 
 
 def _copy_path(src: schedule_pb2.Schedule, merged: schedule_pb2.Schedule, path: str) -> None:

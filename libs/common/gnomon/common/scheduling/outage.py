@@ -75,7 +75,9 @@ class OutagePrediction:
     end), ``missed_first``/``missed_last`` the first and last (None if none). ``runs``: the decision
     records (:func:`gnomon.common.storage.planning.record_row` shape, ``job_id`` left as the id the
     job would get) that run or wait (FIRED, LATE, COALESCED, BUFFERED), nominal order, at most
-    ``max_listed``; ``run_count`` counts them all. ``skipped``: every other decision, as ranges.
+    ``max_listed``; ``run_count`` counts them all. ``skipped``: every other decision, as ranges of
+    the same decision and note (at most ``max_listed`` ranges: notes that name a lag make a range per
+    time); ``skipped_count`` counts them all.
     ``catchup_finish``: the latest schedule time among the runs (None if none). ``assumptions``:
     the model's assumptions that apply, as sentences."""
 
@@ -86,6 +88,7 @@ class OutagePrediction:
     runs: list[Row] = field(default_factory=list)
     run_count: int = 0
     skipped: list[SkippedRange] = field(default_factory=list)
+    skipped_count: int = 0
     catchup_finish: datetime | None = None
     assumptions: list[str] = field(default_factory=list)
 
@@ -102,10 +105,11 @@ class OutagePrediction:
             if at is not None and (self.catchup_finish is None or at > self.catchup_finish):
                 self.catchup_finish = at
             return
+        self.skipped_count += 1
         last = self.skipped[-1] if self.skipped else None
         if last is not None and last.decision == rec["decision"] and last.note == rec["note"]:
             last.count, last.last = last.count + 1, t
-        else:
+        elif len(self.skipped) < max_listed:
             self.skipped.append(SkippedRange(rec["decision"], rec["note"], 1, t, t))
 
 

@@ -377,4 +377,5 @@ def prediction_from_proto(p: schedule_service_pb2.OutagePrediction) -> OutagePre
         catchup_finish_time=t(p, "catchup_finish_time"),
         assumptions=tuple(p.assumptions),
         paused=p.paused,
+        skipped_count=p.skipped_count,
     )

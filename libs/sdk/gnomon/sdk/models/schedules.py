@@ -161,7 +161,8 @@ class OutagePrediction:
             order, as :class:`ScheduleOccurrence` without ``name`` or ``job``; ``schedule_time`` is when
             each run would be released. At most the request's ``max_runs``.
         run_count: how many runs in all.
-        skipped: every other nominal time, as :class:`SkippedOccurrenceRange` in nominal order.
+        skipped: every other nominal time, as :class:`SkippedOccurrenceRange` in nominal order (at
+            most ``max_runs`` ranges); skipped_count: how many nominal times are skipped in all.
         catchup_finish_time: the latest release among the runs, or ``None`` when none runs.
         assumptions: the sentences the prediction rests on.
         paused: the schedule is paused (nothing predicted).
@@ -179,3 +180,4 @@ class OutagePrediction:
     catchup_finish_time: datetime | None
     assumptions: tuple[str, ...]
     paused: bool
+    skipped_count: int = 0

@@ -260,7 +260,7 @@ class SkippedOccurrenceRange(_message.Message):
     def __init__(self, decision: _Optional[_Union[_schedule_pb2.OccurrenceDecision, str]] = ..., note: _Optional[str] = ..., count: _Optional[int] = ..., first_nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class OutagePrediction(_message.Message):
-    __slots__ = ("schedule", "misfire_policy", "overlap_policy", "missed_count", "missed_first_time", "missed_last_time", "runs", "run_count", "skipped", "catchup_finish_time", "assumptions", "paused")
+    __slots__ = ("schedule", "misfire_policy", "overlap_policy", "missed_count", "missed_first_time", "missed_last_time", "runs", "run_count", "skipped", "catchup_finish_time", "assumptions", "paused", "skipped_count")
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
     MISFIRE_POLICY_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -273,6 +273,7 @@ class OutagePrediction(_message.Message):
     CATCHUP_FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     ASSUMPTIONS_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_COUNT_FIELD_NUMBER: _ClassVar[int]
     schedule: str
     misfire_policy: _schedule_pb2.MisfirePolicy
     overlap_policy: _schedule_pb2.OverlapPolicy
@@ -285,7 +286,8 @@ class OutagePrediction(_message.Message):
     catchup_finish_time: _timestamp_pb2.Timestamp
     assumptions: _containers.RepeatedScalarFieldContainer[str]
     paused: bool
-    def __init__(self, schedule: _Optional[str] = ..., misfire_policy: _Optional[_Union[_schedule_pb2.MisfirePolicy, str]] = ..., overlap_policy: _Optional[_Union[_schedule_pb2.OverlapPolicy, str]] = ..., missed_count: _Optional[int] = ..., missed_first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., missed_last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., runs: _Optional[_Iterable[_Union[_schedule_pb2.ScheduleOccurrence, _Mapping]]] = ..., run_count: _Optional[int] = ..., skipped: _Optional[_Iterable[_Union[SkippedOccurrenceRange, _Mapping]]] = ..., catchup_finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., assumptions: _Optional[_Iterable[str]] = ..., paused: _Optional[bool] = ...) -> None: ...
+    skipped_count: int
+    def __init__(self, schedule: _Optional[str] = ..., misfire_policy: _Optional[_Union[_schedule_pb2.MisfirePolicy, str]] = ..., overlap_policy: _Optional[_Union[_schedule_pb2.OverlapPolicy, str]] = ..., missed_count: _Optional[int] = ..., missed_first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., missed_last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., runs: _Optional[_Iterable[_Union[_schedule_pb2.ScheduleOccurrence, _Mapping]]] = ..., run_count: _Optional[int] = ..., skipped: _Optional[_Iterable[_Union[SkippedOccurrenceRange, _Mapping]]] = ..., catchup_finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., assumptions: _Optional[_Iterable[str]] = ..., paused: _Optional[bool] = ..., skipped_count: _Optional[int] = ...) -> None: ...
 
 class SimulateOutageResponse(_message.Message):
     __slots__ = ("predictions", "next_page_token", "tzdata_version")
