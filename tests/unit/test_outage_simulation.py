@@ -284,3 +284,33 @@ def test_listing_is_bounded_and_the_counts_complete():
     assert all(s.decision == "SKIPPED_OVERLAP" and s.count == 1 for s in p.skipped)
     p = predict(row(misfire_policy="RUN_ALL", overlap_policy="ALLOW", max_catchup=1000), max_listed=7)
     assert (len(p.runs), p.run_count) == (7, 112)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    policy=st.sampled_from(["COALESCE", "RUN_LATEST", "SKIP", "RUN_ALL"]),
+    overlap=st.sampled_from(["ALLOW", "SKIP", "BUFFER_ONE", "BUFFER_ALL", "CANCEL_OTHER"]),
+    expression=st.sampled_from(["* * * * *", "*/7 * * * *", "0 * * * *", "30 2 * * *"]),
+    minutes=st.integers(min_value=1, max_value=3000),
+    grace_s=st.integers(min_value=0, max_value=3600),
+    active=st.integers(min_value=0, max_value=2),
+)
+def test_every_nominal_time_is_accounted_for_once(policy, overlap, expression, minutes, grace_s, active):
+    r = row(
+        misfire_policy=policy,
+        overlap_policy=overlap,
+        expression=expression,
+        time_zone="America/New_York",
+        misfire_grace_ms=grace_s * 1000,
+        max_catchup=5,
+    )
+    end = T1 + timedelta(minutes=minutes)
+    p = predict(r, end=end, assume_active=active)
+    assert p.missed_count == p.run_count + p.skipped_count
+    assert sum(s.count for s in p.skipped) == p.skipped_count  # few ranges: none cut
+    times = [x["nominal_time"] for x in p.runs]
+    assert times == sorted(times) and all(T1 < t <= end for t in times)
+    assert all(
+        x["scheduled_at"] is None or x["scheduled_at"] >= x["nominal_time"] for x in p.runs
+    )  # never early
+    assert sum(x["decision"] == "COALESCED" for x in p.runs) <= 1
