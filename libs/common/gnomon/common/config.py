@@ -135,7 +135,9 @@ class DispatcherSettings(BaseSettings):
         description="Look-ahead window: the next due time inside it arms a precise timer, seconds.",
     )
     relay_interval_s: float = Field(
-        default=1.0, gt=0, description="Scan period for unpublished outbox rows, seconds."
+        default=1.0,
+        gt=0,
+        description="Scan period for QUEUED attempts no stream holds (the outbox), seconds.",
     )
     heartbeat_interval_s: float = Field(
         default=5.0,

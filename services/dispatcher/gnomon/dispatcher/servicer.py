@@ -178,7 +178,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             self.registry.remove(session)
             metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
             unaccepted = [k for k in session.held if k not in session.accepted]
-            # their outbox rows are still unpublished: the relay's recovery scan re-delivers them
+            # their attempts are still QUEUED (the outbox): the relay's recovery scan re-delivers them
             log.info(
                 "worker %s disconnected (%d unaccepted attempts go back to the outbox)",
                 clip(session.worker_id, 128),
@@ -311,7 +311,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             if ok:
                 c = s.held.get((k.job_id, k.attempt))
                 if c is not None and (k.job_id, k.attempt) not in s.accepted:
-                    # accepted_at (= outbox published_at) is lease end - lease duration (same now())
+                    # accepted_at (it left the outbox then) is lease end - lease duration (same now())
                     metrics.OUTBOX_PUBLICATION_LAG.record(
                         max(0.0, (lease_end - c.dispatched_at).total_seconds() - c.lease_ms / 1000),
                         {"queue": c.queue},
@@ -437,7 +437,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self._ack_later(s, futs, wpb.ACK_KIND_RESULT, build)
 
     def _releases(self, s: WorkerSession, refs) -> None:
-        """Unstarted attempts handed back: forget them here; their outbox rows are unpublished, so
+        """Unstarted attempts handed back: forget them here; their attempts are still QUEUED, so
         the relay's recovery scan re-delivers them (to any worker). Only attempts delivered to this
         stream and not accepted can be released; any other is refused (STALE_ATTEMPT) and unchanged."""
         acks = []

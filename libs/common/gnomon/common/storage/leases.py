@@ -20,7 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common.domain.attempts import AttemptId, AttemptKey
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.batches import row_params, unnest_rows
-from gnomon.common.storage.outbox import MARK_PUBLISHED
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
 
@@ -156,7 +155,6 @@ async def accept(
                 await conn.execute(ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, "p_owner": owner, **p})
             ).all()
             out = {AttemptId(r[0], r[1]): r[2] for r in rows}
-            await conn.execute(MARK_PUBLISHED, p)
     rest = [k for k in keys if (k.job_id, k.attempt) not in out]
     if rest:
         params = {"p_worker_id": worker_id, "p_owner": owner, **key_params("v", rest, with_version=True)}

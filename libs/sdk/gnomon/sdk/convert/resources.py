@@ -14,6 +14,7 @@ from gnomon._proto.gnomon.v1 import (
     queue_service_pb2,
     retry_pb2,
     schedule_pb2,
+    schedule_service_pb2,
 )
 
 from ..failures import FailureClass
@@ -25,6 +26,7 @@ from ..models import (
     Job,
     JobAttempt,
     JobTemplate,
+    OutagePrediction,
     PreviewFireTime,
     Queue,
     RateLimit,
@@ -34,6 +36,7 @@ from ..models import (
     Schedule,
     ScheduleOccurrence,
     Shard,
+    SkippedOccurrenceRange,
 )
 from .values import field_duration, field_time, state_name, to_duration
 
@@ -346,4 +349,33 @@ def fire_time_from_proto(ft: schedule_pb2.PreviewFireTime) -> PreviewFireTime:
     """``gnomon.v1.PreviewFireTime`` -> :class:`~gnomon.sdk.PreviewFireTime`."""
     return PreviewFireTime(
         fire_time=field_time(ft, "fire_time"), local_time=ft.local_time, note=ft.note, skipped=ft.skipped
+    )
+
+
+def prediction_from_proto(p: schedule_service_pb2.OutagePrediction) -> OutagePrediction:
+    """``gnomon.v1.OutagePrediction`` -> :class:`~gnomon.sdk.OutagePrediction`."""
+    t = field_time
+    return OutagePrediction(
+        schedule=p.schedule,
+        misfire_policy=enum_text(schedule_pb2.MisfirePolicy, "MISFIRE_POLICY_", p.misfire_policy),
+        overlap_policy=enum_text(schedule_pb2.OverlapPolicy, "OVERLAP_POLICY_", p.overlap_policy),
+        missed_count=p.missed_count,
+        missed_first_time=t(p, "missed_first_time"),
+        missed_last_time=t(p, "missed_last_time"),
+        runs=tuple(occurrence_from_proto(o) for o in p.runs),
+        run_count=p.run_count,
+        skipped=tuple(
+            SkippedOccurrenceRange(
+                decision=enum_text(schedule_pb2.OccurrenceDecision, "OCCURRENCE_DECISION_", s.decision),
+                note=s.note,
+                count=s.count,
+                first_nominal_time=t(s, "first_nominal_time"),
+                last_nominal_time=t(s, "last_nominal_time"),
+            )
+            for s in p.skipped
+        ),
+        catchup_finish_time=t(p, "catchup_finish_time"),
+        assumptions=tuple(p.assumptions),
+        paused=p.paused,
+        skipped_count=p.skipped_count,
     )
