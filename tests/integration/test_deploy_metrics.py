@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -173,3 +175,23 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported(suite):
     lag = value(got["planner"], "gnomon_planner_lag_seconds")
     assert lag is not None and 0 <= lag < 5  # no schedule waits for planning
     assert value(got["dispatcher"], "gnomon_planner_lag_seconds") is None  # planners only
+
+
+def test_gnomon_health_is_what_container_probes_run(suite):
+    """``gnomon health`` (the containers' readiness check) answers SERVING over TLS with only the CA
+    (no credential), and exits 1 for a port nobody serves."""
+    from gnomon.devservers import free_port
+
+    env = {**os.environ, **suite.client_env()}
+    env.pop("GNOMON_API_KEY_FILE", None)  # health needs no credential
+    dispatcher = next(p for p in suite.procs if p.role == "dispatcher")
+    down = f"127.0.0.1:{free_port()}"
+
+    def health(address: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "gnomon.cli.main", "health", "--address", address, "--timeout", "1"]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=30)
+
+    up = health(dispatcher.address)
+    assert up.returncode == 0 and up.stdout.strip() == f"{dispatcher.address}: SERVING", up.stdout + up.stderr
+    gone = health(down)
+    assert gone.returncode == 1 and gone.stderr.startswith(f"{down}: UNAVAILABLE"), gone.stdout + gone.stderr

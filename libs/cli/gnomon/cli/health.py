@@ -1,0 +1,38 @@
+"""``gnomon health``: asks a Gnomon server's ``grpc.health.v1.Health/Check`` (open without a
+credential), over TLS with the CA of the client settings (``GNOMON_TLS_CA_FILE`` or the profile).
+Made for container health checks and Kubernetes exec probes: Kubernetes' own gRPC probe speaks
+plaintext only, and every Gnomon listener serves TLS."""
+
+from __future__ import annotations
+
+import grpc
+import typer
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gnomon.sdk.connection import resolve
+
+
+def health(
+    address: str = typer.Option(
+        "127.0.0.1:7070", "--address", help="host:port of the server (default: this host's 7070)."
+    ),
+    service: str = typer.Option(
+        "", "--service", help="A service name, e.g. gnomon.v1.JobService (default: the server overall)."
+    ),
+    timeout_s: float = typer.Option(2.0, "--timeout", min=0.1, help="Deadline of the check, seconds."),
+) -> None:
+    """Exit 0 when the server at --address answers SERVING, else print its status (or the error) and
+    exit 1."""
+    conn = resolve(address)
+    try:
+        with conn.channel(address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout_s
+            )
+    except grpc.RpcError as e:
+        typer.echo(f"{address}: {e.code().name}: {e.details()}", err=True)
+        raise typer.Exit(1) from None
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    typer.echo(f"{address}: {status}")
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        raise typer.Exit(1)
