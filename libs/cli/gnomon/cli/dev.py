@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
+from gnomon.cli.dev_certs import certs
 from gnomon.common.config import DesktopSettings
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ app = typer.Typer(
     invoke_without_command=True,
     no_args_is_help=False,
 )
+
+app.command("certs")(certs)
 
 STATUS_FILE = "status.json"
 STARTING_FILE = "status.starting.json"
@@ -486,33 +489,3 @@ def _demo(suite: Suite, stop: threading.Event, on_change: Callable[[], None] | N
                         typer.echo(f"{j.state.lower():<10} {n}  {j.last_error}")
             time.sleep(0.05)
     typer.echo("demo jobs done; the suite keeps running")
-
-
-@app.command()
-def certs(
-    directory: str = typer.Argument(..., help="Where to keep the files (created 0700 if missing)."),
-    san: list[str] = typer.Option(
-        [],
-        "--san",
-        help="A name the server certificate must also carry (repeat): a DNS name such as `api` or "
-        "`*.gnomon-dispatcher.gnomon.svc.cluster.local`, or an IP address.",
-    ),
-) -> None:
-    """Make (or reuse) development TLS material for a deployment in DIRECTORY: a CA (ca.pem,
-    ca-key.pem), a server certificate (server.pem, server-key.pem; 127.0.0.1, ::1, localhost and every
-    --san) and a service token (service.token). What exists is kept; the server certificate is issued
-    anew when the names change. Development only: use your own CA in production."""
-    import secrets
-
-    from gnomon.common import devcerts
-
-    try:
-        server = devcerts.ensure_server_cert(directory, san)
-        token = os.path.join(directory, "service.token")
-        if not os.path.exists(token):
-            devcerts.write_secret(token, secrets.token_urlsafe(32).encode())
-    except (ValueError, OSError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
-    for path in (os.path.join(directory, "ca.pem"), server.cert_file, server.key_file, token):
-        typer.echo(path)
