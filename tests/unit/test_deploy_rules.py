@@ -4,6 +4,7 @@ expression of the Grafana dashboard parses (checked by promtool as recording rul
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -110,3 +111,12 @@ def test_the_dashboard_shows_what_the_alerts_watch() -> None:
     """Every metric an alert reads is on the dashboard too (an alert you cannot look at is no help)."""
     shown = metric_names(dashboard_expressions())
     assert metric_names(rule_expressions()) - shown == set()
+
+
+def test_every_metric_they_name_is_documented() -> None:
+    """docs/operations.md ("Metrics (Prometheus)") documents every metric the rules and the dashboard read."""
+    doc = (RULES.parents[2] / "docs" / "operations.md").read_text()
+    named = metric_names(rule_expressions()) | metric_names(dashboard_expressions())
+    families = {re.sub(r"_(bucket|count|sum)$", "", n) for n in named}
+    assert len(families) >= 15
+    assert {f for f in families if f"`{f}`" not in doc} == set()
