@@ -249,8 +249,8 @@ async def complete(
                             k.job_id, k.attempt, outcome, failure_class=r.failure_class, error=r.error
                         )
                     )
-                ).one()
-                if dead is not None and written[0] == JobState.DEAD:
+                ).first()  # None: the job moved on meanwhile (nothing written, as before)
+                if dead is not None and written is not None and written[0] == JobState.DEAD:
                     dead.append((written[1], written[2], r.failure_class))
         applied.update(got)
     out: dict[AttemptId, str] = {k: "" for k in by_key if k in applied}
