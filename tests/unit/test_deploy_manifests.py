@@ -253,3 +253,15 @@ def test_every_gnomon_variable_the_deploy_files_set_is_a_real_setting(
         "GNOMON_TLS_CERT_FILE",
         "GNOMON_ADVERTISE",
     } <= seen
+
+
+def test_grafana_provisioning_finds_the_dashboard_and_prometheus() -> None:
+    grafana = compose()["services"]["grafana"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in grafana["volumes"])
+    prov = DEPLOY / "grafana" / "provisioning"
+    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+    (provider,) = yaml.safe_load((prov / "dashboards" / "gnomon.yaml").read_text())["providers"]
+    assert Path(mounts["./grafana/gnomon-dashboard.json"]).parent == Path(provider["options"]["path"])
+    (source,) = yaml.safe_load((prov / "datasources" / "prometheus.yaml").read_text())["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == "http://prometheus:9090"
+    assert "127.0.0.1:9090:9090" in compose()["services"]["prometheus"]["ports"]

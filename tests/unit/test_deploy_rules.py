@@ -120,3 +120,29 @@ def test_every_metric_they_name_is_documented() -> None:
     families = {re.sub(r"_(bucket|count|sum)$", "", n) for n in named}
     assert len(families) >= 15
     assert {f for f in families if f"`{f}`" not in doc} == set()
+
+
+def test_the_compose_prometheus_configuration(tool: str) -> None:
+    """deploy/prometheus/prometheus.yaml parses (promtool), loads the rules, and scrapes every Gnomon
+    server of deploy/compose.yaml on its metrics port, over HTTPS with the CA the compose file mounts."""
+    config = RULES.parent / "prometheus.yaml"
+    r = run(tool, "check", "config", "--syntax-only", str(config))
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = yaml.safe_load(config.read_text())
+    assert doc["rule_files"] == [RULES.name]
+    (job,) = doc["scrape_configs"]
+    assert job["scheme"] == "https"
+    targets = {t for sc in job["static_configs"] for t in sc["targets"]}
+    compose = yaml.safe_load((RULES.parents[1] / "compose.yaml").read_text())["services"]
+    servers = {
+        name
+        for name, s in compose.items()
+        if s.get("command", [""])[0] in ("api", "dispatcher", "planner", "reaper")
+    }
+    port = compose["api"]["environment"]["GNOMON_METRICS_LISTEN"].rpartition(":")[2]
+    assert targets == {f"{name}:{port}" for name in servers}
+    mounts = compose["prometheus"]["volumes"]
+    assert any(
+        m.startswith("tls:") and job["tls_config"]["ca_file"].startswith(m.split(":")[1]) for m in mounts
+    )
+    assert f"./prometheus/{RULES.name}:/etc/prometheus/{RULES.name}:ro" in mounts
