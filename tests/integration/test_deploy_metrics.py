@@ -179,11 +179,13 @@ def test_every_metric_the_rules_and_the_dashboard_name_is_exported(suite):
 
 def test_gnomon_health_is_what_container_probes_run(suite):
     """``gnomon health`` (the containers' readiness check) answers SERVING over TLS with only the CA
-    (no credential), and exits 1 for a port nobody serves."""
+    (no credential, even when the environment names a key file that is not there), and exits 1 for a
+    port nobody serves."""
     from gnomon.devservers import free_port
 
     env = {**os.environ, **suite.client_env()}
-    env.pop("GNOMON_API_KEY_FILE", None)  # health needs no credential
+    # health sends no credential and reads none: a key file the container does not mount is no matter
+    env["GNOMON_API_KEY_FILE"] = os.path.join(suite.work_dir, "not-mounted", "admin.key")
     dispatcher = next(p for p in suite.procs if p.role == "dispatcher")
     down = f"127.0.0.1:{free_port()}"
 

@@ -5,6 +5,9 @@ plaintext only, and every Gnomon listener serves TLS."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
+
 import grpc
 import typer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -22,8 +25,15 @@ def health(
     timeout_s: float = typer.Option(2.0, "--timeout", min=0.1, help="Deadline of the check, seconds."),
 ) -> None:
     """Exit 0 when the server at --address answers SERVING, else print its status (or the error) and
-    exit 1."""
-    conn = resolve(address)
+    exit 1 (2 for unusable client settings). Sends no API key, whatever the environment or profile
+    names; TLS as the client settings say (GNOMON_TLS_CA_FILE, GNOMON_TLS_SERVER_NAME, GNOMON_INSECURE)."""
+    # no credential: health is open, and a key file the container does not mount must not matter
+    environ = {k: v for k, v in os.environ.items() if k not in ("GNOMON_API_KEY", "GNOMON_API_KEY_FILE")}
+    try:
+        conn = dataclasses.replace(resolve(address, environ=environ), api_key=None)
+    except (OSError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
     try:
         with conn.channel(address) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
