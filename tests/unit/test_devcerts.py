@@ -102,3 +102,26 @@ def test_server_certificate_with_extra_names_is_reissued_when_they_change(tmp_pa
     ) == ["localhost", "api"]
     with pytest.raises(ValueError, match="not an IP address nor a DNS name"):
         devcerts.ensure_server_cert(d, ["bad name"])
+
+
+def test_gnomon_dev_certs_makes_what_a_deployment_mounts(tmp_path):
+    from typer.testing import CliRunner
+
+    from gnomon.cli.main import app
+
+    d = str(tmp_path / "tls")
+    r = CliRunner().invoke(app, ["dev", "certs", d, "--san", "api", "--san", "dispatcher-1"])
+    assert r.exit_code == 0, r.output
+    names = ("ca.pem", "server.pem", "server-key.pem", "service.token")
+    assert r.output.split() == [os.path.join(d, n) for n in names]
+    sans = _cert(os.path.join(d, "server.pem")).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    assert {"api", "dispatcher-1", "localhost"} == set(sans.value.get_values_for_type(x509.DNSName))
+    token = Path(d, "service.token").read_text()
+    assert (
+        CliRunner().invoke(app, ["dev", "certs", d, "--san", "api", "--san", "dispatcher-1"]).exit_code == 0
+    )
+    assert Path(d, "service.token").read_text() == token  # kept
+    bad = CliRunner().invoke(app, ["dev", "certs", d, "--san", "not a name"])
+    assert bad.exit_code == 2 and "not an IP address nor a DNS name" in bad.output
