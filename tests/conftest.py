@@ -25,7 +25,8 @@ Fixtures of one topic's test modules (their plain helpers: gnomon_test_support.E
 
 The suite as processes: ``gnomon_test_support.running_suite``; a servicer in-process:
 ``gnomon_test_support.serving``. Tests under ``tests/integration`` are marked ``integration`` and those
-under ``tests/faults`` ``faults`` (and ``integration``) by :func:`pytest_collection_modifyitems`.
+under ``tests/faults`` ``faults`` (and ``integration``), those under ``tests/conformance`` ``conformance``
+by :func:`pytest_collection_modifyitems`.
 """
 
 from __future__ import annotations
@@ -370,7 +371,11 @@ async def _serve_dead_letters(engine):
         yield pb_grpc.DeadLetterServiceStub(channel), engine, address
 
 
-_FOLDER_MARKS = {"integration": ("integration",), "faults": ("integration", "faults")}
+_FOLDER_MARKS = {
+    "integration": ("integration",),
+    "faults": ("integration", "faults"),
+    "conformance": ("conformance",),  # the suite cases are "integration" through their fixtures
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -19,6 +19,11 @@ from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon._proto.gnomon.v1.failure_class_pb2 import (
+    FAILURE_CLASS_AMBIGUOUS,
+    FAILURE_CLASS_TRANSIENT,
+    FAILURE_CLASS_UNSPECIFIED,
+)
 from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
 from gnomon.common.storage import checkpoints as cps
 from gnomon.common.storage import leases as lease_store
@@ -117,8 +122,12 @@ async def test_history_lists_every_attempt_with_worker_token_state_and_failure(e
         a1.fencing_token,
         a1.failure_class,
         a1.error,
-    ) == (1, job_pb2.ATTEMPT_STATE_FAILED, "w1", "disp-A", TOKEN, "TRANSIENT", "connection reset")
-    assert (a2.state, a2.worker_id, a2.failure_class) == (job_pb2.ATTEMPT_STATE_LOST, "w2", "AMBIGUOUS")
+    ) == (1, job_pb2.ATTEMPT_STATE_FAILED, "w1", "disp-A", TOKEN, FAILURE_CLASS_TRANSIENT, "connection reset")
+    assert (a2.state, a2.worker_id, a2.failure_class) == (
+        job_pb2.ATTEMPT_STATE_LOST,
+        "w2",
+        FAILURE_CLASS_AMBIGUOUS,
+    )
     assert "outcome unknown" in a2.error
     assert (a3.state, a3.worker_id, a3.version) == (job_pb2.ATTEMPT_STATE_RUNNING, "w3", c3.version)
     for a in (a1, a2):
@@ -127,7 +136,10 @@ async def test_history_lists_every_attempt_with_worker_token_state_and_failure(e
     assert a3.HasField("lease_expire_time") and not a3.HasField("finish_time")
     await finish(engine, k3, True)
     resp = await api.ListJobAttempts(js.ListJobAttemptsRequest(parent=name))
-    assert resp.attempts[2].state == job_pb2.ATTEMPT_STATE_SUCCEEDED and resp.attempts[2].failure_class == ""
+    assert (
+        resp.attempts[2].state == job_pb2.ATTEMPT_STATE_SUCCEEDED
+        and resp.attempts[2].failure_class == FAILURE_CLASS_UNSPECIFIED
+    )
 
 
 async def test_history_pages_and_rejects_foreign_tokens(engine, api):

@@ -31,7 +31,8 @@ from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import outbox as outbox_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
-from gnomon.common.storage.schema import attempts, outbox
+from gnomon.common.storage.schema import attempts
+from gnomon.sdk import FailureClass
 from gnomon_cancel_support import (
     OUT,
     TOKENS,
@@ -89,11 +90,6 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
     assert resp.job.state == job_pb2.JOB_STATE_CANCELLED and resp.job.version == 3
     a = await attempt_row(engine, c1.job_id)
     assert a["state"] == AttemptState.CANCELLED and a["finished_at"] is not None
-    async with engine.connect() as c:
-        published = (
-            await c.execute(select(outbox.c.published_at).where(outbox.c.job_id == c1.job_id))
-        ).scalar_one()
-    assert published is not None
 
     # a worker accepting the message already in flight is refused, and so is its heartbeat
     assert await run_transaction(engine, lambda c: lease_store.accept(c, [key(c1)], "W")) == {}
@@ -321,7 +317,7 @@ def test_cancel_reaches_a_running_handler_through_real_processes(
             assert (outcome, j.state) == ("CANCEL_REQUESTED", "RUNNING")
             done = wait_for(lambda: (x := c.get_job(job.name)).state == "CANCELLED" and x, 10, "CANCELLED")
             assert time.monotonic() - t0 < 10
-            assert done.attempt == 1 and done.failure_class == "PERMANENT"
+            assert done.attempt == 1 and done.failure_class is FailureClass.PERMANENT
             assert c.cancel_job(job.name)[0] == "ALREADY_FINISHED"
         log = Path(os.path.join(s.log_dir, "dispatcher-0.log")).read_text()
         assert ("pushing cancellation of 1 attempt(s)" in log) == (delivery == "push")

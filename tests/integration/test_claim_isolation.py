@@ -56,7 +56,7 @@ class Shards:
 class Relay:
     """Records deliveries instead of sending them to streams."""
 
-    backlog = False  # no unpublished outbox rows waiting
+    backlog = False  # no QUEUED attempts waiting in the outbox
 
     def __init__(self) -> None:
         self.delivered: list = []

@@ -19,6 +19,7 @@ from google.protobuf import timestamp_pb2
 from sqlalchemy import select, update
 
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
+from gnomon._proto.gnomon.v1.failure_class_pb2 import FAILURE_CLASS_PERMANENT
 from gnomon.api.validation import request_fingerprint
 from gnomon.common.domain import jobs as domain_jobs
 from gnomon.common.domain.attempts import AttemptKey, Result
@@ -128,7 +129,7 @@ async def test_dry_run_writes_no_job_but_an_audit_entry_with_actor_reason_reques
     r = await stub.ReplayDeadLetters(
         replay_req(
             queue="mail",
-            failure_class="PERMANENT",
+            failure_class=FAILURE_CLASS_PERMANENT,
             dry_run=True,
             max_jobs=3,
             request_id=rid,
@@ -165,7 +166,9 @@ async def test_dry_run_writes_no_job_but_an_audit_entry_with_actor_reason_reques
 
     # the real replay after the dry run (same request_id is fine: a dry run records no replay)
     r = await stub.ReplayDeadLetters(
-        replay_req(queue="mail", failure_class="PERMANENT", max_jobs=3, request_id=rid, reason="go"),
+        replay_req(
+            queue="mail", failure_class=FAILURE_CLASS_PERMANENT, max_jobs=3, request_id=rid, reason="go"
+        ),
         metadata=md,
     )
     assert r.replayed_count == 3
@@ -249,7 +252,7 @@ BAD = [
     ("request_id missing", dict(request_id=""), "request_id"),
     ("request_id malformed", dict(request_id="not-a-uuid"), "request_id"),
     ("queue syntax", dict(queue="Bad Queue"), "queue"),
-    ("failure_class syntax", dict(failure_class="permanent"), "failure_class"),
+    ("failure_class not a class", dict(failure_class=99), "failure_class"),
     ("error_contains too long", dict(error_contains="e" * 1001), "error_contains"),
     ("start_time out of range", dict(start_time=timestamp_pb2.Timestamp(seconds=-1)), "start_time"),
     (

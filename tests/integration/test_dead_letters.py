@@ -21,6 +21,7 @@ from sqlalchemy import func, update
 
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import job_pb2
+from gnomon._proto.gnomon.v1.failure_class_pb2 import FAILURE_CLASS_PERMANENT, FAILURE_CLASS_TRANSIENT
 from gnomon.cli.main import app as cli
 from gnomon.common.storage.schema import audit_log, jobs
 from gnomon_dlq_support import SHARDS, TOKEN, count, make_dead, replay_req, ts
@@ -50,7 +51,7 @@ async def test_list_filters_by_queue_class_error_and_time_and_pages(api):
     everything = await names()
     assert everything == [str(j) for j in reversed(a + b)]  # most recently finished first
     assert await names(queue="a") == [str(j) for j in reversed(a)]
-    assert await names(failure_class="TRANSIENT") == [str(j) for j in reversed(b)]
+    assert await names(failure_class=FAILURE_CLASS_TRANSIENT) == [str(j) for j in reversed(b)]
     assert await names(error_contains="TIMEOUT talking") == [str(j) for j in reversed(b)]  # case-insensitive
     assert await names(error_contains="(100%)") == [str(j) for j in reversed(a)]  # % is literal
     assert await names(error_contains="100_%") == []
@@ -61,13 +62,13 @@ async def test_list_filters_by_queue_class_error_and_time_and_pages(api):
     assert await names(parent="namespaces/other") and len(await names(parent="namespaces/other")) == 1
 
     d = (await stub.ListDeadLetters(pb.ListDeadLettersRequest(queue="b", page_size=1))).dead_letters[0]
-    assert d.job.state == job_pb2.JOB_STATE_DEAD and d.job.failure_class == "TRANSIENT"
+    assert d.job.state == job_pb2.JOB_STATE_DEAD and d.job.failure_class == FAILURE_CLASS_TRANSIENT
     assert d.job.last_error == "Timeout talking to billing" and not d.replayed_by and not d.replay_of
     [att] = d.attempts
     assert (att.attempt, att.state, att.failure_class, att.error, att.worker_id, att.fencing_token) == (
         1,
         "FAILED",
-        "TRANSIENT",
+        FAILURE_CLASS_TRANSIENT,
         "Timeout talking to billing",
         "w1",
         TOKEN,
@@ -179,7 +180,7 @@ async def test_every_dlq_statement_runs_through_the_cockroachdb_dialect(crdb_api
     await make_dead(engine, 3, queue="c", error="Gateway timeout")
     filt = dict(
         queue="c",
-        failure_class="PERMANENT",
+        failure_class=FAILURE_CLASS_PERMANENT,
         error_contains="TIMEOUT",
         start_time=ts(datetime(2000, 1, 1, tzinfo=UTC)),
         end_time=ts(datetime(2100, 1, 1, tzinfo=UTC)),

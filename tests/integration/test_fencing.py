@@ -21,7 +21,7 @@ from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
-from gnomon.common.storage.schema import attempts, jobs, outbox
+from gnomon.common.storage.schema import attempts, jobs
 from gnomon_test_support import DIALECTS, new_job_spec
 
 SHARDS = 4
@@ -82,11 +82,10 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
     assert tuple(await state_of(engine, jid)) == ("SCHEDULED", 1)
     async with engine.connect() as c:
         assert (await c.execute(select(func.count()).select_from(attempts))).scalar_one() == 0
-        assert (await c.execute(select(func.count()).select_from(outbox))).scalar_one() == 0
     # A can no longer record its old token either.
     with pytest.raises(StaleFencingToken):
         await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 0, token_a, "A"))
-    # B's claim with the current token commits: state, attempt and outbox row together.
+    # B's claim with the current token commits: state and attempt row (the outbox record) together.
     claimed = await run_transaction(
         engine,
         lambda c: claim_store.claim_due(
@@ -97,9 +96,9 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
     assert tuple(await state_of(engine, jid)) == ("QUEUED", 2)
     async with engine.connect() as c:
         row = (
-            await c.execute(select(outbox.c.token, outbox.c.published_at).where(outbox.c.job_id == jid))
+            await c.execute(select(attempts.c.token, attempts.c.state).where(attempts.c.job_id == jid))
         ).one()
-    assert row.token == token_b and row.published_at is None
+    assert row.token == token_b and row.state == "QUEUED"  # in the outbox: claimed, not accepted
 
 
 async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from gnomon.cli.suite import Suite
-from gnomon.sdk import Client, JobContext, PermanentError
+from gnomon.sdk import Client, FailureClass, JobContext, PermanentError
 from gnomon_test_support import FAST_REAPING, running_suite, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -172,7 +172,7 @@ def run_ack_lost(suite: Suite, queue: str, crashing: str, plain: str, env: dict,
         history = c.list_job_attempts(job.name)
     assert (done.state, done.attempt) == ("SUCCEEDED", 2)
     assert [(a.attempt, a.state) for a in history] == [(1, "LOST"), (2, "SUCCEEDED")]
-    assert history[0].failure_class == "AMBIGUOUS" and history[0].worker_id != history[1].worker_id
+    assert history[0].failure_class is FailureClass.AMBIGUOUS and history[0].worker_id != history[1].worker_id
     # exactly one accepted SUCCEEDED result: attempt 1 was accepted but never reported
     assert suite.database_url is not None  # running_suite gives its suite a database
     assert attempt_rows(suite.database_url, job.name) == [(1, "LOST", True), (2, "SUCCEEDED", True)]

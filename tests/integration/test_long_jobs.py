@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from gnomon.sdk import Client
+from gnomon.sdk import Client, FailureClass
 from gnomon_test_support import FAST_REAPING, records, running_suite, sql, wait_for
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,10 +112,10 @@ def test_worker_paused_past_its_lease_loses_the_attempt_and_drops_it_without_a_r
     # the database: attempt 1 LOST (by the reaper, never by a result), then the flag decides
     assert (done.state, done.attempt) == ("SUCCEEDED", 2)
     assert [(a.attempt, a.state, a.failure_class) for a in h_retried] == [
-        (1, "LOST", "AMBIGUOUS"),
-        (2, "SUCCEEDED", ""),
+        (1, "LOST", FailureClass.AMBIGUOUS),
+        (2, "SUCCEEDED", None),
     ]
-    assert (gone.state, gone.attempt, gone.failure_class) == ("DEAD", 1, "AMBIGUOUS")
+    assert (gone.state, gone.attempt, gone.failure_class) == ("DEAD", 1, FailureClass.AMBIGUOUS)
     assert [(a.attempt, a.state) for a in h_dead] == [(1, "LOST")]
     assert "outcome unknown" in h_dead[0].error  # the reaper's text, not a worker's result
 

@@ -24,7 +24,6 @@ def test_migrate_from_empty_equals_models(pg_server):
         assert tables == {
             "jobs",
             "attempts",
-            "outbox",
             "shard_owners",
             "audit_log",
             "dlq_replays",

@@ -174,3 +174,19 @@ def test_hello_takes_namespace_and_queues_from_the_grant():
         )
     anyq = user(Grant(ALL, Role.WORKER, ("*",)))
     assert authorize_hello(Hello("w1", "zeta", ["q"], 1), anyq, namespace_given=True).namespace == "zeta"
+
+
+def test_simulate_outage_is_a_read_of_the_namespace_its_name_or_parent_names():
+    rule = POLICY["/gnomon.v1.ScheduleService/SimulateOutage"]
+    assert not rule.mutating
+    one = spb.SimulateOutageRequest(name="namespaces/other/schedules/a")
+    # an empty parent does not stand for `default` when a name is given: the name's namespace is checked
+    assert request_namespace(one, rule) == ("other", "name")
+    assert request_namespace(spb.SimulateOutageRequest(parent="namespaces/acme"), rule) == ("acme", "parent")
+    assert request_namespace(spb.SimulateOutageRequest(), rule) == ("default", "parent")
+    reader = user(Grant("acme", Role.READER))
+    assert authorize(reader, rule, spb.SimulateOutageRequest(name="namespaces/acme/schedules/a")) == "acme"
+    with pytest.raises(PermissionDenied):
+        authorize(reader, rule, one)
+    with pytest.raises(PermissionDenied):
+        authorize(user(Grant("default", Role.READER)), rule, one)

@@ -9,11 +9,11 @@ import pytest
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 from gnomon._proto.gnomon.v1 import (
+    failure_class_pb2,
     job_pb2,
     job_service_pb2,
     queue_service_pb2,
     schedule_pb2,
-    worker_service_pb2,
 )
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import (
@@ -28,6 +28,7 @@ from gnomon.common.domain.policies import (
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.domain.states import TERMINAL, TRANSITIONS, AttemptState, CancelOutcome, JobState
 from gnomon.common.errors import REASONS
+from gnomon.common.failure_wire import failure_class_filter, failure_class_from_wire, failure_class_to_wire
 
 
 def _names(wire: EnumTypeWrapper, prefix: str) -> list[str]:
@@ -39,7 +40,7 @@ def _names(wire: EnumTypeWrapper, prefix: str) -> list[str]:
     [
         (JobState, job_pb2.JobState, "JOB_STATE_"),
         (AttemptState, job_pb2.AttemptState, "ATTEMPT_STATE_"),
-        (FailureClass, worker_service_pb2.FailureClass, "FAILURE_CLASS_"),
+        (FailureClass, failure_class_pb2.FailureClass, "FAILURE_CLASS_"),
         (MisfirePolicy, schedule_pb2.MisfirePolicy, "MISFIRE_POLICY_"),
         (OverlapPolicy, schedule_pb2.OverlapPolicy, "OVERLAP_POLICY_"),
         (DstGap, schedule_pb2.DstGapPolicy, "DST_GAP_POLICY_"),
@@ -72,3 +73,20 @@ def test_reserved_states_are_terminal_unreachable_and_documented() -> None:
 def test_short_state_names_are_the_enum_members() -> None:
     assert JobState.QUEUED is JobState.QUEUED and AttemptState.LOST is AttemptState.LOST
     assert JobState.SCHEDULED == "SCHEDULED"
+
+
+def test_failure_class_text_and_wire_map_one_to_one():
+    for c in FailureClass:
+        wire = failure_class_to_wire(c.value)
+        assert failure_class_pb2.FailureClass.Name(wire) == "FAILURE_CLASS_" + c.value
+        assert failure_class_from_wire(wire) is c and failure_class_filter(wire) == c.value
+    assert (
+        failure_class_to_wire(None)
+        == failure_class_to_wire("")
+        == failure_class_pb2.FAILURE_CLASS_UNSPECIFIED
+    )
+    assert failure_class_to_wire("permanent") == failure_class_pb2.FAILURE_CLASS_PERMANENT
+    assert failure_class_from_wire(failure_class_pb2.FAILURE_CLASS_UNSPECIFIED) is FailureClass.TRANSIENT
+    assert failure_class_filter(failure_class_pb2.FAILURE_CLASS_UNSPECIFIED) is None
+    with pytest.raises(ValueError):
+        failure_class_filter(99)

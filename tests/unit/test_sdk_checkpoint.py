@@ -223,3 +223,28 @@ async def test_transiently_refused_checkpoint_is_sent_again(fake):
 
     await run(w, body)
     assert [d for _, d, _ in fake.checkpoints] == [b"progress", b"progress"]
+
+
+async def test_a_handler_can_wait_until_its_checkpoint_is_saved(fake):
+    """``wait_checkpoint_saved`` returns only after an ok CHECKPOINT ack: not after the transient
+    refusal that comes first; a checkpoint refused for good is never reported saved."""
+    fake.pending = [assignment(1), assignment(2)]
+    answers = {"job-1": iter([(False, "DATABASE_UNAVAILABLE"), (True, "")]), "job-2": iter([])}
+    fake.checkpoint_ack = lambda cp: next(answers[cp.attempt.job.rsplit("/", 1)[1]], (False, "LEASE_EXPIRED"))
+    seen: dict = {}
+
+    async def handler(ctx):
+        ctx.checkpoint(ctx.job.encode())
+        seen[ctx.job] = {"before": ctx.checkpoint_saved}
+        seen[ctx.job]["saved"] = await ctx.wait_checkpoint_saved(timeout=1.0)
+        seen[ctx.job]["acks_seen"] = sum(1 for j, _, _ in fake.checkpoints if j == ctx.job)
+
+    w = Worker(["q"], handler, dispatchers=[fake.address], concurrency=2)
+
+    async def body():
+        await until(lambda: len(fake.results) == 2)
+
+    await run(w, body)
+    one, two = seen["namespaces/default/jobs/job-1"], seen["namespaces/default/jobs/job-2"]
+    assert one == {"before": False, "saved": True, "acks_seen": 2}  # saved only after the second send
+    assert two["before"] is False and two["saved"] is False  # refused for good: timed out, not saved

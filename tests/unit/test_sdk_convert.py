@@ -10,9 +10,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from google.protobuf import duration_pb2, timestamp_pb2
 
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as fpb
 from gnomon._proto.gnomon.v1 import job_pb2
 from gnomon.cli.render import job_dict
-from gnomon.sdk import convert
+from gnomon.sdk import FailureClass, convert
 from gnomon.sdk.jobs import create_job_request, list_jobs_request
 
 UTC = UTC
@@ -171,6 +172,16 @@ def test_job_from_proto_mirrors_fields():
     assert not job.terminal
     with pytest.raises(Exception):  # noqa: B017
         job.state = "DEAD"  # frozen
+
+
+def test_failure_class_reads_as_the_sdk_enum_none_when_nothing_failed():
+    assert convert.job_from_proto(_job_proto()).failure_class is None
+    job = convert.job_from_proto(_job_proto(failure_class=fpb.FAILURE_CLASS_PERMANENT))
+    assert job.failure_class is FailureClass.PERMANENT and job_dict(job)["failure_class"] == "PERMANENT"
+    att = convert.job_attempt_from_proto(job_pb2.JobAttempt(failure_class=fpb.FAILURE_CLASS_AMBIGUOUS))
+    assert att.failure_class is FailureClass.AMBIGUOUS
+    # a value this SDK does not know (a newer server) reads as None instead of failing the call
+    assert convert.job_attempt_from_proto(job_pb2.JobAttempt(failure_class=77)).failure_class is None
 
 
 def test_job_to_json_dict():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as fpb
 from gnomon.sdk import (
     AmbiguousError,
     Cancelled,
@@ -31,10 +31,10 @@ class DeadlockError(DbError):
 
 
 def test_enum_values_match_proto():
-    assert FailureClass.TRANSIENT == wpb.FAILURE_CLASS_TRANSIENT
-    assert FailureClass.THROTTLED == wpb.FAILURE_CLASS_THROTTLED
-    assert FailureClass.PERMANENT == wpb.FAILURE_CLASS_PERMANENT
-    assert FailureClass.AMBIGUOUS == wpb.FAILURE_CLASS_AMBIGUOUS
+    assert FailureClass.TRANSIENT == fpb.FAILURE_CLASS_TRANSIENT
+    assert FailureClass.THROTTLED == fpb.FAILURE_CLASS_THROTTLED
+    assert FailureClass.PERMANENT == fpb.FAILURE_CLASS_PERMANENT
+    assert FailureClass.AMBIGUOUS == fpb.FAILURE_CLASS_AMBIGUOUS
 
 
 def test_defaults():

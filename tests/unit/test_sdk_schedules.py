@@ -139,3 +139,60 @@ def test_fire_time_and_occurrence_dicts():
     d = occurrence_dict(convert.occurrence_from_proto(o))
     assert d["decision"] == "FIRED" and d["source"] == "TRIGGER" and d["job"] == "namespaces/d/jobs/x"
     assert d["nominal_time"] is None
+
+
+def test_simulate_outage_request_names_a_schedule_or_a_namespace():
+    t1 = T0 + timedelta(hours=2)
+    one = c.simulate_outage_request(T0, t1, name="nightly", namespace="shop", assume_active=1, max_runs=5)
+    assert (one.name, one.parent) == ("namespaces/shop/schedules/nightly", "")
+    assert one.outage_start_time.ToDatetime(UTC) == T0 and one.outage_end_time.ToDatetime(UTC) == t1
+    assert (one.assume_active, one.max_runs) == (1, 5)
+    every = c.simulate_outage_request(T0, t1, name=None, namespace="shop", page_size=3, page_token="x")
+    assert (every.name, every.parent, every.page_size, every.page_token) == ("", "namespaces/shop", 3, "x")
+    with pytest.raises(ValueError):
+        c.simulate_outage_request(datetime(2025, 1, 1), t1, name=None, namespace="shop")  # naive
+    with pytest.raises(ValueError):
+        c.simulate_outage_request(T0, t1, name="a/b", namespace="shop")
+
+
+def test_prediction_from_proto_is_a_typed_model():
+    def ts(dt: datetime) -> timestamp_pb2.Timestamp:
+        t = timestamp_pb2.Timestamp()
+        t.FromDatetime(dt)
+        return t
+
+    msg = pb.OutagePrediction(
+        schedule="namespaces/default/schedules/s",
+        misfire_policy=schedule_pb2.MISFIRE_POLICY_COALESCE,
+        overlap_policy=schedule_pb2.OVERLAP_POLICY_SKIP,
+        missed_count=3,
+        missed_first_time=ts(T0),
+        missed_last_time=ts(T0 + timedelta(minutes=2)),
+        runs=[
+            schedule_pb2.ScheduleOccurrence(
+                nominal_time=ts(T0 + timedelta(minutes=2)),
+                decision=schedule_pb2.OCCURRENCE_DECISION_COALESCED,
+                schedule_time=ts(T0 + timedelta(hours=1)),
+                missed_count=3,
+            )
+        ],
+        run_count=1,
+        skipped=[
+            pb.SkippedOccurrenceRange(
+                decision=schedule_pb2.OCCURRENCE_DECISION_SKIPPED_MISFIRE,
+                note="coalesced",
+                count=2,
+                first_nominal_time=ts(T0),
+                last_nominal_time=ts(T0 + timedelta(minutes=1)),
+            )
+        ],
+        skipped_count=2,
+        catchup_finish_time=ts(T0 + timedelta(hours=1)),
+        assumptions=["a"],
+    )
+    p = convert.prediction_from_proto(msg)
+    assert (p.misfire_policy, p.overlap_policy, p.missed_count, p.run_count) == ("COALESCE", "SKIP", 3, 1)
+    assert p.runs[0].decision == "COALESCED" and p.runs[0].job is None and p.runs[0].missed_count == 3
+    assert p.skipped[0].decision == "SKIPPED_MISFIRE" and p.skipped[0].first_nominal_time == T0
+    assert p.catchup_finish_time == T0 + timedelta(hours=1) and p.assumptions == ("a",)
+    assert (p.skipped_count, p.paused) == (2, False)

@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import pytest
 
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as fpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.sdk import JobContext, PermanentError, ThrottledError, Worker
 from gnomon_fake_dispatcher import assignment, start, stop, until
@@ -45,14 +46,14 @@ async def test_success_and_failures_are_reported_with_classes(fake):
     perm = res["namespaces/default/jobs/job-1"]
     assert (perm.outcome, perm.failure_class, perm.error) == (
         wpb.OUTCOME_FAILED,
-        wpb.FAILURE_CLASS_PERMANENT,
+        fpb.FAILURE_CLASS_PERMANENT,
         "PermanentError: bad input",
     )
     thr = res["namespaces/default/jobs/job-2"]
-    assert thr.failure_class == wpb.FAILURE_CLASS_THROTTLED
+    assert thr.failure_class == fpb.FAILURE_CLASS_THROTTLED
     assert (thr.retry_after.seconds, thr.retry_after.nanos) == (1, 500_000_000)
     tr = res["namespaces/default/jobs/job-3"]
-    assert (tr.failure_class, tr.error) == (wpb.FAILURE_CLASS_TRANSIENT, "ConnectionError: db down")
+    assert (tr.failure_class, tr.error) == (fpb.FAILURE_CLASS_TRANSIENT, "ConnectionError: db down")
     hello = fake.hellos[0]
     assert (hello.namespace, list(hello.queues), hello.credits) == ("namespaces/default", ["q"], 4)
 
@@ -200,7 +201,7 @@ async def test_heartbeats_list_running_attempts_and_cancel_request_reaches_handl
     await stop(w, task)
     assert saw == {"cancelled": True, "reason": "cancel_requested"}
     r = fake.results()["namespaces/default/jobs/job-2"]
-    assert (r.outcome, r.failure_class) == (wpb.OUTCOME_FAILED, wpb.FAILURE_CLASS_PERMANENT)
+    assert (r.outcome, r.failure_class) == (wpb.OUTCOME_FAILED, fpb.FAILURE_CLASS_PERMANENT)
     assert r.error.startswith("Cancelled:")
 
 
@@ -239,7 +240,7 @@ async def test_pushed_cancel_ack_reaches_handler_at_once_and_renews_nothing(fake
     assert saw["cancelled"] is True and saw["reason"] == "cancel_requested"
     assert saw["lease_after"] == saw["lease_before"]
     r = fake.results()["namespaces/default/jobs/job-1"]
-    assert (r.outcome, r.failure_class) == (wpb.OUTCOME_FAILED, wpb.FAILURE_CLASS_PERMANENT)
+    assert (r.outcome, r.failure_class) == (wpb.OUTCOME_FAILED, fpb.FAILURE_CLASS_PERMANENT)
 
 
 async def test_lease_lost_locally_cancels_and_drops(fake):

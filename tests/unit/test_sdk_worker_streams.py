@@ -12,6 +12,7 @@ import collections
 import grpc
 import pytest
 
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as fpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.sdk import FailureClass, GnomonError, Worker
 from gnomon_fake_dispatcher import assignment, start, stop, until
@@ -81,7 +82,7 @@ async def test_drain_timeout_cancels_running_handlers(fake):
     await until(lambda: w.running == 1)
     await stop(w, task)
     r = fake.results()["namespaces/default/jobs/job-1"]
-    assert (r.outcome, r.failure_class) == (wpb.OUTCOME_FAILED, wpb.FAILURE_CLASS_TRANSIENT)
+    assert (r.outcome, r.failure_class) == (wpb.OUTCOME_FAILED, fpb.FAILURE_CLASS_TRANSIENT)
     assert r.error == "Cancelled: attempt cancelled (shutdown)"
 
 

@@ -96,3 +96,21 @@ def test_attempt_key():
     for job in [f"x/y/jobs/{jid}", f"namespaces/default/jobs/{jid}/x", "namespaces/default/jobs/nope", ""]:
         assert attempt_key(wpb.AttemptRef(job=job, attempt=1)) is None
     assert attempt_key(wpb.AttemptRef(job=f"namespaces/default/jobs/{jid}", attempt=0)) is None
+
+
+def test_attempt_key_parses_each_job_name_once_and_keeps_refusing_bad_ones():
+    """The job-name parse behind attempt_key is cached (hot path): the same name gives the same id,
+    a malformed name stays refused, and version/token/attempt still come from each reference."""
+    from gnomon.dispatcher.hello import _job_id
+
+    jid = uuid.uuid4()
+    name = f"namespaces/default/jobs/{jid}"
+    before = _job_id.cache_info().hits
+    a = attempt_key(wpb.AttemptRef(job=name, attempt=1, version=2, fencing_token=3))
+    b = attempt_key(wpb.AttemptRef(job=name, attempt=2, version=5, fencing_token=7))
+    assert a is not None and b is not None
+    assert (a.job_id, a.attempt, a.version, a.token) == (jid, 1, 2, 3)
+    assert (b.job_id, b.attempt, b.version, b.token) == (jid, 2, 5, 7)
+    assert _job_id.cache_info().hits >= before + 1
+    for _ in range(2):
+        assert attempt_key(wpb.AttemptRef(job="namespaces/default/jobs/not-a-uuid", attempt=1)) is None

@@ -15,8 +15,8 @@ import typer
 
 from gnomon.cli.common import API, NS, fail, print_pages, run
 from gnomon.cli.durations import parse_instant
-from gnomon.cli.render import audit_entry_dict, dead_letter_dict, job_dict
-from gnomon.sdk import AsyncClient, AuditEntry, Client, DeadLetter, GnomonError
+from gnomon.cli.render import audit_entry_dict, dead_letter_dict, failure_class_text, job_dict
+from gnomon.sdk import AsyncClient, AuditEntry, Client, DeadLetter, FailureClass, GnomonError
 
 app = typer.Typer(
     help="List and replay dead letters (jobs in state DEAD); read the audit log.", no_args_is_help=True
@@ -42,7 +42,7 @@ def _filters(
     try:
         return dict(
             queue=queue,
-            failure_class=klass.upper() if klass else None,
+            failure_class=FailureClass.coerce(klass) if klass else None,
             error_contains=error,
             start_time=parse_instant(since) if since else None,
             end_time=parse_instant(until) if until else None,
@@ -79,7 +79,7 @@ def list_(
         j = job_dict(d.job)
         err = " ".join(d.job.last_error.split())
         line = (
-            f"{j['name']}  {j['queue']:<12}  {d.job.failure_class or '-':<10}  {j['finish_time']}  "
+            f"{j['name']}  {j['queue']:<12}  {failure_class_text(d.job.failure_class) or '-':<10}  {j['finish_time']}  "
             f"attempts={d.job.attempt}  {err[:80]}"
         )
         if d.replayed_by:

@@ -8,7 +8,7 @@ import typer
 
 from gnomon.cli.common import API, NS, print_pages, run
 from gnomon.cli.durations import parse_duration, parse_instant
-from gnomon.cli.render import attempt_dict, fields, job_dict, table
+from gnomon.cli.render import attempt_dict, failure_class_text, fields, job_dict, table
 from gnomon.sdk import Client, Job
 
 app = typer.Typer(help="Create, read, list, cancel and reschedule one-time jobs.", no_args_is_help=True)
@@ -213,7 +213,7 @@ def history(
                 a.state,
                 a.worker_id or "-",
                 str(a.fencing_token),
-                a.failure_class or "-",
+                failure_class_text(a.failure_class) or "-",
                 (err[:77] + "...") if len(err) > 80 else (err or "-"),
             )
         )

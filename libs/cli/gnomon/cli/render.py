@@ -15,6 +15,7 @@ from typing import Any
 import typer
 
 from gnomon.sdk.convert import b64, decode_json_payload, duration_text, rfc3339
+from gnomon.sdk.failures import FailureClass
 from gnomon.sdk.models import (
     AuditEntry,
     DeadLetter,
@@ -92,7 +93,7 @@ def job_dict(job: Job) -> dict[str, Any]:
         "request_id": job.request_id,
         "lease_duration": duration_text(job.lease_duration),
         "idempotent": job.idempotent,
-        "failure_class": job.failure_class,
+        "failure_class": failure_class_text(job.failure_class),
         "retry_policy": retry_policy_dict(job.retry_policy) if job.retry_policy else None,
         "payload": b64(job.payload),
     }
@@ -101,6 +102,11 @@ def job_dict(job: Job) -> dict[str, Any]:
         if value is not _NOT_JSON:
             out["payload_json"] = value
     return out
+
+
+def failure_class_text(fc: FailureClass | None) -> str:
+    """A failure class as the CLI prints it: its name (``"PERMANENT"``), "" for none."""
+    return fc.name if fc is not None else ""
 
 
 def attempt_dict(a: JobAttempt) -> dict[str, Any]:
@@ -114,7 +120,7 @@ def attempt_dict(a: JobAttempt) -> dict[str, Any]:
         "dispatcher_id": a.dispatcher_id,
         "fencing_token": a.fencing_token,
         "version": a.version,
-        "failure_class": a.failure_class,
+        "failure_class": failure_class_text(a.failure_class),
         "error": a.error,
         "claim_time": r(a.claim_time),
         "accept_time": r(a.accept_time),
@@ -155,7 +161,7 @@ def dead_letter_attempt_dict(a: DeadLetterAttempt) -> dict[str, Any]:
     return {
         "attempt": a.attempt,
         "state": a.state,
-        "failure_class": a.failure_class,
+        "failure_class": failure_class_text(a.failure_class),
         "error": a.error,
         "worker_id": a.worker_id,
         "fencing_token": a.fencing_token,

@@ -1,6 +1,7 @@
-"""``gnomon schedule create|get|list|update|delete|pause|resume|trigger|backfill|history|preview``:
-recurring schedules through the public API (``gnomon.v1.ScheduleService``). The commands that run or
-show occurrences (trigger, backfill, history, preview) are in :mod:`gnomon.cli.schedule_runs`."""
+"""``gnomon schedule create|get|list|update|delete|pause|resume|trigger|backfill|history|preview|
+simulate-outage``: recurring schedules through the public API (``gnomon.v1.ScheduleService``). The
+commands that run or show occurrences (trigger, backfill, history, preview) are in
+:mod:`gnomon.cli.schedule_runs`; ``simulate-outage`` is in :mod:`gnomon.cli.schedule_outage`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 import typer
 
-from gnomon.cli import schedule_runs
+from gnomon.cli import schedule_outage, schedule_runs
 from gnomon.cli.common import API, JSON, NS, print_pages, run, usage
 from gnomon.cli.render import fields, schedule_dict
 from gnomon.cli.schedule_args import (
@@ -261,3 +262,4 @@ def resume(
 
 for _command in (schedule_runs.trigger, schedule_runs.backfill, schedule_runs.history, schedule_runs.preview):
     app.command()(_command)
+app.command("simulate-outage")(schedule_outage.simulate_outage)

@@ -135,10 +135,15 @@ class DispatcherSettings(BaseSettings):
         description="Look-ahead window: the next due time inside it arms a precise timer, seconds.",
     )
     relay_interval_s: float = Field(
-        default=1.0, gt=0, description="Scan period for unpublished outbox rows, seconds."
+        default=1.0,
+        gt=0,
+        description="Scan period for QUEUED attempts no stream holds (the outbox), seconds.",
     )
     heartbeat_interval_s: float = Field(
-        default=5.0, gt=0, description="Heartbeat period asked of workers, seconds."
+        default=5.0,
+        gt=0,
+        description="Ceiling of the workers' heartbeat period, sent in the welcome (they heartbeat "
+        "every min(this, lease_duration / 3)), seconds.",
     )
     accept_timeout_s: float = Field(
         default=10.0,
@@ -215,9 +220,9 @@ class ReaperSettings(BaseSettings):
         default=1.0,
         ge=0,
         le=60,
-        description="A lease counts as expired only this long after its end "
-        "(database clock), seconds: tolerance for clock skew and "
-        "in-flight heartbeats.",
+        description="A lease counts as expired (attempt LOST) only this long after its end "
+        "(database clock), seconds: tolerance for clock skew and in-flight results (a heartbeat "
+        "after the end is refused LEASE_EXPIRED and renews nothing; a result is still applied).",
     )
     retention_s: float = Field(
         default=7 * 86400,

@@ -23,6 +23,10 @@ MAX_TIMESTAMP_SECONDS = 253402300799
 _NANOS = 1_000_000_000
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 @overload
 def to_timestamp(dt: datetime) -> timestamp_pb2.Timestamp: ...
 @overload
@@ -35,9 +39,10 @@ def to_timestamp(dt: datetime | None) -> timestamp_pb2.Timestamp | None:
         return None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    ts = timestamp_pb2.Timestamp()
-    ts.FromDatetime(dt.astimezone(UTC))
-    return ts
+    # integer arithmetic: exact to the microsecond, and cheaper than Timestamp.FromDatetime (which
+    # goes through a time tuple) on the dispatcher's hot path (two per assignment)
+    seconds, micros = divmod((dt - _EPOCH) // _MICROSECOND, 1_000_000)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=micros * 1000)
 
 
 def to_duration(td: timedelta) -> duration_pb2.Duration:

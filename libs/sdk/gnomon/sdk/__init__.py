@@ -38,6 +38,7 @@ from .models import (
     JobTemplate,
     Namespace,
     NamespaceQuotas,
+    OutagePrediction,
     PreviewFireTime,
     Principal,
     Queue,
@@ -48,6 +49,7 @@ from .models import (
     Schedule,
     ScheduleOccurrence,
     Shard,
+    SkippedOccurrenceRange,
     WhoAmI,
 )
 from .worker import Worker
@@ -63,6 +65,8 @@ __all__ = [
     "JobTemplate",
     "ScheduleOccurrence",
     "PreviewFireTime",
+    "OutagePrediction",
+    "SkippedOccurrenceRange",
     "DeadLetter",
     "DeadLetterAttempt",
     "ReplayResult",

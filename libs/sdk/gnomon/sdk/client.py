@@ -204,6 +204,7 @@ class Client:
     trigger_schedule = _blocking(AsyncClient.trigger_schedule)
     backfill_schedule = _blocking(AsyncClient.backfill_schedule)
     preview_schedule = _blocking(AsyncClient.preview_schedule)
+    simulate_outage = _blocking(AsyncClient.simulate_outage)
     list_schedule_occurrences_page = _blocking(AsyncClient.list_schedule_occurrences_page)
     list_schedule_occurrences = _iterating(AsyncClient.list_schedule_occurrences)
     # -- dead letters and the audit log

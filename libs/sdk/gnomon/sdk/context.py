@@ -79,6 +79,7 @@ class JobContext:
         "_error",
         "last_checkpoint",
         "_checkpoint",
+        "_checkpoint_saved",
         "start_to_close",
         "schedule",
         "nominal_time",
@@ -134,6 +135,8 @@ class JobContext:
         self.last_checkpoint = last_checkpoint
         # (sequence number, data) of the latest checkpoint asked for; read by the worker's loop
         self._checkpoint: tuple[int, bytes] | None = None
+        # sequence number of the latest checkpoint the dispatcher acknowledged as saved
+        self._checkpoint_saved = 0
 
     @classmethod
     def from_assignment(cls, a: wpb.Assignment) -> JobContext:
@@ -215,6 +218,31 @@ class JobContext:
         self.raise_if_cancelled()
         prev = self._checkpoint
         self._checkpoint = ((prev[0] if prev else 0) + 1, data)  # one atomic store: the loop reads it
+
+    @property
+    def checkpoint_saved(self) -> bool:
+        """True once the latest :meth:`checkpoint` was acknowledged as saved by the dispatcher
+        (an ack of kind CHECKPOINT with ``ok``); False before the first checkpoint, while the latest
+        is still on its way, or when it was refused (e.g. the lease was lost)."""
+        cp = self._checkpoint
+        return cp is not None and self._checkpoint_saved >= cp[0]
+
+    async def wait_checkpoint_saved(self, timeout: float | None = None) -> bool:
+        """Waits (in an ``async`` handler) until :attr:`checkpoint_saved`; returns it. Checkpoints
+        travel with heartbeats, so this takes up to one heartbeat interval plus a round trip.
+        ``timeout``: seconds, ``None`` = until saved or cancelled. Returns False on timeout.
+
+        Raises:
+            Cancelled: the attempt was cancelled or its lease lost while waiting.
+        """
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        while not self.checkpoint_saved:
+            self.raise_if_cancelled()
+            if end is not None and loop.time() >= end:
+                return False
+            await asyncio.sleep(0.02)
+        return True
 
     # -- lease --------------------------------------------------------------------------------
 

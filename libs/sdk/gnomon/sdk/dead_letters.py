@@ -15,6 +15,7 @@ from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 
 from . import convert
 from .base import ClientBase, paginate
+from .failures import FailureClass
 from .models import AuditEntry, DeadLetter, ReplayResult
 
 __all__ = [
@@ -28,13 +29,13 @@ __all__ = [
 def _filters(
     req: pb.ListDeadLettersRequest | pb.ReplayDeadLettersRequest,
     queue: str | None,
-    failure_class: str | None,
+    failure_class: FailureClass | str | None,
     error_contains: str | None,
     start_time: datetime | None,
     end_time: datetime | None,
 ) -> None:
     req.queue = queue or ""
-    req.failure_class = (failure_class or "").upper()
+    req.failure_class = FailureClass.coerce(failure_class) if failure_class else 0  # type: ignore[assignment]
     req.error_contains = error_contains or ""
     if start_time is not None:
         req.start_time.CopyFrom(convert.to_timestamp(start_time))
@@ -46,7 +47,7 @@ def list_dead_letters_request(
     namespace: str,
     *,
     queue: str | None = None,
-    failure_class: str | None = None,
+    failure_class: FailureClass | str | None = None,
     error_contains: str | None = None,
     start_time: datetime | None = None,
     end_time: datetime | None = None,
@@ -57,7 +58,8 @@ def list_dead_letters_request(
     """Builds a ``ListDeadLettersRequest`` (argument meanings: :meth:`gnomon.sdk.Client.list_dead_letters`).
 
     Raises:
-        TypeError, ValueError: a time that is not an aware ``datetime``.
+        TypeError, ValueError: a time that is not an aware ``datetime``; ValueError: a
+            ``failure_class`` that is no :class:`~gnomon.sdk.FailureClass` (member, name or number).
     """
     req = pb.ListDeadLettersRequest(
         parent=convert.namespace_parent(namespace),
@@ -76,7 +78,7 @@ def replay_dead_letters_request(
     max_jobs: int,
     reason: str,
     queue: str | None = None,
-    failure_class: str | None = None,
+    failure_class: FailureClass | str | None = None,
     error_contains: str | None = None,
     start_time: datetime | None = None,
     end_time: datetime | None = None,
@@ -86,7 +88,8 @@ def replay_dead_letters_request(
     """Builds a ``ReplayDeadLettersRequest``; a missing ``request_id`` gets a fresh UUID.
 
     Raises:
-        TypeError, ValueError: a time that is not an aware ``datetime``.
+        TypeError, ValueError: a time that is not an aware ``datetime``; ValueError: a
+            ``failure_class`` that is no :class:`~gnomon.sdk.FailureClass` (member, name or number).
     """
     req = pb.ReplayDeadLettersRequest(
         parent=convert.namespace_parent(namespace),
@@ -116,7 +119,7 @@ class DeadLettersClient(ClientBase):
         self,
         *,
         queue: str | None = None,
-        failure_class: str | None = None,
+        failure_class: FailureClass | str | None = None,
         error_contains: str | None = None,
         start_time: datetime | None = None,
         end_time: datetime | None = None,
@@ -128,8 +131,8 @@ class DeadLettersClient(ClientBase):
         ``(dead_letters, next_page_token)``, the token "" on the last page.
 
         Args:
-            queue: only this queue. failure_class: only this class of last failure (e.g.
-                ``"PERMANENT"``). error_contains: only those whose last error contains this text
+            queue: only this queue. failure_class: only this class of last failure (a
+                :class:`~gnomon.sdk.FailureClass` or its name, e.g. ``"PERMANENT"``). error_contains: only those whose last error contains this text
                 (case-insensitive). start_time / end_time: aware datetimes, finish time in
                 ``[start_time, end_time)``. include_replayed: also those replayed already.
             page_size: 1-1000. page_token: from the previous page (other arguments unchanged).
@@ -155,7 +158,7 @@ class DeadLettersClient(ClientBase):
         self,
         *,
         queue: str | None = None,
-        failure_class: str | None = None,
+        failure_class: FailureClass | str | None = None,
         error_contains: str | None = None,
         start_time: datetime | None = None,
         end_time: datetime | None = None,
@@ -187,7 +190,7 @@ class DeadLettersClient(ClientBase):
         max_jobs: int,
         reason: str,
         queue: str | None = None,
-        failure_class: str | None = None,
+        failure_class: FailureClass | str | None = None,
         error_contains: str | None = None,
         start_time: datetime | None = None,
         end_time: datetime | None = None,

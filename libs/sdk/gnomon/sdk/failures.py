@@ -6,7 +6,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as fpb
 
 from .errors import AmbiguousError, Cancelled, PermanentError, ThrottledError, TransientError
 
@@ -16,16 +16,19 @@ MAX_ERROR_CHARS = 4096
 
 
 class FailureClass(enum.IntEnum):
-    """Failure class of an attempt (values equal ``gnomon.v1.FailureClass``).
+    """Failure class of an attempt (values equal ``gnomon.v1.FailureClass``): what a handler's
+    failure reports, and what :attr:`Job.failure_class`, :attr:`JobAttempt.failure_class` and
+    :attr:`DeadLetterAttempt.failure_class` read back (``None`` there when nothing failed).
 
     TRANSIENT: retried with capped exponential backoff. THROTTLED: retried after ``retry_after``.
-    PERMANENT: never retried (to the DLQ). AMBIGUOUS: retried only if the job is idempotent.
+    PERMANENT: never retried (to the DLQ). AMBIGUOUS: retried only if the job is idempotent; the
+    scheduler also records it for a lost lease and for an exceeded start-to-close bound.
     """
 
-    TRANSIENT = wpb.FAILURE_CLASS_TRANSIENT
-    THROTTLED = wpb.FAILURE_CLASS_THROTTLED
-    PERMANENT = wpb.FAILURE_CLASS_PERMANENT
-    AMBIGUOUS = wpb.FAILURE_CLASS_AMBIGUOUS
+    TRANSIENT = fpb.FAILURE_CLASS_TRANSIENT
+    THROTTLED = fpb.FAILURE_CLASS_THROTTLED
+    PERMANENT = fpb.FAILURE_CLASS_PERMANENT
+    AMBIGUOUS = fpb.FAILURE_CLASS_AMBIGUOUS
 
     @classmethod
     def coerce(cls, value: FailureClass | str | int) -> FailureClass:
@@ -45,6 +48,15 @@ class FailureClass(enum.IntEnum):
         if isinstance(value, int) and not isinstance(value, bool):
             return cls(value)
         raise ValueError(f"unknown failure class {value!r}")
+
+    @classmethod
+    def from_wire(cls, value: int) -> FailureClass | None:
+        """A ``gnomon.v1.FailureClass`` number read from the server -> the member, or ``None`` for
+        ``FAILURE_CLASS_UNSPECIFIED`` (nothing failed) and for a number this SDK does not know."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
 
 
 DEFAULT_EXCEPTION_CLASSES: dict[type[BaseException], FailureClass] = {

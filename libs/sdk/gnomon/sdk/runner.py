@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, cast
 
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as fpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 
 from . import convert
@@ -186,7 +187,7 @@ class Runner:
         result = wpb.AttemptResult(
             attempt=att.ref,
             outcome=_OUTCOME_FAILED,
-            failure_class=cast("wpb.FailureClass", int(failure.failure_class)),
+            failure_class=cast("fpb.FailureClass", int(failure.failure_class)),
             error=failure.error,
         )
         if failure.retry_after is not None:

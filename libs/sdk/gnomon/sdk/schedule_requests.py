@@ -450,3 +450,32 @@ def list_occurrences_request(
         page_size=int(page_size),
         page_token=page_token or "",
     )
+
+
+def simulate_outage_request(
+    start: datetime,
+    end: datetime,
+    *,
+    name: str | None,
+    namespace: str,
+    assume_active: int = 0,
+    page_size: int = 0,
+    page_token: str = "",
+    max_runs: int = 0,
+) -> schedule_service_pb2.SimulateOutageRequest:
+    """Builds a ``SimulateOutageRequest`` for the outage ``start`` .. ``end`` (aware datetimes): of the
+    schedule ``name`` (an id or a full name), else of every schedule of ``namespace``.
+
+    Raises:
+        TypeError: naive datetimes. ValueError: a malformed name.
+    """
+    return schedule_service_pb2.SimulateOutageRequest(
+        name=schedule_name(name, namespace) if name else "",
+        parent="" if name else convert.namespace_parent(namespace),
+        outage_start_time=convert.to_timestamp(start),
+        outage_end_time=convert.to_timestamp(end),
+        assume_active=assume_active,
+        page_size=page_size,
+        page_token=page_token,
+        max_runs=max_runs,
+    )

@@ -13,7 +13,7 @@ from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2
 
 from . import convert
 from .base import ClientBase, Payload, Span, paginate
-from .models import Job, PreviewFireTime, RetryPolicy, Schedule, ScheduleOccurrence
+from .models import Job, OutagePrediction, PreviewFireTime, RetryPolicy, Schedule, ScheduleOccurrence
 from .schedule_requests import (
     TEMPLATE_FIELDS,
     backfill_schedule_request,
@@ -23,6 +23,7 @@ from .schedule_requests import (
     overlap_value,
     preview_schedule_request,
     schedule_name,
+    simulate_outage_request,
     update_schedule_request,
 )
 
@@ -306,3 +307,40 @@ class SchedulesClient(ClientBase):
         Raises (while iterating): as :meth:`list_schedule_occurrences_page`.
         """
         return paginate(lambda token: self.list_schedule_occurrences_page(name, decision, page_size, token))
+
+    async def simulate_outage(
+        self,
+        start: datetime,
+        end: datetime,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        assume_active: int = 0,
+        page_size: int = 0,
+        page_token: str = "",
+        max_runs: int = 0,
+    ) -> tuple[list[OutagePrediction], str]:
+        """Predicts what the planner does if it is down from ``start`` to ``end`` (aware datetimes)
+        for the schedule ``name`` (an id or a full name) or, without a name, one page of the schedules
+        of ``namespace`` (default: the client's): ``(predictions, next_page_token)`` ("" on the last
+        page). ``assume_active``: earlier occurrences assumed still active at ``end`` (0-1000);
+        ``page_size`` 0-100 (0 = 20); ``max_runs``: runs listed per schedule (0-1000, 0 = 100). Writes
+        nothing. See :class:`~gnomon.sdk.OutagePrediction`.
+
+        Raises:
+            GnomonError: ``INVALID_ARGUMENT`` (end not after start, longer than 366 days, more than
+                100000 nominal times), ``NOT_FOUND``.
+            TypeError, ValueError: naive datetimes, a malformed name.
+        """
+        req = simulate_outage_request(
+            start,
+            end,
+            name=name,
+            namespace=namespace or self.namespace,
+            assume_active=assume_active,
+            page_size=page_size,
+            page_token=page_token,
+            max_runs=max_runs,
+        )
+        resp = await self._call(self._schedules.SimulateOutage, req)
+        return [convert.prediction_from_proto(p) for p in resp.predictions], resp.next_page_token

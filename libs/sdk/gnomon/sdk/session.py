@@ -1,5 +1,5 @@
 """One worker's connection to one dispatcher: the ``WorkerService.Lease`` stream, kept alive
-across reconnects (the lease protocol: docs/concepts.md).
+across reconnects (the lease protocol: docs/protocol.md).
 
 A :class:`DispatcherSession` outlives individual streams. It holds the attempts received from its
 dispatcher or moved to it from a session whose stream is down (:mod:`gnomon.sdk.routing`); credits
@@ -329,6 +329,7 @@ class DispatcherSession(Reconnecting):
             seq, att.cp_inflight = att.cp_inflight, None
             if self.protocol.checkpoint_ack(ack.ok, ack.reason):
                 att.cp_acked = max(att.cp_acked, seq)
+                att.ctx._checkpoint_saved = att.cp_acked if ack.ok else att.ctx._checkpoint_saved
                 if not ack.ok:
                     log.warning(
                         "dispatcher %s refused a checkpoint of %s attempt %d: %s",

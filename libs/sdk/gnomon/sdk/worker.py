@@ -10,7 +10,7 @@ Usage::
 
     Worker(["emails"], handle, concurrency=32).run()   # blocks; SIGTERM/SIGINT drain
 
-How it works (the lease protocol: docs/concepts.md): the worker asks the API for the live dispatchers
+How it works (the lease protocol: docs/protocol.md): the worker asks the API for the live dispatchers
 (``ClusterService.ListDispatchers``, every ``discovery_interval`` seconds) and keeps one
 ``WorkerService.Lease`` stream to each (:mod:`gnomon.sdk.session`). Assignments from all streams
 go into one local FIFO; at most ``concurrency`` handlers run at once. Starting a handler sends an

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2
+from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2, schedule_service_pb2
 from gnomon.common.domain.jobs import policy_of
+from gnomon.common.failure_wire import failure_class_to_wire
 from gnomon.common.names import attempt_name, job_name, occurrence_name, schedule_name
 from gnomon.common.retry import RetryPolicy
+from gnomon.common.scheduling.outage import OutagePrediction
 from gnomon.common.time import RuleKind
 from gnomon.common.timeconv import to_duration, to_timestamp
 
@@ -28,7 +30,7 @@ def job_to_proto(row: dict) -> job_pb2.Job:
         request_id=str(row["request_id"]) if row["request_id"] else "",
         lease_duration=to_duration(timedelta(milliseconds=row["lease_ms"])),
         idempotent=row["idempotent"],
-        failure_class=row["failure_class"] or "",
+        failure_class=failure_class_to_wire(row["failure_class"]),
     )
     if row.get("schedule_id"):
         j.schedule = schedule_name(row["namespace"], row["schedule_id"])
@@ -70,7 +72,7 @@ def attempt_to_proto(row: dict) -> job_pb2.JobAttempt:
         dispatcher_id=row["dispatcher_id"] or "",
         fencing_token=row["token"],
         version=row["version"],
-        failure_class=row["failure_class"] or "",
+        failure_class=failure_class_to_wire(row["failure_class"]),
         error=row["error"] or "",
         cancel_requested=bool(row["cancel_requested"]),
     )
@@ -176,3 +178,42 @@ def occurrence_to_proto(row: dict, schedule: str) -> schedule_pb2.ScheduleOccurr
         if ts is not None:
             getattr(o, field).CopyFrom(ts)
     return o
+
+
+def prediction_to_proto(p: OutagePrediction, schedule: str) -> schedule_service_pb2.OutagePrediction:
+    """Builds an OutagePrediction of SimulateOutage from the simulator's prediction ``p`` for the
+    schedule named ``schedule``; the runs are records that were never stored (no name, no job)."""
+    row = p.schedule
+    out = schedule_service_pb2.OutagePrediction(
+        schedule=schedule,
+        misfire_policy="MISFIRE_POLICY_" + row["misfire_policy"],
+        overlap_policy="OVERLAP_POLICY_" + row["overlap_policy"],
+        missed_count=p.missed_count,
+        run_count=p.run_count,
+        skipped_count=p.skipped_count,
+        assumptions=p.assumptions,
+        paused=bool(row["paused"]),
+    )
+    for field, value in (
+        ("missed_first_time", p.missed_first),
+        ("missed_last_time", p.missed_last),
+        ("catchup_finish_time", p.catchup_finish),
+    ):
+        ts = to_timestamp(value)
+        if ts is not None:
+            getattr(out, field).CopyFrom(ts)
+    for r in p.runs:
+        o = occurrence_to_proto(dict(r, job_id=None), schedule)
+        o.name = ""
+        out.runs.append(o)
+    for s in p.skipped:
+        out.skipped.append(
+            schedule_service_pb2.SkippedOccurrenceRange(
+                decision="OCCURRENCE_DECISION_" + s.decision,
+                note=s.note,
+                count=s.count,
+                first_nominal_time=to_timestamp(s.first),
+                last_nominal_time=to_timestamp(s.last),
+            )
+        )
+    return out

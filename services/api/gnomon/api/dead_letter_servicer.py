@@ -6,8 +6,8 @@ Here: who is calling (the authenticated principal and the gRPC peer, for the aud
 written on bad input), proto <-> row conversion and page tokens. The replay itself (pacing,
 idempotency, batches, audit) lives in the storage module the engine calls.
 
-Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` 1-16 characters of
-``[A-Z_]``; ``error_contains`` at most 1000 characters; ``start_time``/``end_time`` in
+Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` a ``gnomon.v1.FailureClass``
+value (UNSPECIFIED: any); ``error_contains`` at most 1000 characters; ``start_time``/``end_time`` in
 1970..9999 and ``start_time < end_time``; ``page_size`` 0-1000 (0 = 100); ``max_rate``
 0.001 <= r <= 1000 jobs/s; ``max_jobs`` 1-100000; ``reason`` 1-1000 characters, not blank;
 ``request_id`` a canonical UUID.
@@ -16,7 +16,6 @@ Limits (also in docs/api.md): ``queue`` as in CreateJob; ``failure_class`` 1-16 
 from __future__ import annotations
 
 import math
-import re
 import uuid
 from datetime import datetime
 
@@ -34,6 +33,7 @@ from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayRequest
 from gnomon.common.errors import InvalidArgument, Validator
+from gnomon.common.failure_wire import failure_class_filter, failure_class_to_wire
 from gnomon.common.names import QUEUE_RE, audit_entry_name, job_name, parse_parent
 from gnomon.common.rpc.auth import CLUSTER_PARENT, current_caller
 from gnomon.common.timeconv import check_timestamp, to_timestamp
@@ -45,7 +45,6 @@ MAX_JOBS = 100_000
 MAX_REASON = 1000
 MAX_ERROR_CONTAINS = 1000
 MAX_ACTOR = 200
-FAILURE_CLASS_RE = re.compile(r"^[A-Z_]{1,16}$")
 
 
 _timestamp = check_timestamp  # the one conversion of a client Timestamp (gnomon.common.timeconv)
@@ -59,12 +58,11 @@ def validate_filter(v: Validator, namespace: str, req) -> DeadLetterFilter:
             "queue",
             "must be 1-64 characters of [a-z0-9._-], starting with a letter or digit",
         )
-    if req.failure_class:
-        v.check(
-            bool(FAILURE_CLASS_RE.fullmatch(req.failure_class)),
-            "failure_class",
-            "must be a failure class such as TRANSIENT, THROTTLED, PERMANENT or AMBIGUOUS",
-        )
+    failure_class = None
+    try:
+        failure_class = failure_class_filter(req.failure_class)
+    except ValueError:
+        v.add("failure_class", "must be a gnomon.v1.FailureClass value (0, UNSPECIFIED, means any class)")
     v.check(
         len(req.error_contains) <= MAX_ERROR_CONTAINS,
         "error_contains",
@@ -77,7 +75,7 @@ def validate_filter(v: Validator, namespace: str, req) -> DeadLetterFilter:
     return DeadLetterFilter(
         namespace=namespace,
         queue=req.queue or None,
-        failure_class=req.failure_class or None,
+        failure_class=failure_class,
         error_contains=req.error_contains or None,
         start_time=start,
         end_time=end,
@@ -137,7 +135,7 @@ def attempt_to_proto(a: dict) -> pb.DeadLetterAttempt:
     m = pb.DeadLetterAttempt(
         attempt=a["attempt"],
         state=a["state"],
-        failure_class=a["failure_class"] or "",
+        failure_class=failure_class_to_wire(a["failure_class"]),
         error=a["error"] or "",
         worker_id=a["worker_id"] or "",
         fencing_token=a["token"],

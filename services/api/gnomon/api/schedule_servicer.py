@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import schedule_pb2, schedule_service_pb2_grpc
 from gnomon._proto.gnomon.v1 import schedule_service_pb2 as pb
-from gnomon.api.convert import job_to_proto, occurrence_to_proto, schedule_to_proto
+from gnomon.api.convert import job_to_proto, occurrence_to_proto, prediction_to_proto, schedule_to_proto
 from gnomon.api.quotas import QuotaGuard
 from gnomon.api.schedule_validation import (
     check_rule,
@@ -34,6 +34,10 @@ from gnomon.common.time import tzdata_version
 from gnomon.common.timeconv import to_timestamp
 
 MAX_PREVIEW, DEFAULT_PREVIEW = 1000, 10
+#: SimulateOutage: schedules per page, runs listed per schedule, active occurrences assumed.
+MAX_SIMULATE_PAGE, DEFAULT_SIMULATE_PAGE = 100, 20
+MAX_RUNS_LISTED, DEFAULT_RUNS_LISTED = 1000, 100
+MAX_ASSUME_ACTIVE = 1000
 #: UpdateSchedule mask paths -> the Schedule fields they copy.
 MASK_PATHS = {
     "cron": "rule",
@@ -309,6 +313,71 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             budget_bytes=self.reply_budget_bytes,
         )
         return pb.ListScheduleOccurrencesResponse(occurrences=items, next_page_token=token)
+
+    async def SimulateOutage(self, request, context):
+        """Predicts the planner's decisions after an outage from ``outage_start_time`` to
+        ``outage_end_time`` for schedule ``name`` or the schedules of ``parent`` (paged, ``page_size``
+        0-100, 0 = 20), with ``assume_active`` (0-1000) occurrences assumed active and at most
+        ``max_runs`` (0-1000, 0 = 100) runs (and skipped ranges) listed per schedule; a page ends early
+        at the reply budget. Writes nothing. INVALID_ARGUMENT for
+        bad fields (both ``name`` and ``parent``, a missing or bad instant, a window that is empty,
+        longer than 366 days or holds more than 100000 nominal times), NOT_FOUND for an unknown
+        schedule."""
+        method = "SimulateOutage"
+        v = Validator()
+        if request.name and request.parent:
+            v.add("parent", "give name (one schedule) or parent (a namespace), not both")
+        start = end = None
+        for field in ("outage_start_time", "outage_end_time"):
+            if not request.HasField(field):
+                v.add(field, "is required")
+        if request.HasField("outage_start_time"):
+            start = rule_instant(v, request.outage_start_time, "outage_start_time")
+        if request.HasField("outage_end_time"):
+            end = rule_instant(v, request.outage_end_time, "outage_end_time")
+        if not (0 <= request.assume_active <= MAX_ASSUME_ACTIVE):
+            v.add("assume_active", f"must be between 0 and {MAX_ASSUME_ACTIVE}")
+        if not (0 <= request.page_size <= MAX_SIMULATE_PAGE):
+            v.add("page_size", f"must be between 0 and {MAX_SIMULATE_PAGE}")
+        if not (0 <= request.max_runs <= MAX_RUNS_LISTED):
+            v.add("max_runs", f"must be between 0 and {MAX_RUNS_LISTED}")
+        v.raise_if_any()
+        assert start is not None and end is not None  # both checked above
+        sid: str | None = None
+        if request.name:
+            ns, sid = parse_schedule_name(request.name)
+        else:
+            ns = parse_parent(request.parent)
+        filt = pagination.fingerprint(ns, sid, start, end, request.assume_active, request.max_runs)
+        after = (
+            pagination.text_of(pagination.decode(request.page_token, method, filt), "a", method)
+            if request.page_token
+            else None
+        )
+        preds, more = await self.schedules.simulate_outage(
+            ns,
+            sid,
+            start=start,
+            end=end,
+            assume_active=request.assume_active,
+            after=after,
+            limit=request.page_size or DEFAULT_SIMULATE_PAGE,
+            max_listed=request.max_runs or DEFAULT_RUNS_LISTED,
+        )
+        items: list[pb.OutagePrediction] = []
+        size = 0
+        for p in preds:
+            item = prediction_to_proto(p, schedule_name(ns, p.schedule["schedule_id"]))
+            size += item.ByteSize()
+            if items and size > self.reply_budget_bytes:  # the rest on the next page
+                more = True
+                break
+            items.append(item)
+        token = ""
+        if more and items:
+            last = items[-1].schedule.rsplit("/", 1)[-1]
+            token = pagination.encode(method, filt, {"a": last})
+        return pb.SimulateOutageResponse(predictions=items, next_page_token=token, tzdata_version=self.tzdata)
 
 
 def _copy_path(src: schedule_pb2.Schedule, merged: schedule_pb2.Schedule, path: str) -> None:

@@ -147,6 +147,8 @@ def build(
                     shards=cluster.shards,
                     catchup_rate=planner.catchup_rate,
                     catchup_burst=planner.catchup_burst,
+                    lookahead_s=planner.lookahead_s,
+                    max_step=planner.max_step_occurrences,
                     wake_planner=planner_hints.wake,
                     wake_dispatchers=hints.wake,
                 ),

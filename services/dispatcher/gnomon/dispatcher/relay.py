@@ -1,9 +1,9 @@
 """The outbox relay: delivers claimed attempts to worker streams.
 
-An outbox row counts as **published** once a worker accepted its attempt (the accept transaction
-marks it); until then the attempt is "in flight" on a live stream (:meth:`SessionRegistry.in_flight`).
+An attempt leaves the outbox (the QUEUED attempt rows) once a worker accepted it (the accept moves
+it to RUNNING); until then it is "in flight" on a live stream (:meth:`SessionRegistry.in_flight`).
 Fast path: right after a claim commits, the claimed attempts are handed to streams with credits.
-Recovery path: every ``relay_interval_s`` the relay re-reads unpublished outbox rows of its shards
+Recovery path: every ``relay_interval_s`` the relay re-reads QUEUED attempts of its shards
 that no live stream holds (a previous owner died between claim commit and delivery; a worker
 released an attempt or disconnected before accepting; a stream did not accept an attempt within
 ``accept_timeout_s`` of its delivery, :meth:`SessionRegistry.expire_unaccepted`; no worker had
@@ -73,7 +73,7 @@ def assignment(c: Claimed) -> wpb.Assignment:
 
 
 class Relay:
-    """Delivers :class:`Claimed` attempts to sessions and recovers undelivered outbox rows."""
+    """Delivers :class:`Claimed` attempts to sessions and recovers undelivered QUEUED attempts (the outbox)."""
 
     def __init__(
         self,
@@ -99,7 +99,7 @@ class Relay:
 
     def deliver(self, claimed: list[Claimed]) -> int:
         """Hands attempts to sessions with credits; returns how many were delivered. The rest stay
-        unpublished in the outbox for the recovery scan."""
+        QUEUED in the outbox for the recovery scan."""
         per_session = defaultdict(list)
         now = time.monotonic()
         for c in claimed:
@@ -180,7 +180,7 @@ class Relay:
         held = self.registry.in_flight()
         rows = [r for r in rows if (r.job_id, r.attempt) not in held]
         if rows:
-            log.info("re-delivering %d unpublished outbox rows", len(rows))
+            log.info("re-delivering %d QUEUED attempts from the outbox", len(rows))
         delivered = self.deliver(rows)
         self.backlog = len(rows) >= limit or delivered < len(rows)
         return delivered

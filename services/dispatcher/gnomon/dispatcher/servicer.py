@@ -21,6 +21,7 @@ from gnomon.common.errors import (
     Unauthenticated,
     Unavailable,
 )
+from gnomon.common.failure_wire import failure_class_from_wire
 from gnomon.common.quotas import NamespaceCache, check_hello_quota
 from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
@@ -39,14 +40,6 @@ from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import InvalidItem, WriteBatcher
 
 log = logging.getLogger(__name__)
-
-_CLASSES = {
-    wpb.FAILURE_CLASS_UNSPECIFIED: FailureClass.TRANSIENT,
-    wpb.FAILURE_CLASS_TRANSIENT: FailureClass.TRANSIENT,
-    wpb.FAILURE_CLASS_THROTTLED: FailureClass.THROTTLED,
-    wpb.FAILURE_CLASS_PERMANENT: FailureClass.PERMANENT,
-    wpb.FAILURE_CLASS_AMBIGUOUS: FailureClass.AMBIGUOUS,
-}
 
 
 def _key(ref: wpb.AttemptRef) -> AttemptKey | None:
@@ -185,7 +178,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             self.registry.remove(session)
             metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
             unaccepted = [k for k in session.held if k not in session.accepted]
-            # their outbox rows are still unpublished: the relay's recovery scan re-delivers them
+            # their attempts are still QUEUED (the outbox): the relay's recovery scan re-delivers them
             log.info(
                 "worker %s disconnected (%d unaccepted attempts go back to the outbox)",
                 clip(session.worker_id, 128),
@@ -318,7 +311,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             if ok:
                 c = s.held.get((k.job_id, k.attempt))
                 if c is not None and (k.job_id, k.attempt) not in s.accepted:
-                    # accepted_at (= outbox published_at) is lease end - lease duration (same now())
+                    # accepted_at (it left the outbox then) is lease end - lease duration (same now())
                     metrics.OUTBOX_PUBLICATION_LAG.record(
                         max(0.0, (lease_end - c.dispatched_at).total_seconds() - c.lease_ms / 1000),
                         {"queue": c.queue},
@@ -349,14 +342,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         _send(s, [_malformed(ref, wpb.ACK_KIND_HEARTBEAT) for ref in refs if _key(ref) is None])
 
         def build(ref, renewed):
-            # renewed: (lease end, cancel_requested) or None (not live: refused)
-            a = wpb.Ack(
-                attempt=ref,
-                kind=wpb.ACK_KIND_HEARTBEAT,
-                ok=renewed is not None,
-                reason="" if renewed is not None else ErrorReason.STALE_ATTEMPT,
-            )
-            if renewed is not None:
+            # renewed: (lease end, cancel_requested), LEASE_EXPIRED (ended: nothing renewed) or None (stale)
+            ok = isinstance(renewed, tuple)
+            reason = "" if ok else (renewed or ErrorReason.STALE_ATTEMPT)
+            a = wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_HEARTBEAT, ok=ok, reason=reason)
+            if ok:
                 a.lease_expire_time.CopyFrom(to_timestamp(renewed[0]))
                 a.cancel_requested = renewed[1]
             return a
@@ -419,7 +409,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             res = Result(
                 key=k,
                 succeeded=r.outcome == wpb.OUTCOME_SUCCEEDED,
-                failure_class=_CLASSES.get(r.failure_class, FailureClass.TRANSIENT),
+                failure_class=failure_class_from_wire(r.failure_class),
                 error=r.error,
                 retry_after_s=max(0.0, duration_seconds(r.retry_after)),  # capped by the retry policy
                 owner=s.owner,
@@ -431,7 +421,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         throttled = {
             (k.job_id, k.attempt)
             for r in results
-            if r.failure_class == wpb.FAILURE_CLASS_THROTTLED
+            if failure_class_from_wire(r.failure_class) is FailureClass.THROTTLED
             and r.outcome != wpb.OUTCOME_SUCCEEDED
             and (k := _key(r.attempt)) is not None
         }
@@ -447,7 +437,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self._ack_later(s, futs, wpb.ACK_KIND_RESULT, build)
 
     def _releases(self, s: WorkerSession, refs) -> None:
-        """Unstarted attempts handed back: forget them here; their outbox rows are unpublished, so
+        """Unstarted attempts handed back: forget them here; their attempts are still QUEUED, so
         the relay's recovery scan re-delivers them (to any worker). Only attempts delivered to this
         stream and not accepted can be released; any other is refused (STALE_ATTEMPT) and unchanged."""
         acks = []

@@ -84,15 +84,15 @@ class SessionRegistry:
         return {(s.namespace, q) for s in self.sessions.values() for q in s.queues}
 
     def in_flight(self) -> set[Key]:
-        """Attempts delivered to a live stream and not accepted yet. Their outbox rows are still
-        unpublished (an accept marks them published), so the relay's recovery scan skips them."""
+        """Attempts delivered to a live stream and not accepted yet: still QUEUED (in the outbox),
+        so the relay's recovery scan skips them (an accept moves them to RUNNING)."""
         return {k for s in self.sessions.values() for k in s.held if k not in s.accepted}
 
     def expire_unaccepted(self, timeout_s: float, now: float | None = None) -> list[Key]:
         """Forgets every attempt delivered to a live stream at least ``timeout_s`` seconds ago
         (``now``: monotonic seconds, default the current time) and not accepted by it: it leaves
         ``held``, so it is no longer :meth:`in_flight` and the relay's recovery scan re-delivers it
-        (its outbox row is still unpublished). A later accept of it from that stream is no longer
+        (its attempt is still QUEUED, in the outbox). A later accept of it from that stream is no longer
         fresh, so it is refused (STALE_ATTEMPT) unless the attempt is re-delivered to that stream.
 
         The stream's credit is **not** given back: the worker spent it and returns it itself when the

@@ -109,7 +109,10 @@ class WriteBatcher:
         held: bool = True,
     ) -> asyncio.Future | None:
         """Queues one operation (fields: see :class:`Op`); returns a future resolved with its outcome
-        after commit (None when ``want_result`` is false)."""
+        after commit (None when ``want_result`` is false). Outcomes: accept, the lease end or None
+        (refused); heartbeat, ``(lease end, cancel_requested)``, ``"LEASE_EXPIRED"`` (the recorded
+        lease had ended: nothing renewed) or None (stale); result, "" (applied) or the refusal reason
+        (:func:`gnomon.common.storage.results.complete`); checkpoint, whether it was saved."""
         fut = asyncio.get_running_loop().create_future() if want_result else None
         self.pending.append(Op(kind, item, worker_id, fut, owner, fresh, held))
         self.wakeup.set()
@@ -182,12 +185,22 @@ class WriteBatcher:
                 accepted.update(await lease_store.accept(conn, keys, worker, owner, fresh=fresh))
             out["accept"] = accepted
             beats = by_kind.get("heartbeat", [])
-            out["heartbeat"] = await lease_store.heartbeat(
+            renewed: dict[Any, Any] = await lease_store.heartbeat(
                 conn,
                 [op.item for op in beats],
                 [(op.owner, op.worker_id) for op in beats],
                 [op.held for op in beats],
             )
+            late = [op for op in beats if (op.item.job_id, op.item.attempt) not in renewed]
+            if late:  # refused: tell an ended lease (LEASE_EXPIRED) from a stale attempt
+                ended = await lease_store.expired_heartbeats(
+                    conn,
+                    [op.item for op in late],
+                    [(op.owner, op.worker_id) for op in late],
+                    [op.held for op in late],
+                )
+                renewed.update(dict.fromkeys(ended, ErrorReason.LEASE_EXPIRED))
+            out["heartbeat"] = renewed
             # after the heartbeats, before the results: a checkpoint sent before a result is saved first
             out["checkpoint"] = await checkpoint_store.save_checkpoints(
                 conn, [op.item for op in by_kind.get("checkpoint", [])]

@@ -5,8 +5,9 @@ One planning step (:meth:`Planner.plan_once`) is one transaction:
 
 1. read the database clock ``now`` (or take the test's explicit one);
 2. claim up to ``batch`` schedules whose ``plan_at`` has come (``FOR UPDATE SKIP LOCKED``);
-3. per schedule, expand the rule (:func:`gnomon.common.scheduling.expansion.window`, the same
-   expansion the API's trigger, backfill and preview use) from its high-water mark ``planned_through`` up to the horizon
+3. per schedule, decide with the pure step :func:`gnomon.common.scheduling.step.plan_schedule` (also
+   the outage simulator's): expand the rule (:func:`gnomon.common.scheduling.expansion.window`, the
+   same expansion the API's trigger, backfill and preview use) from its high-water mark ``planned_through`` up to the horizon
    (``now + lookahead`` for OVERLAP ALLOW, which may create jobs ahead of time; ``now`` for the other
    policies, whose decision needs the state at the due time), at most ``max_step_occurrences``
    nominal times;
@@ -33,12 +34,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common import metrics
 from gnomon.common.config import PlannerSettings
-from gnomon.common.domain.policies import OverlapPolicy
 from gnomon.common.errors import Unavailable
-from gnomon.common.scheduling import expansion
-from gnomon.common.scheduling.misfire import Carry, MisfireRules, classify
+from gnomon.common.scheduling.misfire import Carry
 from gnomon.common.scheduling.occurrences import StepBuilder
 from gnomon.common.scheduling.overlap import OverlapState
+from gnomon.common.scheduling.step import plan_schedule
 from gnomon.common.storage import planning as store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.regions import served_regions
@@ -124,12 +124,6 @@ class Planner:
 
     def _plan_schedule(self, b: StepBuilder, sched: dict, now: datetime, active: list[dict]) -> None:
         s = self.settings
-        ahead = (
-            timedelta(seconds=s.lookahead_s)
-            if sched["overlap_policy"] == OverlapPolicy.ALLOW
-            else timedelta(0)
-        )
-        bound = now + ahead
         try:
             rec = self.rules.get(sched)
         except Exception as e:
@@ -143,39 +137,17 @@ class Planner:
                 self._state(sched, sched["planned_through"], None, None, Carry())
             )
             return
-        win = expansion.window(rec, sched["planned_through"], through=bound, limit=s.max_step_occurrences)
-        occs, nxt, capped = win.occurrences, win.next, win.capped
-        rules = MisfireRules(
-            sched["misfire_policy"],
-            timedelta(milliseconds=sched["misfire_grace_ms"]),
-            timedelta(milliseconds=sched["catchup_window_ms"]),
-            sched["max_catchup"],
-        )
-        final = not capped or occs[-1].fire_time >= now - rules.grace
-        decisions, carry = classify(
-            occs,
-            now=now,
-            rules=rules,
-            skip_through=sched["skip_through"],
-            carry=Carry(sched["missed_count"], sched["missed_first"]),
-            final=final,
+        plan = plan_schedule(
+            sched, rec, now, lookahead=timedelta(seconds=s.lookahead_s), limit=s.max_step_occurrences
         )
         state = OverlapState(active=len(active), buffered=sched["buffered"])
-        for d in decisions:
+        for d in plan.decisions:
             b.add(sched, d, source="RULE", state=state, active=active)
-        if len(decisions) < len(occs):  # the tail was held back for the next step
-            planned_through, nxt = decisions[-1].nominal, occs[len(decisions)]
-        elif capped:
-            planned_through = occs[-1].fire_time
-        else:
-            planned_through = max(bound, sched["planned_through"])
-        next_fire = nxt.fire_time if nxt is not None else None
-        if next_fire is None:
-            plan_at = None
-        else:
-            plan_at = now if capped else max(next_fire - ahead, now)
         b.writes.schedule_updates.append(
-            dict(self._state(sched, planned_through, next_fire, plan_at, carry), buffered=state.buffered)
+            dict(
+                self._state(sched, plan.planned_through, plan.next_fire, plan.plan_at, plan.carry),
+                buffered=state.buffered,
+            )
         )
 
     @staticmethod

@@ -87,6 +87,8 @@ _METHODS: dict[str, dict[str, Rule]] = {
         "BackfillSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
         "PreviewSchedule": _ns(P.SCHEDULES_READ, optional_name=True),
         "ListScheduleOccurrences": _ns(P.SCHEDULES_READ),
+        # a prediction: reads schedules, writes nothing (`name` or `parent`: see request_namespace)
+        "SimulateOutage": _ns(P.SCHEDULES_READ),
     },
     "gnomon.v1.QueueService": {
         "GetQueue": _ns(P.QUEUES_READ),

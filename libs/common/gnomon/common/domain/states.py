@@ -38,7 +38,7 @@ class JobState(enum.StrEnum):
 class AttemptState(enum.StrEnum):
     """The state of one attempt (``attempts.state``; ``gnomon.v1.AttemptState`` without the prefix)."""
 
-    QUEUED = "QUEUED"  # claimed, outbox row written, not yet accepted
+    QUEUED = "QUEUED"  # claimed (in the outbox), not yet accepted
     RUNNING = "RUNNING"  # accepted by a worker, lease held
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"

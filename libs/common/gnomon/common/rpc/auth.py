@@ -101,8 +101,9 @@ def _field(request: Any, path: str) -> Any:
 
 def request_namespace(request: Any, rule: Rule) -> tuple[str | None, str]:
     """``(namespace, source field)`` a request acts on: its ``parent`` (empty = the default
-    namespace; ``namespaces/*`` = :data:`ALL` when the rule allows ``cluster_parent``), else
-    ``name``, else the rule's ``field`` (a namespace id or a name under one).
+    namespace, unless the request also has a non-empty ``name``, as SimulateOutage's one-schedule
+    form; ``namespaces/*`` = :data:`ALL` when the rule allows ``cluster_parent``), else ``name``, else
+    the rule's ``field`` (a namespace id or a name under one).
     The namespace is None when the field is malformed (the caller gets INVALID_ARGUMENT)."""
     fields = getattr(getattr(request, "DESCRIPTOR", None), "fields_by_name", {})
     if rule.field:
@@ -110,7 +111,7 @@ def request_namespace(request: Any, rule: Rule) -> tuple[str | None, str]:
         if isinstance(value, str) and "/" not in value and value:
             return (value if value == ALL else namespace_of(f"namespaces/{value}")), rule.field
         return (namespace_of(value) if isinstance(value, str) else None), rule.field
-    if "parent" in fields:
+    if "parent" in fields and (request.parent or not getattr(request, "name", "")):
         if rule.cluster_parent and request.parent == CLUSTER_PARENT:
             return ALL, "parent"
         return namespace_of(request.parent, parent=True), "parent"

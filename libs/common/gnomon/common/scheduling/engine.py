@@ -15,10 +15,11 @@ created, the dispatchers (``wake_dispatchers(its schedule time)``); both are bes
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -27,7 +28,7 @@ from gnomon.common.domain.policies import OccurrenceSource
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument
 from gnomon.common.names import schedule_name
-from gnomon.common.scheduling import expansion
+from gnomon.common.scheduling import expansion, outage
 from gnomon.common.scheduling.misfire import BUFFERED, DEDUPLICATED, FIRED, Decision
 from gnomon.common.scheduling.occurrences import StepBuilder
 from gnomon.common.scheduling.overlap import OverlapState
@@ -54,7 +55,9 @@ class Triggered:
 
 class ScheduleEngine:
     """Schedule operations over ``engine`` for a region with ``shards`` shards; catch-up releases are
-    paced at ``catchup_rate`` jobs/s with bursts of ``catchup_burst`` (the planner's budget)."""
+    paced at ``catchup_rate`` jobs/s with bursts of ``catchup_burst`` (the planner's budget).
+    ``lookahead_s`` (seconds) and ``max_step`` (nominal times per schedule per step) are the planner's
+    settings the outage simulator models."""
 
     def __init__(
         self,
@@ -65,8 +68,11 @@ class ScheduleEngine:
         catchup_burst: int,
         wake_planner: Callable[[str], None] | None = None,
         wake_dispatchers: Callable[[datetime], None] | None = None,
+        lookahead_s: float = 30.0,
+        max_step: int = 1000,
     ):
         self.engine, self.shards = engine, shards
+        self.lookahead_s, self.max_step = lookahead_s, max_step
         self.catchup_rate, self.catchup_burst = catchup_rate, catchup_burst
         self.wake_planner, self.wake_dispatchers = wake_planner, wake_dispatchers
 
@@ -318,3 +324,52 @@ class ScheduleEngine:
         if after is None:
             after = await run_transaction(self.engine, store.db_now)
         return expansion.preview(compile_rule(spec), after, count)
+
+    async def simulate_outage(
+        self,
+        namespace: str,
+        schedule_id: str | None,
+        *,
+        start: datetime,
+        end: datetime,
+        assume_active: int,
+        after: str | None,
+        limit: int,
+        max_listed: int,
+    ) -> tuple[list[outage.OutagePrediction], bool]:
+        """What the planner would do after an outage from ``start`` to ``end``
+        (:func:`gnomon.common.scheduling.outage.simulate`) for the schedule ``schedule_id`` (NOT_FOUND
+        if unknown) or, when None, for at most ``limit`` schedules of ``namespace`` with ids after
+        ``after`` (id order). Returns the predictions and whether more schedules follow. Reads in one
+        transaction, writes nothing; the simulation runs in a worker thread. INVALID_ARGUMENT (field
+        ``outage_end_time``) as :func:`outage.simulate`."""
+        outage.check_window(start, end)
+
+        async def txn(conn: AsyncConnection) -> list[Row]:
+            if schedule_id is not None:
+                return [await store.get_schedule(conn, namespace, schedule_id)]
+            return await store.list_schedules(
+                conn, namespace, paused=None, queue=None, after=after, limit=limit + 1
+            )
+
+        rows = await run_transaction(self.engine, txn)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        model = outage.PlannerModel(
+            lookahead=timedelta(seconds=self.lookahead_s),
+            max_step=self.max_step,
+            catchup_rate=self.catchup_rate,
+            catchup_burst=self.catchup_burst,
+            shards=self.shards,
+        )
+        compiled = [(r, compile_rule(store.rule_spec_of(r))) for r in rows]
+        preds = await asyncio.to_thread(
+            outage.simulate,
+            compiled,
+            start=start,
+            end=end,
+            model=model,
+            assume_active=assume_active,
+            max_listed=max_listed,
+        )
+        return preds, more

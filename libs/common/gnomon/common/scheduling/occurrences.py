@@ -158,16 +158,19 @@ class StepBuilder:
         self.writes.record_updates.append(up)
         return True
 
-    async def finish(
-        self, conn: AsyncConnection, *, region: str, catchup_rate: float, catchup_burst: int
-    ) -> StepResult:
-        """Reserves catch-up budget slots (in nominal order), drops runs already past their start
-        deadline (recorded SKIPPED_MISFIRE), applies CANCEL_OTHER cancellations and writes everything."""
-        order = sorted(range(len(self._catchup)), key=lambda i: self._catchup[i][0]["nominal_time"])
-        slots = await reserve_catchup(
-            conn, region=region, n=len(order), rate=catchup_rate, burst=catchup_burst, now=self.now
-        )
-        for slot, i in zip(slots, order):
+    @property
+    def catchup_count(self) -> int:
+        """How many catch-up runs (misfire catch-ups, backfill releases) wait for a budget slot."""
+        return len(self._catchup)
+
+    def settle(self, slots: list[datetime]) -> None:
+        """Gives the catch-up runs their budget ``slots`` (ascending, one per run, see
+        :attr:`catchup_count`) in nominal order (ties: by namespace and schedule id, so the order does
+        not depend on the order schedules were claimed in) as their schedule times, then drops the runs that would
+        start at or past their start deadline (their records become SKIPPED_MISFIRE). Pure: the
+        planner's :meth:`finish` and the outage simulator both call it."""
+        order = sorted(range(len(self._catchup)), key=lambda i: _slot_order(self._catchup[i][0]))
+        for slot, i in zip(slots, order, strict=True):
             job, rec = self._catchup[i]
             job["scheduled_at"] = rec["scheduled_at"] = slot
         dropped = {
@@ -185,6 +188,21 @@ class StepBuilder:
                         scheduled_at=None,
                         note="; ".join(p for p in ("past its start deadline", rec.get("note") or "") if p),
                     )
+
+    async def finish(
+        self, conn: AsyncConnection, *, region: str, catchup_rate: float, catchup_burst: int
+    ) -> StepResult:
+        """Reserves catch-up budget slots (in nominal order, ties by schedule), drops runs already past their start
+        deadline (recorded SKIPPED_MISFIRE), applies CANCEL_OTHER cancellations and writes everything."""
+        slots = await reserve_catchup(
+            conn,
+            region=region,
+            n=len(self._catchup),
+            rate=catchup_rate,
+            burst=catchup_burst,
+            now=self.now,
+        )
+        self.settle(slots)
         for ns, job_id in self._cancels:
             try:
                 await cancel_store.cancel_job(conn, ns, job_id)
@@ -197,3 +215,8 @@ class StepBuilder:
             earliest=min(times) if times else None,
             records=[dict(r) for r in self.writes.records],
         )
+
+
+def _slot_order(job: JobRow) -> tuple[datetime, str, str]:
+    """The order catch-up runs take budget slots in: nominal time, then namespace and schedule id."""
+    return (job["nominal_time"], job["namespace"], job["schedule_id"] or "")

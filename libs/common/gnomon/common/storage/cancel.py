@@ -10,8 +10,8 @@ that second compare-and-set loses too, a last read decides what to report: a ter
 transition outside :data:`gnomon.common.domain.states.TRANSITIONS`, whatever it races with:
 
 * SCHEDULED -> CANCELLED: a later claim finds no SCHEDULED row.
-* QUEUED -> CANCELLED: the attempt row goes ``CANCELLED`` and its outbox row is marked published,
-  so the relay never re-delivers it; a worker's accept of a message already in flight is refused
+* QUEUED -> CANCELLED: the attempt row goes ``CANCELLED`` (it leaves the outbox, which is the
+  QUEUED attempts), so the relay never re-delivers it; a worker's accept of a message already in flight is refused
   by the accept's own compare-and-set (job no longer QUEUED at the dispatched version).
 * RUNNING: ``jobs.cancel_requested_at`` and ``attempts.cancel_requested`` are set; the state stays
   RUNNING. Heartbeat acks and the dispatcher's push (``gnomon.dispatcher.cancels``) tell the
@@ -19,7 +19,7 @@ transition outside :data:`gnomon.common.domain.states.TRANSITIONS`, whatever it 
   or CANCELLED (any failure, never retried), and the reaper ends it CANCELLED if the lease is lost.
 
 Lock order matches the writers a cancel can race with, so they do not deadlock: job then attempt
-then outbox for a QUEUED job (as an accept does), attempt then job for a RUNNING one (as a result
+for a QUEUED job (as an accept does), attempt then job for a RUNNING one (as a result
 and the reaper do). Deadlocks that remain possible are retried by ``run_transaction`` (40P01).
 
 All instants come from the database clock. Functions take a connection inside a transaction.
@@ -40,7 +40,6 @@ from gnomon.common.domain.states import TERMINAL, AttemptState, CancelOutcome, J
 from gnomon.common.errors import Aborted, FailedPrecondition, FieldViolation, InvalidArgument
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.jobs import get_job
-from gnomon.common.storage.outbox import mark_published
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
 
@@ -176,7 +175,6 @@ async def cancel_job(
                 continue
             if state == JobState.QUEUED:
                 await conn.execute(CANCEL_QUEUED_ATTEMPT, params)
-                await mark_published(conn, [(job_id, row["attempt"])])
             return CancelResult(CancelOutcome.CANCELLED, dict(new))
         if state == JobState.RUNNING:
             if (await conn.execute(LOCK_RUNNING_ATTEMPT, params)).first() is None:

@@ -1,5 +1,5 @@
 """Claims (docs/concepts.md, "Coordination"): due jobs of the owned shards move SCHEDULED -> QUEUED in one
-fenced transaction that also writes their attempt and outbox rows; and how soon the next one is due.
+fenced transaction that also writes their attempt rows (the outbox records); and how soon the next one is due.
 
 The hot statements are built once: SQLAlchemy memoizes a statement object's cache key, so executing
 a prebuilt statement skips both construction and cache-key generation (measured: a one-job claim went
@@ -34,7 +34,7 @@ from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.fencing import check_fence
-from gnomon.common.storage.schema import attempts, jobs, outbox, queue_state
+from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.common.storage.statements import named
 
 #: Columns an assignment needs.
@@ -205,15 +205,7 @@ def _build_claim() -> Select[Any]:
             ct.c.queue,
         ),
     )
-    ins_outbox = insert(outbox).from_select(
-        ["job_id", "attempt", "region", "shard", "token", "queue", "created_at", "publish_count"],
-        select(
-            ct.c.id, ct.c.attempt, region, ct.c.shard, ct.c.token, ct.c.queue, ct.c.dispatched_at, literal(0)
-        ),
-    )
-    return select(ct, lease_end.label("lease_expires_at")).add_cte(
-        ins_attempts.cte("ia"), ins_outbox.cte("io"), defer
-    )
+    return select(ct, lease_end.label("lease_expires_at")).add_cte(ins_attempts.cte("ia"), defer)
 
 
 CLAIM = named(
@@ -221,7 +213,7 @@ CLAIM = named(
     "CLAIM",
     """One claim (see :func:`claim_due`): up to ``p_limit`` due jobs of one (``p_namespace``,
     ``p_queue``) in the shards ``p_shards`` (int array) of region ``p_region``, moved SCHEDULED ->
-    QUEUED with their attempt and outbox rows stamped with the tokens ``(t_shard, t_token)`` (arrays),
+    QUEUED with their attempt rows (the outbox records) stamped with the tokens ``(t_shard, t_token)`` (arrays),
     claimed as dispatcher ``p_dispatcher_id``; only while the queue's breaker is ``p_breaker_state``
     (CLOSED, HALF_OPEN or ANY); at most ``p_retry_cap`` retries, the excess deferred ``p_defer_ms``
     milliseconds apart. Returns the claimed rows (assignment columns, ``token``, ``lease_expires_at``).""",
@@ -248,7 +240,8 @@ async def claim_due(
     some connected worker can take. One statement (data-modifying CTEs, accepted by PostgreSQL and
     CockroachDB) selects with ``FOR UPDATE SKIP LOCKED`` (concurrent claimers never block each other),
     moves the jobs SCHEDULED -> QUEUED (version + 1, attempt + 1, dispatched_at) and inserts their
-    attempt rows (lease end = dispatched_at + lease) and outbox rows stamped with the shard's token;
+    attempt rows (lease end = dispatched_at + lease; a QUEUED attempt row is the outbox record) stamped
+    with the shard's token;
     a second statement checks the fence of the involved shards. Both run in the caller's transaction,
     so a stale token (:class:`StaleFencingToken`) rolls all of it back.
 

@@ -20,7 +20,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common.domain.attempts import AttemptId, AttemptKey
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.batches import row_params, unnest_rows
-from gnomon.common.storage.outbox import MARK_PUBLISHED
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
 
@@ -156,7 +155,6 @@ async def accept(
                 await conn.execute(ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, "p_owner": owner, **p})
             ).all()
             out = {AttemptId(r[0], r[1]): r[2] for r in rows}
-            await conn.execute(MARK_PUBLISHED, p)
     rest = [k for k in keys if (k.job_id, k.attempt) not in out]
     if rest:
         params = {"p_worker_id": worker_id, "p_owner": owner, **key_params("v", rest, with_version=True)}
@@ -165,16 +163,11 @@ async def accept(
     return out
 
 
-HEARTBEAT = named(
-    __name__,
-    "HEARTBEAT",
-    """Extends the lease of the live attempts ``(v_job_id, v_attempt, v_token, v_version)`` (arrays)
-    to ``now() + lease_ms``: RUNNING ones accepted by worker ``v_worker`` of principal ``v_owner``
-    (NULL: any), QUEUED ones only where
-    ``v_held`` (delivered to the heartbeating stream); returns ``(job_id, attempt, lease_expires_at,
-    cancel_requested)``.""",
-    update(attempts)
-    .where(
+def _live_heartbeat() -> Any:
+    """SQL: the attempt of a row of the unnested heartbeat batch ``v`` is the one dispatched under
+    that token and version, RUNNING and accepted by ``v_worker`` of principal ``v_owner`` (NULL:
+    any), or QUEUED and ``v_held`` (delivered to the heartbeating stream)."""
+    return and_(
         attempts.c.job_id == _HB.c.job_id,
         attempts.c.attempt == _HB.c.attempt,
         attempts.c.token == _HB.c.token,
@@ -184,9 +177,37 @@ HEARTBEAT = named(
             and_(attempts.c.state == AttemptState.QUEUED, _HB.c.held),
         ),
     )
+
+
+HEARTBEAT = named(
+    __name__,
+    "HEARTBEAT",
+    """Extends the lease of the live attempts ``(v_job_id, v_attempt, v_token, v_version)`` (arrays)
+    to ``now() + lease_ms``: RUNNING ones accepted by worker ``v_worker`` of principal ``v_owner``
+    (NULL: any), QUEUED ones only where
+    ``v_held`` (delivered to the heartbeating stream); a RUNNING one only while its recorded lease has
+    not ended (``lease_expires_at >= now()``: a heartbeat after the lease end renews nothing; a
+    QUEUED attempt's lease is not enforced before its accept, which restarts it); returns
+    ``(job_id, attempt, lease_expires_at, cancel_requested)``.""",
+    update(attempts)
+    .where(
+        _live_heartbeat(),
+        or_(attempts.c.state != AttemptState.RUNNING, attempts.c.lease_expires_at >= func.now()),
+    )
     .values(lease_expires_at=func.now() + attempts.c.lease_ms * _LEASE)
     .returning(
         attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at, attempts.c.cancel_requested
+    ),
+)
+
+EXPIRED_HEARTBEATS = named(
+    __name__,
+    "EXPIRED_HEARTBEATS",
+    """Of the heartbeat batch ``v`` (the arrays of :data:`HEARTBEAT`), the RUNNING attempts that are
+    live in every respect but whose recorded lease already ended (``lease_expires_at < now()``):
+    their heartbeat is refused with ``LEASE_EXPIRED``. Returns ``(job_id, attempt)``.""",
+    select(attempts.c.job_id, attempts.c.attempt).where(
+        _live_heartbeat(), attempts.c.state == AttemptState.RUNNING, attempts.c.lease_expires_at < func.now()
     ),
 )
 
@@ -199,7 +220,8 @@ async def heartbeat(
 ) -> dict[AttemptId, tuple[datetime, bool]]:
     """Extends the lease of every live attempt (matching token and version; RUNNING and accepted by
     its entry of ``owners``, ``(principal, worker_id)``, or QUEUED and ``held`` by the caller's
-    stream; default: no owner check, every QUEUED one held) by its lease duration from now; returns
+    stream; default: no owner check, every QUEUED one held), a RUNNING one only before its recorded
+    lease end, by its lease duration from now; returns
     ``(job_id, attempt) -> (new lease end, cancel_requested)`` for those renewed (``cancel_requested``: a caller asked to cancel the job, see
     :func:`gnomon.common.storage.cancel.cancel_job`; the worker is told in the heartbeat ack)."""
     if not keys:
@@ -209,3 +231,21 @@ async def heartbeat(
     params["v_held"] = list(held) if held is not None else [True] * len(keys)
     rows = (await conn.execute(HEARTBEAT, params)).all()
     return {AttemptId(r[0], r[1]): (r[2], bool(r[3])) for r in rows}
+
+
+async def expired_heartbeats(
+    conn: AsyncConnection,
+    keys: list[AttemptKey],
+    owners: Sequence[tuple[str | None, str | None]] | None = None,
+    held: Sequence[bool] | None = None,
+) -> set[AttemptId]:
+    """Of heartbeats :func:`heartbeat` did not renew (same arguments), those refused only because
+    the attempt's recorded lease already ended (database clock): the worker is told ``LEASE_EXPIRED``
+    (its lease is lost; the reaper declares the attempt LOST after its skew margin). The others
+    (re-dispatched, finished, another worker's) are stale."""
+    if not keys:
+        return set()
+    unchecked: list[tuple[str | None, str | None]] = [(None, None)] * len(keys)
+    params = key_params("v", keys, with_version=True, owners=owners if owners is not None else unchecked)
+    params["v_held"] = list(held) if held is not None else [True] * len(keys)
+    return {AttemptId(r[0], r[1]) for r in (await conn.execute(EXPIRED_HEARTBEATS, params)).all()}

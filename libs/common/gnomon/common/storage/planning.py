@@ -235,13 +235,28 @@ async def reserve_catchup(
     locked for the rest of the transaction, so planners share one budget."""
     if n <= 0:
         return []
-    step = timedelta(seconds=1 / rate)
-    await conn.execute(init_catchup_stmt(region, now - step * burst))
+    await conn.execute(init_catchup_stmt(region, full_bucket(rate=rate, burst=burst, now=now)))
     cur = (await conn.execute(lock_catchup_stmt(region))).scalar_one()
-    start = max(cur, now - step * (burst - 1))  # a full bucket lets `burst` runs go at once
-    slots = [max(now, start + step * i) for i in range(n)]
-    await conn.execute(advance_catchup_stmt(region, start + step * n))
+    slots, nxt = catchup_slots(cur, n=n, rate=rate, burst=burst, now=now)
+    await conn.execute(advance_catchup_stmt(region, nxt))
     return slots
+
+
+def full_bucket(*, rate: float, burst: int, now: datetime) -> datetime:
+    """The ``next_slot_at`` of a catch-up bucket that is full at ``now`` (``burst`` slots free)."""
+    return now - timedelta(seconds=1 / rate) * burst
+
+
+def catchup_slots(
+    next_slot_at: datetime, *, n: int, rate: float, burst: int, now: datetime
+) -> tuple[list[datetime], datetime]:
+    """The token bucket's arithmetic (pure): ``n`` slots taken at ``now`` from a bucket of ``rate``
+    runs per second and ``burst`` runs whose next free slot is ``next_slot_at``. Returns the slots'
+    release instants (ascending, none before ``now``) and the bucket's new ``next_slot_at``. A full
+    bucket lets ``burst`` runs go at ``now``, then one every ``1/rate`` seconds."""
+    step = timedelta(seconds=1 / rate)
+    start = max(next_slot_at, now - step * (burst - 1))
+    return [max(now, start + step * i) for i in range(n)], start + step * n
 
 
 INSERT_OCCURRENCES = named(

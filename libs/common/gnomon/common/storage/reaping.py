@@ -26,7 +26,7 @@ from gnomon.common.domain.policies import OccurrenceDecision
 from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
 from gnomon.common.storage.jobs import POLICY_COLS
 from gnomon.common.storage.results import fail_job_stmt, judge
-from gnomon.common.storage.schema import attempts, jobs, outbox, schedule_occurrences
+from gnomon.common.storage.schema import attempts, jobs, schedule_occurrences
 from gnomon.common.storage.schema_tenancy import namespaces
 from gnomon.common.storage.statements import builder
 
@@ -198,10 +198,9 @@ def finished_jobs_stmt(region: str, retention_s: float, limit: int) -> Select[tu
 
 
 @builder(ids=[_ID])
-def delete_jobs_stmts(ids: Sequence[uuid.UUID]) -> tuple[Delete, Delete, Delete]:
-    """Deletes jobs ``ids`` with their outbox and attempt rows: three statements, to run in order."""
+def delete_jobs_stmts(ids: Sequence[uuid.UUID]) -> tuple[Delete, Delete]:
+    """Deletes jobs ``ids`` with their attempt rows: two statements, to run in order."""
     return (
-        delete(outbox).where(outbox.c.job_id.in_(ids)),
         delete(attempts).where(attempts.c.job_id.in_(ids)),
         delete(jobs).where(jobs.c.id.in_(ids)),
     )
@@ -209,7 +208,7 @@ def delete_jobs_stmts(ids: Sequence[uuid.UUID]) -> tuple[Delete, Delete, Delete]
 
 async def prune_finished(conn: AsyncConnection, *, region: str, retention_s: float, limit: int) -> int:
     """Deletes up to ``limit`` terminal jobs of ``region`` past their retention (their namespace's,
-    else ``retention_s`` seconds; see :func:`finished_jobs_stmt`), with their attempt and outbox rows.
+    else ``retention_s`` seconds; see :func:`finished_jobs_stmt`), with their attempt rows.
     Returns how many jobs were deleted."""
     ids = list((await conn.execute(finished_jobs_stmt(region, retention_s, limit))).scalars().all())
     if ids:

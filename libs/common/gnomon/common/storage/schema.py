@@ -196,22 +196,15 @@ attempts = Table(
     Column("queue", String(64), nullable=False),
     Index(None, "region", "namespace", "queue", "claimed_at"),
     Index(None, "region", "namespace", "queue", "finished_at"),
-)
-
-#: The transactional outbox: written with the claim, delivered by the relay.
-outbox = Table(
-    "outbox",
-    metadata,
-    Column("job_id", Uuid, primary_key=True),
-    Column("attempt", Integer, primary_key=True),
-    Column("region", String(32), nullable=False),
-    Column("shard", Integer, nullable=False),
-    Column("token", BigInteger, nullable=False),
-    Column("queue", String(64), nullable=False),
-    Column("created_at", TS, nullable=False),
-    Column("published_at", TS, nullable=True),
-    Column("publish_count", Integer, nullable=False),
-    Index(None, "region", "published_at", "shard"),
+    # Migration 0013: a QUEUED attempt is the transactional outbox record (claimed, not accepted);
+    # the relay's recovery scan reads them by shard, oldest claim first.
+    Index(
+        "ix_attempts_queued",
+        "region",
+        "shard",
+        "claimed_at",
+        postgresql_where=text("state = 'QUEUED'"),
+    ),
 )
 
 #: Current owner and fencing token of each shard, as recorded by its owner.

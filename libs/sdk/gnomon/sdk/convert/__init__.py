@@ -19,6 +19,7 @@ from .resources import (
     job_attempt_from_proto,
     job_from_proto,
     occurrence_from_proto,
+    prediction_from_proto,
     queue_from_proto,
     replay_result_from_proto,
     retry_policy_from_proto,
@@ -79,5 +80,6 @@ __all__ = [
     "template_from_proto",
     "schedule_from_proto",
     "occurrence_from_proto",
+    "prediction_from_proto",
     "fire_time_from_proto",
 ]

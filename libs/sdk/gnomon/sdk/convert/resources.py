@@ -14,8 +14,10 @@ from gnomon._proto.gnomon.v1 import (
     queue_service_pb2,
     retry_pb2,
     schedule_pb2,
+    schedule_service_pb2,
 )
 
+from ..failures import FailureClass
 from ..models import (
     AuditEntry,
     DeadLetter,
@@ -24,6 +26,7 @@ from ..models import (
     Job,
     JobAttempt,
     JobTemplate,
+    OutagePrediction,
     PreviewFireTime,
     Queue,
     RateLimit,
@@ -33,6 +36,7 @@ from ..models import (
     Schedule,
     ScheduleOccurrence,
     Shard,
+    SkippedOccurrenceRange,
 )
 from .values import field_duration, field_time, state_name, to_duration
 
@@ -140,7 +144,7 @@ def job_from_proto(msg: job_pb2.Job) -> Job:
         request_id=msg.request_id,
         lease_duration=field_duration(msg, "lease_duration"),
         idempotent=msg.idempotent,
-        failure_class=msg.failure_class,
+        failure_class=FailureClass.from_wire(msg.failure_class),
         retry_policy=retry_policy_from_proto(msg.retry_policy) if msg.HasField("retry_policy") else None,
     )
 
@@ -156,7 +160,7 @@ def job_attempt_from_proto(msg: job_pb2.JobAttempt) -> JobAttempt:
         dispatcher_id=msg.dispatcher_id,
         fencing_token=msg.fencing_token,
         version=msg.version,
-        failure_class=msg.failure_class,
+        failure_class=FailureClass.from_wire(msg.failure_class),
         error=msg.error,
         claim_time=t(msg, "claim_time"),
         accept_time=t(msg, "accept_time"),
@@ -225,7 +229,7 @@ def dead_letter_from_proto(m: dead_letter_service_pb2.DeadLetter) -> DeadLetter:
             DeadLetterAttempt(
                 attempt=a.attempt,
                 state=a.state,
-                failure_class=a.failure_class,
+                failure_class=FailureClass.from_wire(a.failure_class),
                 error=a.error,
                 worker_id=a.worker_id,
                 fencing_token=a.fencing_token,
@@ -345,4 +349,33 @@ def fire_time_from_proto(ft: schedule_pb2.PreviewFireTime) -> PreviewFireTime:
     """``gnomon.v1.PreviewFireTime`` -> :class:`~gnomon.sdk.PreviewFireTime`."""
     return PreviewFireTime(
         fire_time=field_time(ft, "fire_time"), local_time=ft.local_time, note=ft.note, skipped=ft.skipped
+    )
+
+
+def prediction_from_proto(p: schedule_service_pb2.OutagePrediction) -> OutagePrediction:
+    """``gnomon.v1.OutagePrediction`` -> :class:`~gnomon.sdk.OutagePrediction`."""
+    t = field_time
+    return OutagePrediction(
+        schedule=p.schedule,
+        misfire_policy=enum_text(schedule_pb2.MisfirePolicy, "MISFIRE_POLICY_", p.misfire_policy),
+        overlap_policy=enum_text(schedule_pb2.OverlapPolicy, "OVERLAP_POLICY_", p.overlap_policy),
+        missed_count=p.missed_count,
+        missed_first_time=t(p, "missed_first_time"),
+        missed_last_time=t(p, "missed_last_time"),
+        runs=tuple(occurrence_from_proto(o) for o in p.runs),
+        run_count=p.run_count,
+        skipped=tuple(
+            SkippedOccurrenceRange(
+                decision=enum_text(schedule_pb2.OccurrenceDecision, "OCCURRENCE_DECISION_", s.decision),
+                note=s.note,
+                count=s.count,
+                first_nominal_time=t(s, "first_nominal_time"),
+                last_nominal_time=t(s, "last_nominal_time"),
+            )
+            for s in p.skipped
+        ),
+        catchup_finish_time=t(p, "catchup_finish_time"),
+        assumptions=tuple(p.assumptions),
+        paused=p.paused,
+        skipped_count=p.skipped_count,
     )

@@ -12,7 +12,14 @@ from .cluster import DispatcherInfo, Shard
 from .dead_letters import AuditEntry, DeadLetter, DeadLetterAttempt, ReplayResult
 from .jobs import CANCEL_OUTCOMES, TERMINAL_STATES, Job, JobAttempt, RetryPolicy
 from .queues import Queue, RateLimit, RetryBudgetInfo
-from .schedules import JobTemplate, PreviewFireTime, Schedule, ScheduleOccurrence
+from .schedules import (
+    JobTemplate,
+    OutagePrediction,
+    PreviewFireTime,
+    Schedule,
+    ScheduleOccurrence,
+    SkippedOccurrenceRange,
+)
 
 __all__ = [
     "Job",
@@ -33,6 +40,8 @@ __all__ = [
     "JobTemplate",
     "ScheduleOccurrence",
     "PreviewFireTime",
+    "OutagePrediction",
+    "SkippedOccurrenceRange",
     "Namespace",
     "NamespaceQuotas",
     "Principal",

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ..failures import FailureClass
 from .jobs import Job
 
 __all__ = ["DeadLetter", "DeadLetterAttempt", "ReplayResult", "AuditEntry"]
@@ -14,13 +15,13 @@ __all__ = ["DeadLetter", "DeadLetterAttempt", "ReplayResult", "AuditEntry"]
 @dataclass(frozen=True, slots=True)
 class DeadLetterAttempt:
     """One attempt of a dead letter (mirror of ``gnomon.v1.DeadLetterAttempt``): ``attempt``
-    (1-based), ``state`` (QUEUED RUNNING SUCCEEDED FAILED LOST CANCELLED), ``failure_class``,
-    ``error``, ``worker_id`` ("" if never accepted), ``fencing_token``, and UTC ``claim_time``,
+    (1-based), ``state`` (QUEUED RUNNING SUCCEEDED FAILED LOST CANCELLED), ``failure_class``
+    (a :class:`~gnomon.sdk.FailureClass`, ``None`` if it did not fail), ``error``, ``worker_id`` ("" if never accepted), ``fencing_token``, and UTC ``claim_time``,
     ``start_time``, ``finish_time`` (``None`` when unset)."""
 
     attempt: int
     state: str
-    failure_class: str
+    failure_class: FailureClass | None
     error: str
     worker_id: str
     fencing_token: int

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..failures import FailureClass
+
 __all__ = ["Job", "JobAttempt", "RetryPolicy", "CANCEL_OUTCOMES", "TERMINAL_STATES"]
 
 Span = timedelta | float | int
@@ -69,7 +71,7 @@ class Job:
         request_id: the create's ``request_id`` ("" when none).
         lease_duration: lease granted per attempt (``timedelta``) or ``None``.
         idempotent: an attempt with an unknown outcome may be retried.
-        failure_class: class of the last failure ("" if none).
+        failure_class: the :class:`~gnomon.sdk.FailureClass` of the last failure, ``None`` if none.
         retry_policy: the :class:`~gnomon.sdk.RetryPolicy` in effect (defaults filled in by the
             server), or ``None`` from a server that does not send it.
     """
@@ -93,7 +95,7 @@ class Job:
     request_id: str
     lease_duration: timedelta | None
     idempotent: bool = False
-    failure_class: str = ""
+    failure_class: FailureClass | None = None
     retry_policy: RetryPolicy | None = None
 
     @property
@@ -135,8 +137,8 @@ class JobAttempt:
         dispatcher_id: the dispatcher that claimed it.
         fencing_token: token it was claimed (or re-published) under.
         version: job version at claim.
-        failure_class: for FAILED/LOST attempts ``"TRANSIENT"``, ``"THROTTLED"``, ``"PERMANENT"``
-            or ``"AMBIGUOUS"``; else "".
+        failure_class: for FAILED/LOST attempts the :class:`~gnomon.sdk.FailureClass` (LOST:
+            always ``AMBIGUOUS``); else ``None``.
         error: for FAILED/LOST attempts the error text; else "".
         claim_time, accept_time, finish_time, lease_expire_time: UTC-aware datetimes or ``None``.
         cancel_requested: cancellation of this attempt was requested while it ran.
@@ -149,7 +151,7 @@ class JobAttempt:
     dispatcher_id: str
     fencing_token: int
     version: int
-    failure_class: str
+    failure_class: FailureClass | None
     error: str
     claim_time: datetime | None
     accept_time: datetime | None

@@ -131,3 +131,53 @@ class PreviewFireTime:
     local_time: str
     note: str
     skipped: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedOccurrenceRange:
+    """Consecutive nominal times of one schedule an outage prediction skips for the same reason
+    (mirror of ``gnomon.v1.SkippedOccurrenceRange``): ``decision`` (``"SKIPPED_MISFIRE"``,
+    ``"SKIPPED_OVERLAP"``, ``"SKIPPED_DST_GAP"``, ``"SKIPPED_PAUSED"``), ``note`` (why), ``count``
+    and the UTC-aware ``first_nominal_time`` / ``last_nominal_time``."""
+
+    decision: str
+    note: str
+    count: int
+    first_nominal_time: datetime | None
+    last_nominal_time: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class OutagePrediction:
+    """What the planner would do with one schedule after an outage (mirror of
+    ``gnomon.v1.OutagePrediction``, from ``simulate_outage``).
+
+    Attributes:
+        schedule: ``namespaces/{ns}/schedules/{id}``.
+        misfire_policy, overlap_policy: the schedule's policies (``"COALESCE"``, ``"SKIP"`` ...).
+        missed_count: nominal times in the outage; missed_first_time / missed_last_time: the first and
+            last (UTC-aware), or ``None``.
+        runs: the predicted decisions that run or wait (FIRED, LATE, COALESCED, BUFFERED) in nominal
+            order, as :class:`ScheduleOccurrence` without ``name`` or ``job``; ``schedule_time`` is when
+            each run would be released. At most the request's ``max_runs``.
+        run_count: how many runs in all.
+        skipped: every other nominal time, as :class:`SkippedOccurrenceRange` in nominal order (at
+            most ``max_runs`` ranges); skipped_count: how many nominal times are skipped in all.
+        catchup_finish_time: the latest release among the runs, or ``None`` when none runs.
+        assumptions: the sentences the prediction rests on.
+        paused: the schedule is paused (nothing predicted).
+    """
+
+    schedule: str
+    misfire_policy: str
+    overlap_policy: str
+    missed_count: int
+    missed_first_time: datetime | None
+    missed_last_time: datetime | None
+    runs: tuple[ScheduleOccurrence, ...]
+    run_count: int
+    skipped: tuple[SkippedOccurrenceRange, ...]
+    catchup_finish_time: datetime | None
+    assumptions: tuple[str, ...]
+    paused: bool
+    skipped_count: int = 0

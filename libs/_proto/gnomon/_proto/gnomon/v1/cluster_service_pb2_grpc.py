@@ -53,8 +53,11 @@ class ClusterServiceServicer:
     """
 
     def ListDispatchers(self, request, context):
-        """Lists the live dispatchers (from their etcd registrations). Workers connect to every
-        dispatcher of their region (docs/adr/0003-workers-connect-to-every-dispatcher.md).
+        """Lists the live dispatchers (from their etcd registrations). This is how a worker, which needs
+        only the API address, finds the lease streams: it calls ListDispatchers on the API, opens one
+        `WorkerService.Lease` stream to every dispatcher listed (each owns different shards, so a
+        worker connected to only some of them never sees the others' jobs), and calls it again every
+        2 s to connect to new dispatchers and stop reconnecting to removed ones (docs/protocol.md).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

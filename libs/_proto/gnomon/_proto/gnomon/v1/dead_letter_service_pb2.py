@@ -24,34 +24,35 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as gnomon_dot_v1_dot_failure__class__pb2
 from gnomon._proto.gnomon.v1 import job_pb2 as gnomon_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#gnomon/v1/dead_letter_service.proto\x12\tgnomon.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13gnomon/v1/job.proto\"\x94\x02\n\x11\x44\x65\x61\x64LetterAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\r\n\x05state\x18\x02 \x01(\t\x12\x15\n\rfailure_class\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x15\n\rfencing_token\x18\x06 \x01(\x03\x12.\n\nclaim_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x81\x01\n\nDeadLetter\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\x12.\n\x08\x61ttempts\x18\x02 \x03(\x0b\x32\x1c.gnomon.v1.DeadLetterAttempt\x12\x11\n\treplay_of\x18\x03 \x01(\t\x12\x13\n\x0breplayed_by\x18\x04 \x01(\t\"\x85\x02\n\x16ListDeadLettersRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x15\n\rfailure_class\x18\x03 \x01(\t\x12\x16\n\x0e\x65rror_contains\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10include_replayed\x18\x07 \x01(\x08\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x12\n\npage_token\x18\t \x01(\t\"_\n\x17ListDeadLettersResponse\x12+\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.DeadLetter\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x9f\x02\n\x18ReplayDeadLettersRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x15\n\rfailure_class\x18\x03 \x01(\t\x12\x16\n\x0e\x65rror_contains\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08max_rate\x18\x07 \x01(\x01\x12\x10\n\x08max_jobs\x18\x08 \x01(\x05\x12\x0f\n\x07\x64ry_run\x18\t \x01(\x08\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x12\n\nrequest_id\x18\x0b \x01(\t\"r\n\x19ReplayDeadLettersResponse\x12\x15\n\rmatched_count\x18\x01 \x01(\x05\x12\x16\n\x0ereplayed_count\x18\x02 \x01(\x05\x12\x15\n\rreplayed_jobs\x18\x03 \x03(\t\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"P\n\x17ListAuditEntriesRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xd0\x01\n\nAuditEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x07 \x01(\t\x12\x10\n\x08resource\x18\x08 \x01(\t\x12\x0f\n\x07outcome\x18\t \x01(\t\x12\x0c\n\x04peer\x18\n \x01(\t\"a\n\x18ListAuditEntriesResponse\x12,\n\raudit_entries\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.AuditEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xaa\x02\n\x11\x44\x65\x61\x64LetterService\x12X\n\x0fListDeadLetters\x12!.gnomon.v1.ListDeadLettersRequest\x1a\".gnomon.v1.ListDeadLettersResponse\x12^\n\x11ReplayDeadLetters\x12#.gnomon.v1.ReplayDeadLettersRequest\x1a$.gnomon.v1.ReplayDeadLettersResponse\x12[\n\x10ListAuditEntries\x12\".gnomon.v1.ListAuditEntriesRequest\x1a#.gnomon.v1.ListAuditEntriesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#gnomon/v1/dead_letter_service.proto\x12\tgnomon.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dgnomon/v1/failure_class.proto\x1a\x13gnomon/v1/job.proto\"\xb3\x02\n\x11\x44\x65\x61\x64LetterAttempt\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\r\n\x05state\x18\x02 \x01(\t\x12.\n\rfailure_class\x18\n \x01(\x0e\x32\x17.gnomon.v1.FailureClass\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tworker_id\x18\x05 \x01(\t\x12\x15\n\rfencing_token\x18\x06 \x01(\x03\x12.\n\nclaim_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.TimestampJ\x04\x08\x03\x10\x04\"\x81\x01\n\nDeadLetter\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\x12.\n\x08\x61ttempts\x18\x02 \x03(\x0b\x32\x1c.gnomon.v1.DeadLetterAttempt\x12\x11\n\treplay_of\x18\x03 \x01(\t\x12\x13\n\x0breplayed_by\x18\x04 \x01(\t\"\xa4\x02\n\x16ListDeadLettersRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12.\n\rfailure_class\x18\n \x01(\x0e\x32\x17.gnomon.v1.FailureClass\x12\x16\n\x0e\x65rror_contains\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10include_replayed\x18\x07 \x01(\x08\x12\x11\n\tpage_size\x18\x08 \x01(\x05\x12\x12\n\npage_token\x18\t \x01(\tJ\x04\x08\x03\x10\x04\"_\n\x17ListDeadLettersResponse\x12+\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.DeadLetter\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xbe\x02\n\x18ReplayDeadLettersRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12.\n\rfailure_class\x18\x0c \x01(\x0e\x32\x17.gnomon.v1.FailureClass\x12\x16\n\x0e\x65rror_contains\x18\x04 \x01(\t\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08max_rate\x18\x07 \x01(\x01\x12\x10\n\x08max_jobs\x18\x08 \x01(\x05\x12\x0f\n\x07\x64ry_run\x18\t \x01(\x08\x12\x0e\n\x06reason\x18\n \x01(\t\x12\x12\n\nrequest_id\x18\x0b \x01(\tJ\x04\x08\x03\x10\x04\"r\n\x19ReplayDeadLettersResponse\x12\x15\n\rmatched_count\x18\x01 \x01(\x05\x12\x16\n\x0ereplayed_count\x18\x02 \x01(\x05\x12\x15\n\rreplayed_jobs\x18\x03 \x03(\t\x12\x0f\n\x07\x64ry_run\x18\x04 \x01(\x08\"P\n\x17ListAuditEntriesRequest\x12\x0e\n\x06parent\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"\xd0\x01\n\nAuditEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x0b\x63reate_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x12\n\nrequest_id\x18\x06 \x01(\t\x12\x0f\n\x07\x64\x65tails\x18\x07 \x01(\t\x12\x10\n\x08resource\x18\x08 \x01(\t\x12\x0f\n\x07outcome\x18\t \x01(\t\x12\x0c\n\x04peer\x18\n \x01(\t\"a\n\x18ListAuditEntriesResponse\x12,\n\raudit_entries\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.AuditEntry\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xaa\x02\n\x11\x44\x65\x61\x64LetterService\x12X\n\x0fListDeadLetters\x12!.gnomon.v1.ListDeadLettersRequest\x1a\".gnomon.v1.ListDeadLettersResponse\x12^\n\x11ReplayDeadLetters\x12#.gnomon.v1.ReplayDeadLettersRequest\x1a$.gnomon.v1.ReplayDeadLettersResponse\x12[\n\x10ListAuditEntries\x12\".gnomon.v1.ListAuditEntriesRequest\x1a#.gnomon.v1.ListAuditEntriesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.v1.dead_letter_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DEADLETTERATTEMPT']._serialized_start=105
-  _globals['_DEADLETTERATTEMPT']._serialized_end=381
-  _globals['_DEADLETTER']._serialized_start=384
-  _globals['_DEADLETTER']._serialized_end=513
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=516
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=777
-  _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=779
-  _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=874
-  _globals['_REPLAYDEADLETTERSREQUEST']._serialized_start=877
-  _globals['_REPLAYDEADLETTERSREQUEST']._serialized_end=1164
-  _globals['_REPLAYDEADLETTERSRESPONSE']._serialized_start=1166
-  _globals['_REPLAYDEADLETTERSRESPONSE']._serialized_end=1280
-  _globals['_LISTAUDITENTRIESREQUEST']._serialized_start=1282
-  _globals['_LISTAUDITENTRIESREQUEST']._serialized_end=1362
-  _globals['_AUDITENTRY']._serialized_start=1365
-  _globals['_AUDITENTRY']._serialized_end=1573
-  _globals['_LISTAUDITENTRIESRESPONSE']._serialized_start=1575
-  _globals['_LISTAUDITENTRIESRESPONSE']._serialized_end=1672
-  _globals['_DEADLETTERSERVICE']._serialized_start=1675
-  _globals['_DEADLETTERSERVICE']._serialized_end=1973
+  _globals['_DEADLETTERATTEMPT']._serialized_start=136
+  _globals['_DEADLETTERATTEMPT']._serialized_end=443
+  _globals['_DEADLETTER']._serialized_start=446
+  _globals['_DEADLETTER']._serialized_end=575
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=578
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=870
+  _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=872
+  _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=967
+  _globals['_REPLAYDEADLETTERSREQUEST']._serialized_start=970
+  _globals['_REPLAYDEADLETTERSREQUEST']._serialized_end=1288
+  _globals['_REPLAYDEADLETTERSRESPONSE']._serialized_start=1290
+  _globals['_REPLAYDEADLETTERSRESPONSE']._serialized_end=1404
+  _globals['_LISTAUDITENTRIESREQUEST']._serialized_start=1406
+  _globals['_LISTAUDITENTRIESREQUEST']._serialized_end=1486
+  _globals['_AUDITENTRY']._serialized_start=1489
+  _globals['_AUDITENTRY']._serialized_end=1697
+  _globals['_LISTAUDITENTRIESRESPONSE']._serialized_start=1699
+  _globals['_LISTAUDITENTRIESRESPONSE']._serialized_end=1796
+  _globals['_DEADLETTERSERVICE']._serialized_start=1799
+  _globals['_DEADLETTERSERVICE']._serialized_end=2097
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,7 @@
 import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as _failure_class_pb2
 from gnomon._proto.gnomon.v1 import job_pb2 as _job_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -23,14 +24,14 @@ class DeadLetterAttempt(_message.Message):
     FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
     attempt: int
     state: str
-    failure_class: str
+    failure_class: _failure_class_pb2.FailureClass
     error: str
     worker_id: str
     fencing_token: int
     claim_time: _timestamp_pb2.Timestamp
     start_time: _timestamp_pb2.Timestamp
     finish_time: _timestamp_pb2.Timestamp
-    def __init__(self, attempt: _Optional[int] = ..., state: _Optional[str] = ..., failure_class: _Optional[str] = ..., error: _Optional[str] = ..., worker_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, attempt: _Optional[int] = ..., state: _Optional[str] = ..., failure_class: _Optional[_Union[_failure_class_pb2.FailureClass, str]] = ..., error: _Optional[str] = ..., worker_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class DeadLetter(_message.Message):
     __slots__ = ("job", "attempts", "replay_of", "replayed_by")
@@ -57,14 +58,14 @@ class ListDeadLettersRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     parent: str
     queue: str
-    failure_class: str
+    failure_class: _failure_class_pb2.FailureClass
     error_contains: str
     start_time: _timestamp_pb2.Timestamp
     end_time: _timestamp_pb2.Timestamp
     include_replayed: bool
     page_size: int
     page_token: str
-    def __init__(self, parent: _Optional[str] = ..., queue: _Optional[str] = ..., failure_class: _Optional[str] = ..., error_contains: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., include_replayed: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    def __init__(self, parent: _Optional[str] = ..., queue: _Optional[str] = ..., failure_class: _Optional[_Union[_failure_class_pb2.FailureClass, str]] = ..., error_contains: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., include_replayed: _Optional[bool] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListDeadLettersResponse(_message.Message):
     __slots__ = ("dead_letters", "next_page_token")
@@ -89,7 +90,7 @@ class ReplayDeadLettersRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     parent: str
     queue: str
-    failure_class: str
+    failure_class: _failure_class_pb2.FailureClass
     error_contains: str
     start_time: _timestamp_pb2.Timestamp
     end_time: _timestamp_pb2.Timestamp
@@ -98,7 +99,7 @@ class ReplayDeadLettersRequest(_message.Message):
     dry_run: bool
     reason: str
     request_id: str
-    def __init__(self, parent: _Optional[str] = ..., queue: _Optional[str] = ..., failure_class: _Optional[str] = ..., error_contains: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_rate: _Optional[float] = ..., max_jobs: _Optional[int] = ..., dry_run: _Optional[bool] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, parent: _Optional[str] = ..., queue: _Optional[str] = ..., failure_class: _Optional[_Union[_failure_class_pb2.FailureClass, str]] = ..., error_contains: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_rate: _Optional[float] = ..., max_jobs: _Optional[int] = ..., dry_run: _Optional[bool] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ReplayDeadLettersResponse(_message.Message):
     __slots__ = ("matched_count", "replayed_count", "replayed_jobs", "dry_run")

@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as _failure_class_pb2
 from gnomon._proto.gnomon.v1 import retry_pb2 as _retry_pb2
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -99,7 +100,7 @@ class Job(_message.Message):
     request_id: str
     lease_duration: _duration_pb2.Duration
     idempotent: bool
-    failure_class: str
+    failure_class: _failure_class_pb2.FailureClass
     retry_policy: _retry_pb2.RetryPolicy
     start_to_close: _duration_pb2.Duration
     schedule: str
@@ -107,7 +108,7 @@ class Job(_message.Message):
     coalesced_count: int
     coalesced_first_time: _timestamp_pb2.Timestamp
     coalesced_last_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., region: _Optional[str] = ..., request_id: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotent: _Optional[bool] = ..., failure_class: _Optional[str] = ..., retry_policy: _Optional[_Union[_retry_pb2.RetryPolicy, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., schedule: _Optional[str] = ..., nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_count: _Optional[int] = ..., coalesced_first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., state: _Optional[_Union[JobState, str]] = ..., version: _Optional[int] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dispatch_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_error: _Optional[str] = ..., region: _Optional[str] = ..., request_id: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., idempotent: _Optional[bool] = ..., failure_class: _Optional[_Union[_failure_class_pb2.FailureClass, str]] = ..., retry_policy: _Optional[_Union[_retry_pb2.RetryPolicy, _Mapping]] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., schedule: _Optional[str] = ..., nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_count: _Optional[int] = ..., coalesced_first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class JobAttempt(_message.Message):
     __slots__ = ("name", "attempt", "state", "worker_id", "dispatcher_id", "fencing_token", "version", "failure_class", "error", "claim_time", "accept_time", "finish_time", "lease_expire_time", "cancel_requested")
@@ -132,11 +133,11 @@ class JobAttempt(_message.Message):
     dispatcher_id: str
     fencing_token: int
     version: int
-    failure_class: str
+    failure_class: _failure_class_pb2.FailureClass
     error: str
     claim_time: _timestamp_pb2.Timestamp
     accept_time: _timestamp_pb2.Timestamp
     finish_time: _timestamp_pb2.Timestamp
     lease_expire_time: _timestamp_pb2.Timestamp
     cancel_requested: bool
-    def __init__(self, name: _Optional[str] = ..., attempt: _Optional[int] = ..., state: _Optional[_Union[AttemptState, str]] = ..., worker_id: _Optional[str] = ..., dispatcher_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., version: _Optional[int] = ..., failure_class: _Optional[str] = ..., error: _Optional[str] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., accept_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cancel_requested: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., attempt: _Optional[int] = ..., state: _Optional[_Union[AttemptState, str]] = ..., worker_id: _Optional[str] = ..., dispatcher_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., version: _Optional[int] = ..., failure_class: _Optional[_Union[_failure_class_pb2.FailureClass, str]] = ..., error: _Optional[str] = ..., claim_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., accept_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cancel_requested: _Optional[bool] = ...) -> None: ...

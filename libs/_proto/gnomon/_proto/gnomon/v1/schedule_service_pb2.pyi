@@ -224,3 +224,77 @@ class ListScheduleOccurrencesResponse(_message.Message):
     occurrences: _containers.RepeatedCompositeFieldContainer[_schedule_pb2.ScheduleOccurrence]
     next_page_token: str
     def __init__(self, occurrences: _Optional[_Iterable[_Union[_schedule_pb2.ScheduleOccurrence, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class SimulateOutageRequest(_message.Message):
+    __slots__ = ("name", "parent", "outage_start_time", "outage_end_time", "assume_active", "page_size", "page_token", "max_runs")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    OUTAGE_START_TIME_FIELD_NUMBER: _ClassVar[int]
+    OUTAGE_END_TIME_FIELD_NUMBER: _ClassVar[int]
+    ASSUME_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    parent: str
+    outage_start_time: _timestamp_pb2.Timestamp
+    outage_end_time: _timestamp_pb2.Timestamp
+    assume_active: int
+    page_size: int
+    page_token: str
+    max_runs: int
+    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., outage_start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outage_end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., assume_active: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., max_runs: _Optional[int] = ...) -> None: ...
+
+class SkippedOccurrenceRange(_message.Message):
+    __slots__ = ("decision", "note", "count", "first_nominal_time", "last_nominal_time")
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    FIRST_NOMINAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_NOMINAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    decision: _schedule_pb2.OccurrenceDecision
+    note: str
+    count: int
+    first_nominal_time: _timestamp_pb2.Timestamp
+    last_nominal_time: _timestamp_pb2.Timestamp
+    def __init__(self, decision: _Optional[_Union[_schedule_pb2.OccurrenceDecision, str]] = ..., note: _Optional[str] = ..., count: _Optional[int] = ..., first_nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class OutagePrediction(_message.Message):
+    __slots__ = ("schedule", "misfire_policy", "overlap_policy", "missed_count", "missed_first_time", "missed_last_time", "runs", "run_count", "skipped", "catchup_finish_time", "assumptions", "paused", "skipped_count")
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MISSED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MISSED_FIRST_TIME_FIELD_NUMBER: _ClassVar[int]
+    MISSED_LAST_TIME_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    RUN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_FINISH_TIME_FIELD_NUMBER: _ClassVar[int]
+    ASSUMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    schedule: str
+    misfire_policy: _schedule_pb2.MisfirePolicy
+    overlap_policy: _schedule_pb2.OverlapPolicy
+    missed_count: int
+    missed_first_time: _timestamp_pb2.Timestamp
+    missed_last_time: _timestamp_pb2.Timestamp
+    runs: _containers.RepeatedCompositeFieldContainer[_schedule_pb2.ScheduleOccurrence]
+    run_count: int
+    skipped: _containers.RepeatedCompositeFieldContainer[SkippedOccurrenceRange]
+    catchup_finish_time: _timestamp_pb2.Timestamp
+    assumptions: _containers.RepeatedScalarFieldContainer[str]
+    paused: bool
+    skipped_count: int
+    def __init__(self, schedule: _Optional[str] = ..., misfire_policy: _Optional[_Union[_schedule_pb2.MisfirePolicy, str]] = ..., overlap_policy: _Optional[_Union[_schedule_pb2.OverlapPolicy, str]] = ..., missed_count: _Optional[int] = ..., missed_first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., missed_last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., runs: _Optional[_Iterable[_Union[_schedule_pb2.ScheduleOccurrence, _Mapping]]] = ..., run_count: _Optional[int] = ..., skipped: _Optional[_Iterable[_Union[SkippedOccurrenceRange, _Mapping]]] = ..., catchup_finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., assumptions: _Optional[_Iterable[str]] = ..., paused: _Optional[bool] = ..., skipped_count: _Optional[int] = ...) -> None: ...
+
+class SimulateOutageResponse(_message.Message):
+    __slots__ = ("predictions", "next_page_token", "tzdata_version")
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TZDATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    predictions: _containers.RepeatedCompositeFieldContainer[OutagePrediction]
+    next_page_token: str
+    tzdata_version: str
+    def __init__(self, predictions: _Optional[_Iterable[_Union[OutagePrediction, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., tzdata_version: _Optional[str] = ...) -> None: ...

@@ -96,6 +96,11 @@ class ScheduleServiceStub:
                 request_serializer=gnomon_dot_v1_dot_schedule__service__pb2.ListScheduleOccurrencesRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_schedule__service__pb2.ListScheduleOccurrencesResponse.FromString,
                 _registered_method=True)
+        self.SimulateOutage = channel.unary_unary(
+                '/gnomon.v1.ScheduleService/SimulateOutage',
+                request_serializer=gnomon_dot_v1_dot_schedule__service__pb2.SimulateOutageRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_schedule__service__pb2.SimulateOutageResponse.FromString,
+                _registered_method=True)
 
 
 class ScheduleServiceServicer:
@@ -196,6 +201,20 @@ class ScheduleServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SimulateOutage(self, request, context):
+        """Predicts what happens if the planner is down from `outage_start_time` to `outage_end_time`,
+        for one schedule (`name`) or every schedule of a namespace (`parent`, paged): which nominal
+        times are missed and what the misfire policy, catch-up window, overlap policy and global
+        catch-up budget then do (runs with their schedule times, coalesced ranges, skipped ranges with
+        their reason, when the catch-up finishes). The prediction calls the planner's own decision
+        functions. Writes nothing. INVALID_ARGUMENT for a bad window (end not after start, longer than
+        366 days, more than 100000 nominal times in one request) or both `name` and `parent`;
+        NOT_FOUND for an unknown schedule.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ScheduleServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -253,6 +272,11 @@ def add_ScheduleServiceServicer_to_server(servicer, server):
                     servicer.ListScheduleOccurrences,
                     request_deserializer=gnomon_dot_v1_dot_schedule__service__pb2.ListScheduleOccurrencesRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_schedule__service__pb2.ListScheduleOccurrencesResponse.SerializeToString,
+            ),
+            'SimulateOutage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SimulateOutage,
+                    request_deserializer=gnomon_dot_v1_dot_schedule__service__pb2.SimulateOutageRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_schedule__service__pb2.SimulateOutageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -558,6 +582,33 @@ class ScheduleService:
             '/gnomon.v1.ScheduleService/ListScheduleOccurrences',
             gnomon_dot_v1_dot_schedule__service__pb2.ListScheduleOccurrencesRequest.SerializeToString,
             gnomon_dot_v1_dot_schedule__service__pb2.ListScheduleOccurrencesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SimulateOutage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.ScheduleService/SimulateOutage',
+            gnomon_dot_v1_dot_schedule__service__pb2.SimulateOutageRequest.SerializeToString,
+            gnomon_dot_v1_dot_schedule__service__pb2.SimulateOutageResponse.FromString,
             options,
             channel_credentials,
             insecure,

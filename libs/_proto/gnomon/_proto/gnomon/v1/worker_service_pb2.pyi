@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from gnomon._proto.gnomon.v1 import failure_class_pb2 as _failure_class_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -17,14 +18,6 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_SUCCEEDED: _ClassVar[Outcome]
     OUTCOME_FAILED: _ClassVar[Outcome]
 
-class FailureClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    FAILURE_CLASS_UNSPECIFIED: _ClassVar[FailureClass]
-    FAILURE_CLASS_TRANSIENT: _ClassVar[FailureClass]
-    FAILURE_CLASS_THROTTLED: _ClassVar[FailureClass]
-    FAILURE_CLASS_PERMANENT: _ClassVar[FailureClass]
-    FAILURE_CLASS_AMBIGUOUS: _ClassVar[FailureClass]
-
 class AckKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     ACK_KIND_UNSPECIFIED: _ClassVar[AckKind]
@@ -36,11 +29,6 @@ class AckKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 OUTCOME_UNSPECIFIED: Outcome
 OUTCOME_SUCCEEDED: Outcome
 OUTCOME_FAILED: Outcome
-FAILURE_CLASS_UNSPECIFIED: FailureClass
-FAILURE_CLASS_TRANSIENT: FailureClass
-FAILURE_CLASS_THROTTLED: FailureClass
-FAILURE_CLASS_PERMANENT: FailureClass
-FAILURE_CLASS_AMBIGUOUS: FailureClass
 ACK_KIND_UNSPECIFIED: AckKind
 ACK_KIND_ACCEPT: AckKind
 ACK_KIND_HEARTBEAT: AckKind
@@ -135,10 +123,10 @@ class AttemptResult(_message.Message):
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     outcome: Outcome
-    failure_class: FailureClass
+    failure_class: _failure_class_pb2.FailureClass
     error: str
     retry_after: _duration_pb2.Duration
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., failure_class: _Optional[_Union[FailureClass, str]] = ..., error: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., failure_class: _Optional[_Union[_failure_class_pb2.FailureClass, str]] = ..., error: _Optional[str] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class AttemptResults(_message.Message):
     __slots__ = ("results",)

@@ -27,21 +27,48 @@ if _version_not_supported:
 
 
 class WorkerServiceStub:
-    """The worker lease protocol, served by every dispatcher.
+    """The worker lease protocol, served by every dispatcher (not by the API). The full specification
+    is docs/protocol.md in the repository that ships this file; these comments say the same in short.
 
-    One bidirectional stream per worker and dispatcher. The worker opens with `hello` (who it is,
-    which queues, how many attempts it can hold = credits). The dispatcher answers `welcome`, then
-    sends `assignments` (many per message) while the worker has credits. For each assignment the
-    worker sends `accepts` when it starts the handler, `heartbeats` while it runs (each renews the
-    lease of every listed attempt) and `results` when it is done; each carries the attempt's
-    (job, attempt, version, fencing token) and is answered in `acks`. The worker starts the handler
-    only after its accept is acknowledged ok. Accepts are idempotent for the same worker and token;
-    an accept whose version is
-    stale (the job was cancelled or re-dispatched) or a result under an old attempt or fencing
-    token is refused (`ok = false`, `reason` STALE_ATTEMPT / STALE_FENCING_TOKEN) and the worker
-    must drop the attempt. Completion is idempotent per (job, attempt, fencing token): repeating
-    the same result is acknowledged again. Every assignment, accept and result consumes/returns
-    one credit; `credits` messages add capacity.
+    Discovery: a worker needs only the API address. It calls ClusterService.ListDispatchers there,
+    opens one Lease stream to every dispatcher listed (jobs are sharded over them), and lists again
+    every 2 s to connect to new ones.
+
+    Sequence: the worker opens with `hello` (who it is, which queues, initial credits); the dispatcher
+    answers `welcome`, then sends `assignments` while the stream has credits. For each assignment the
+    worker sends `accepts` when it wants to start it, and starts the handler only after the accept is
+    acknowledged ok; then `heartbeats` while it runs and `results` when it is done. Each item carries
+    the attempt's AttemptRef (job, attempt, version, fencing token) exactly as assigned, and is
+    answered by one `Ack` of the matching kind once its write is committed (acks may be split over
+    several messages; match them by reference and kind).
+
+    Credits: `hello.credits` is the initial count; each assignment delivered consumes exactly one.
+    Nothing returns a credit implicitly: not results, releases, refused accepts or any ack. The worker
+    returns capacity only with `credits` messages, normally one credit each time an attempt leaves it
+    (result acknowledged, released, accept refused, lease lost and handler stopped); a duplicate
+    assignment of an attempt it already holds or finished also spent one, to give back at once.
+    A stream never holds more than 10000 unspent credits.
+
+    Heartbeats: on each stream, every min(welcome.heartbeat_interval, L / 3), L being the shortest
+    `Assignment.lease_duration` of the attempts running through that stream, one `heartbeats` message
+    lists all of them. A heartbeat renews a lease only before its recorded end: one that arrives
+    later is refused LEASE_EXPIRED and renews nothing.
+
+    Lease loss (a heartbeat refused LEASE_EXPIRED or STALE_ATTEMPT, or no renewal before the worker's
+    own monotonic deadline): cancel the handler, stop heartbeating, report no result, return the
+    credit once the handler stopped. Refusals: STALE_ATTEMPT / STALE_FENCING_TOKEN mean the attempt
+    is no longer the worker's (cancelled, re-dispatched, lost): drop it. Accepts are idempotent for
+    the same worker identity (principal and worker_id), token and version; completion is idempotent
+    per (job, attempt, fencing token).
+
+    Reconnect: when a stream ends, its delivered but unaccepted attempts go back to the dispatcher
+    (forget them); accepted ones stay the worker's: their heartbeats, checkpoints, results and
+    re-sent accepts are accepted by any dispatcher of the region from the identity that accepted
+    them, so carry them on another stream and re-send whatever was not acknowledged.
+
+    Cancellation: an ack of kind HEARTBEAT with `cancel_requested` (on a heartbeat's answer, or pushed
+    unprompted without a lease end) asks the handler to stop; report SUCCEEDED if the work completed
+    anyway, else FAILED (any class: the job ends CANCELLED, never retried).
     """
 
     def __init__(self, channel):
@@ -58,28 +85,57 @@ class WorkerServiceStub:
 
 
 class WorkerServiceServicer:
-    """The worker lease protocol, served by every dispatcher.
+    """The worker lease protocol, served by every dispatcher (not by the API). The full specification
+    is docs/protocol.md in the repository that ships this file; these comments say the same in short.
 
-    One bidirectional stream per worker and dispatcher. The worker opens with `hello` (who it is,
-    which queues, how many attempts it can hold = credits). The dispatcher answers `welcome`, then
-    sends `assignments` (many per message) while the worker has credits. For each assignment the
-    worker sends `accepts` when it starts the handler, `heartbeats` while it runs (each renews the
-    lease of every listed attempt) and `results` when it is done; each carries the attempt's
-    (job, attempt, version, fencing token) and is answered in `acks`. The worker starts the handler
-    only after its accept is acknowledged ok. Accepts are idempotent for the same worker and token;
-    an accept whose version is
-    stale (the job was cancelled or re-dispatched) or a result under an old attempt or fencing
-    token is refused (`ok = false`, `reason` STALE_ATTEMPT / STALE_FENCING_TOKEN) and the worker
-    must drop the attempt. Completion is idempotent per (job, attempt, fencing token): repeating
-    the same result is acknowledged again. Every assignment, accept and result consumes/returns
-    one credit; `credits` messages add capacity.
+    Discovery: a worker needs only the API address. It calls ClusterService.ListDispatchers there,
+    opens one Lease stream to every dispatcher listed (jobs are sharded over them), and lists again
+    every 2 s to connect to new ones.
+
+    Sequence: the worker opens with `hello` (who it is, which queues, initial credits); the dispatcher
+    answers `welcome`, then sends `assignments` while the stream has credits. For each assignment the
+    worker sends `accepts` when it wants to start it, and starts the handler only after the accept is
+    acknowledged ok; then `heartbeats` while it runs and `results` when it is done. Each item carries
+    the attempt's AttemptRef (job, attempt, version, fencing token) exactly as assigned, and is
+    answered by one `Ack` of the matching kind once its write is committed (acks may be split over
+    several messages; match them by reference and kind).
+
+    Credits: `hello.credits` is the initial count; each assignment delivered consumes exactly one.
+    Nothing returns a credit implicitly: not results, releases, refused accepts or any ack. The worker
+    returns capacity only with `credits` messages, normally one credit each time an attempt leaves it
+    (result acknowledged, released, accept refused, lease lost and handler stopped); a duplicate
+    assignment of an attempt it already holds or finished also spent one, to give back at once.
+    A stream never holds more than 10000 unspent credits.
+
+    Heartbeats: on each stream, every min(welcome.heartbeat_interval, L / 3), L being the shortest
+    `Assignment.lease_duration` of the attempts running through that stream, one `heartbeats` message
+    lists all of them. A heartbeat renews a lease only before its recorded end: one that arrives
+    later is refused LEASE_EXPIRED and renews nothing.
+
+    Lease loss (a heartbeat refused LEASE_EXPIRED or STALE_ATTEMPT, or no renewal before the worker's
+    own monotonic deadline): cancel the handler, stop heartbeating, report no result, return the
+    credit once the handler stopped. Refusals: STALE_ATTEMPT / STALE_FENCING_TOKEN mean the attempt
+    is no longer the worker's (cancelled, re-dispatched, lost): drop it. Accepts are idempotent for
+    the same worker identity (principal and worker_id), token and version; completion is idempotent
+    per (job, attempt, fencing token).
+
+    Reconnect: when a stream ends, its delivered but unaccepted attempts go back to the dispatcher
+    (forget them); accepted ones stay the worker's: their heartbeats, checkpoints, results and
+    re-sent accepts are accepted by any dispatcher of the region from the identity that accepted
+    them, so carry them on another stream and re-send whatever was not acknowledged.
+
+    Cancellation: an ack of kind HEARTBEAT with `cancel_requested` (on a heartbeat's answer, or pushed
+    unprompted without a lease end) asks the handler to stop; report SUCCEEDED if the work completed
+    anyway, else FAILED (any class: the job ends CANCELLED, never retried).
     """
 
     def Lease(self, request_iterator, context):
         """The lease stream. Errors: INVALID_ARGUMENT if the first message is not `hello` or names no
         queue; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED, with a RetryInfo) when the hello names more queues
         than the namespace's max_queues_per_hello or the namespace already has max_worker_streams
-        streams on this dispatcher; the stream ends with UNAVAILABLE when the dispatcher drains.
+        streams on this dispatcher; UNAVAILABLE (SHUTTING_DOWN) for a hello to a draining dispatcher.
+        A draining dispatcher ends every stream (usually with status OK): treat any end of the stream
+        as a disconnect and reconnect with backoff, to it or, once it is gone from ListDispatchers, not.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -102,21 +158,48 @@ def add_WorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
-    """The worker lease protocol, served by every dispatcher.
+    """The worker lease protocol, served by every dispatcher (not by the API). The full specification
+    is docs/protocol.md in the repository that ships this file; these comments say the same in short.
 
-    One bidirectional stream per worker and dispatcher. The worker opens with `hello` (who it is,
-    which queues, how many attempts it can hold = credits). The dispatcher answers `welcome`, then
-    sends `assignments` (many per message) while the worker has credits. For each assignment the
-    worker sends `accepts` when it starts the handler, `heartbeats` while it runs (each renews the
-    lease of every listed attempt) and `results` when it is done; each carries the attempt's
-    (job, attempt, version, fencing token) and is answered in `acks`. The worker starts the handler
-    only after its accept is acknowledged ok. Accepts are idempotent for the same worker and token;
-    an accept whose version is
-    stale (the job was cancelled or re-dispatched) or a result under an old attempt or fencing
-    token is refused (`ok = false`, `reason` STALE_ATTEMPT / STALE_FENCING_TOKEN) and the worker
-    must drop the attempt. Completion is idempotent per (job, attempt, fencing token): repeating
-    the same result is acknowledged again. Every assignment, accept and result consumes/returns
-    one credit; `credits` messages add capacity.
+    Discovery: a worker needs only the API address. It calls ClusterService.ListDispatchers there,
+    opens one Lease stream to every dispatcher listed (jobs are sharded over them), and lists again
+    every 2 s to connect to new ones.
+
+    Sequence: the worker opens with `hello` (who it is, which queues, initial credits); the dispatcher
+    answers `welcome`, then sends `assignments` while the stream has credits. For each assignment the
+    worker sends `accepts` when it wants to start it, and starts the handler only after the accept is
+    acknowledged ok; then `heartbeats` while it runs and `results` when it is done. Each item carries
+    the attempt's AttemptRef (job, attempt, version, fencing token) exactly as assigned, and is
+    answered by one `Ack` of the matching kind once its write is committed (acks may be split over
+    several messages; match them by reference and kind).
+
+    Credits: `hello.credits` is the initial count; each assignment delivered consumes exactly one.
+    Nothing returns a credit implicitly: not results, releases, refused accepts or any ack. The worker
+    returns capacity only with `credits` messages, normally one credit each time an attempt leaves it
+    (result acknowledged, released, accept refused, lease lost and handler stopped); a duplicate
+    assignment of an attempt it already holds or finished also spent one, to give back at once.
+    A stream never holds more than 10000 unspent credits.
+
+    Heartbeats: on each stream, every min(welcome.heartbeat_interval, L / 3), L being the shortest
+    `Assignment.lease_duration` of the attempts running through that stream, one `heartbeats` message
+    lists all of them. A heartbeat renews a lease only before its recorded end: one that arrives
+    later is refused LEASE_EXPIRED and renews nothing.
+
+    Lease loss (a heartbeat refused LEASE_EXPIRED or STALE_ATTEMPT, or no renewal before the worker's
+    own monotonic deadline): cancel the handler, stop heartbeating, report no result, return the
+    credit once the handler stopped. Refusals: STALE_ATTEMPT / STALE_FENCING_TOKEN mean the attempt
+    is no longer the worker's (cancelled, re-dispatched, lost): drop it. Accepts are idempotent for
+    the same worker identity (principal and worker_id), token and version; completion is idempotent
+    per (job, attempt, fencing token).
+
+    Reconnect: when a stream ends, its delivered but unaccepted attempts go back to the dispatcher
+    (forget them); accepted ones stay the worker's: their heartbeats, checkpoints, results and
+    re-sent accepts are accepted by any dispatcher of the region from the identity that accepted
+    them, so carry them on another stream and re-send whatever was not acknowledged.
+
+    Cancellation: an ack of kind HEARTBEAT with `cancel_requested` (on a heartbeat's answer, or pushed
+    unprompted without a lease end) asks the handler to stop; report SUCCEEDED if the work completed
+    anyway, else FAILED (any class: the job ends CANCELLED, never retried).
     """
 
     @staticmethod
