@@ -8,7 +8,6 @@ the dispatcher and reaper call them; the checkpoint path goes through the dispat
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -177,7 +176,11 @@ async def test_history_pages_and_rejects_foreign_tokens(engine, api):
     [
         ("namespaces/default/jobs/not-a-uuid", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD"),
         ("jobs/123", grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD"),
-        (f"namespaces/default/jobs/{uuid.uuid4()}", grpc.StatusCode.NOT_FOUND, "JOB_NOT_FOUND"),
+        (
+            "namespaces/default/jobs/3c766b39-f6fb-4492-97f6-8e7e041e4db9",
+            grpc.StatusCode.NOT_FOUND,
+            "JOB_NOT_FOUND",
+        ),
     ],
 )
 async def test_history_bad_parent(api, parent, code, why):

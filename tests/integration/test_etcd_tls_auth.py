@@ -73,6 +73,26 @@ def _enable_auth(endpoint: str, ca: str) -> None:
         auth.AuthEnable(rpc_pb2.AuthEnableRequest(), timeout=10)
 
 
+async def test_tls_to_several_endpoints_needs_one_server_name(tls_etcd) -> None:
+    """Several endpoints become one gRPC target (``ipv4:a,b``) whose certificate check would take
+    the whole list as one host name and refuse every member: without GNOMON_ETCD_TLS_SERVER_NAME the
+    client refuses to start; with a name the certificates carry (``localhost``) it works. (Runs
+    before the test below turns auth on.)"""
+    endpoint, ca = tls_etcd
+    two = f"{endpoint},{endpoint}"  # the same member twice: two addresses for the balancer
+    with pytest.raises(ValueError, match="GNOMON_ETCD_TLS_SERVER_NAME"):
+        EtcdClient.from_settings(EtcdSettings(endpoints=two, ca_file=ca))
+    named = EtcdSettings(endpoints=two, ca_file=ca, tls_server_name="localhost")
+    async with EtcdClient.from_settings(named, timeout=2) as c:
+        await _until_up(c)
+        await c.put(b"/t/several", b"ok")
+        assert (await c.get(b"/t/several")).value == b"ok"  # type: ignore[union-attr]
+    wrong = EtcdSettings(endpoints=two, ca_file=ca, tls_server_name="not-in-the-certificate")
+    async with EtcdClient.from_settings(wrong, timeout=2) as c:
+        with pytest.raises(EtcdError):
+            await c.get(b"/t/several")
+
+
 async def test_tls_then_an_etcd_user(tls_etcd) -> None:
     endpoint, ca = tls_etcd
     async with EtcdClient.from_settings(EtcdSettings(endpoints=endpoint, ca_file=ca), timeout=2) as tls_only:

@@ -1,7 +1,7 @@
 """Long jobs through real processes: renewable leases and progress checkpoints
 (docs/api.md#progress-checkpoints).
 
-* A job with a 2 s lease runs for 60 s and survives on heartbeats alone: one attempt, SUCCEEDED.
+* A job with a 2 s lease runs for 30 s (fifteen leases) and survives on heartbeats alone: one attempt, SUCCEEDED.
 * A worker that stops heartbeating (SIGSTOP for longer than lease + reaper skew margin, then
   SIGCONT) loses its attempts: the reaper marks attempt 1 LOST by the database clock; after SIGCONT
   the SDK finds its local lease gone, cancels the handler (reason ``lease_lost``) and drops the
@@ -50,12 +50,12 @@ def job_id(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def long_job(suite):
-    """A 60 s job (2 s lease) on its own worker, started before the pause test below so that the two
+    """A 30 s job (2 s lease: fifteen leases long) on its own worker, started before the pause test below so that the two
     overlap (the pause stops another worker process; this one must not notice)."""
     record = os.path.join(suite.work_dir, "long.txt")
     suite.start_worker(["long"], HANDLER, concurrency=2, env=worker_env(record))
     with Client(api=suite.api_address) as c:
-        job = c.create_job("long", {"steps": 120, "step_s": 0.5}, lease_duration=LEASE_S, idempotent=False)
+        job = c.create_job("long", {"steps": 60, "step_s": 0.5}, lease_duration=LEASE_S, idempotent=False)
     return job.name, record
 
 
@@ -142,7 +142,7 @@ def test_worker_paused_past_its_lease_loses_the_attempt_and_drops_it_without_a_r
 def test_a_job_longer_than_its_lease_survives_on_heartbeats(suite, long_job):
     name, record = long_job
     with Client(api=suite.api_address) as c:
-        done = wait_for(lambda: (j := c.get_job(name)).terminal and j, 150, "the 60 s job to finish", 0.2)
+        done = wait_for(lambda: (j := c.get_job(name)).terminal and j, 150, "the 30 s job to finish", 0.2)
         history = c.list_job_attempts(name)
     assert (done.state, done.attempt) == ("SUCCEEDED", 1)
     assert [(a.attempt, a.state) for a in history] == [(1, "SUCCEEDED")]
@@ -151,8 +151,8 @@ def test_a_job_longer_than_its_lease_survives_on_heartbeats(suite, long_job):
         "SELECT extract(epoch FROM finished_at - started_at), checkpoint FROM jobs WHERE id = %s",
         job_id(name),
     )
-    assert ran_s >= 60  # thirty leases long, by the database clock
+    assert ran_s >= 30  # fifteen leases long, by the database clock
     # checkpoints were saved all along (the last one or two may not travel: they ride on heartbeats)
-    assert json.loads(bytes(checkpoint))["done"] >= 115
+    assert json.loads(bytes(checkpoint))["done"] >= 55
     recs = [r for r in records(record) if r[1] == name]
     assert [r[0] for r in recs if r[0] != "step"] == ["start", "done"]  # never cancelled, never restarted

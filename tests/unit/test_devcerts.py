@@ -72,3 +72,56 @@ def test_existing_files_are_reused_and_reissued_for_a_new_ca(tmp_path):
     devcerts.ensure_server_cert(d)
     assert Path(first.cert_file).read_bytes() != before
     _cert(first.cert_file).verify_directly_issued_by(_cert(os.path.join(d, "ca.pem")))
+
+
+def test_server_certificate_with_extra_names_is_reissued_when_they_change(tmp_path):
+    d = str(tmp_path)
+    first = devcerts.ensure_server_cert(
+        d, ["api", "*.gnomon-dispatcher.gnomon.svc.cluster.local", "172.30.0.11"]
+    )
+    sans = _cert(first.cert_file).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == [
+        "localhost",
+        "api",
+        "*.gnomon-dispatcher.gnomon.svc.cluster.local",
+    ]
+    assert ipaddress.ip_address("172.30.0.11") in sans.get_values_for_type(x509.IPAddress)
+    serial = _cert(first.cert_file).serial_number
+    assert (
+        _cert(
+            devcerts.ensure_server_cert(
+                d, ["api", "*.gnomon-dispatcher.gnomon.svc.cluster.local", "172.30.0.11"]
+            ).cert_file
+        ).serial_number
+        == serial
+    )  # same names: reused
+    again = _cert(devcerts.ensure_server_cert(d, ["api"]).cert_file)
+    assert again.serial_number != serial
+    assert again.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName
+    ) == ["localhost", "api"]
+    with pytest.raises(ValueError, match="not an IP address nor a DNS name"):
+        devcerts.ensure_server_cert(d, ["bad name"])
+
+
+def test_gnomon_dev_certs_makes_what_a_deployment_mounts(tmp_path):
+    from typer.testing import CliRunner
+
+    from gnomon.cli.main import app
+
+    d = str(tmp_path / "tls")
+    r = CliRunner().invoke(app, ["dev", "certs", d, "--san", "api", "--san", "dispatcher-1"])
+    assert r.exit_code == 0, r.output
+    names = ("ca.pem", "server.pem", "server-key.pem", "service.token")
+    assert r.output.split() == [os.path.join(d, n) for n in names]
+    sans = _cert(os.path.join(d, "server.pem")).extensions.get_extension_for_class(
+        x509.SubjectAlternativeName
+    )
+    assert {"api", "dispatcher-1", "localhost"} == set(sans.value.get_values_for_type(x509.DNSName))
+    token = Path(d, "service.token").read_text()
+    assert (
+        CliRunner().invoke(app, ["dev", "certs", d, "--san", "api", "--san", "dispatcher-1"]).exit_code == 0
+    )
+    assert Path(d, "service.token").read_text() == token  # kept
+    bad = CliRunner().invoke(app, ["dev", "certs", d, "--san", "not a name"])
+    assert bad.exit_code == 2 and "not an IP address nor a DNS name" in bad.output

@@ -93,7 +93,7 @@ def test_max_attempts_default_is_3():
 
 
 @pytest.mark.parametrize(
-    "rid", ["abc", "1234", str(uuid.uuid4()).replace("-", ""), "{" + str(uuid.uuid4()) + "}"]
+    "rid", ["abc", "1234", "efd06d11c0534819ab39b692a5c60a89", "{198df6a8-cc84-4cac-9626-bc9b49834e6a}"]
 )
 def test_malformed_request_id(rid):
     assert fields(js.CreateJobRequest(queue="q", request_id=rid)) == ["request_id"]

@@ -34,6 +34,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
+from gnomon.cli.dev_certs import certs
 from gnomon.common.config import DesktopSettings
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ app = typer.Typer(
     invoke_without_command=True,
     no_args_is_help=False,
 )
+
+app.command("certs")(certs)
 
 STATUS_FILE = "status.json"
 STARTING_FILE = "status.starting.json"

@@ -12,6 +12,7 @@ from gnomon.cli import auth as auth_cmd
 from gnomon.cli import cluster as cluster_cmd
 from gnomon.cli import dev as dev_cmd
 from gnomon.cli import dlq as dlq_cmd
+from gnomon.cli import health as health_cmd
 from gnomon.cli import jobs as jobs_cmd
 from gnomon.cli import queues as queues_cmd
 from gnomon.cli import schedules as schedules_cmd
@@ -28,6 +29,7 @@ app.add_typer(dev_cmd.app, name="dev")
 app.add_typer(auth_cmd.app, name="auth")
 app.command("shards")(cluster_cmd.shards)
 app.command("worker")(worker_cmd.worker)
+app.command("health")(health_cmd.health)
 
 DB = typer.Option(
     None,

@@ -63,6 +63,11 @@ class EtcdSettings(BaseSettings):
     username: str = Field(default="", description="etcd user (etcd auth enabled); needs TLS and a password.")
     password: str = Field(default="", description="Password of username (or password_file).")
     password_file: str = Field(default="", description="File holding the password of username.")
+    tls_server_name: str = Field(
+        default="",
+        description="Name checked against every etcd member's certificate instead of the endpoint's "
+        "host; required with TLS and several endpoints (put this name in every member's certificate).",
+    )
 
     @property
     def endpoint_list(self) -> list[str]:

@@ -4,7 +4,8 @@ PEM files in one directory (what ``gnomon dev`` and the tests serve with; never 
 Layout of ``directory`` (keys are written 0600, certificates 0644)::
 
     ca.pem, ca-key.pem                 the CA: EC P-256, valid 10 years, path length 0
-    server.pem, server-key.pem         signed by the CA: SANs 127.0.0.1, ::1, localhost; valid 1 year
+    server.pem, server-key.pem         signed by the CA: SANs 127.0.0.1, ::1, localhost (and any
+                                       extra names asked for); valid 1 year
     client-<cn>.pem, client-<cn>-key.pem   signed by the CA, subject CN ``<cn>`` (mTLS), valid 1 year
 
 Every function is idempotent: files that exist are reused (a certificate is re-issued only when it is
@@ -17,6 +18,7 @@ import datetime as dt
 import ipaddress
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -32,6 +34,10 @@ LEAF_DAYS = 365
 RENEW_BEFORE = dt.timedelta(days=7)
 SERVER_SANS = ("127.0.0.1", "::1", "localhost")
 _CN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+#: A DNS name for a SAN: labels of letters, digits and '-', the first one possibly '*'.
+_DNS = re.compile(
+    r"^(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"
+)
 
 
 @dataclass(frozen=True)
@@ -173,13 +179,34 @@ def _issue(
     return pair
 
 
-def ensure_server_cert(directory: str) -> CertPair:
-    """The loopback server certificate in ``directory`` (``server.pem``, ``server-key.pem``; SANs
-    :data:`SERVER_SANS`), signed by :func:`ensure_ca`'s CA; issued if missing, expiring or signed by
-    another CA. Raises ``OSError`` if it cannot be written."""
+def _general_name(san: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(san))
+    except ValueError:
+        pass
+    if not _DNS.match(san):
+        raise ValueError(f"subject alternative name {san!r}: not an IP address nor a DNS name")
+    return x509.DNSName(san)
+
+
+def _sans_of(cert: x509.Certificate) -> set[x509.GeneralName]:
+    try:
+        return set(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value)
+    except x509.ExtensionNotFound:
+        return set()
+
+
+def ensure_server_cert(directory: str, extra_sans: Sequence[str] = ()) -> CertPair:
+    """The server certificate in ``directory`` (``server.pem``, ``server-key.pem``; SANs
+    :data:`SERVER_SANS` plus ``extra_sans``, each an IP address or a DNS name such as
+    ``api`` or ``*.gnomon-dispatcher.gnomon.svc.cluster.local``), signed by :func:`ensure_ca`'s CA;
+    issued if missing, expiring, signed by another CA or carrying other SANs. Raises ``ValueError``
+    for a malformed name, ``OSError`` if it cannot be written."""
     pair = CertPair(os.path.join(directory, "server.pem"), os.path.join(directory, "server-key.pem"))
-    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    sans += [x509.IPAddress(ipaddress.ip_address("::1")), x509.DNSName("localhost")]
+    sans = list(dict.fromkeys(_general_name(n) for n in (*SERVER_SANS, *extra_sans)))
+    have = _load(pair)
+    if have is not None and _sans_of(have[0]) != set(sans):
+        os.remove(pair.cert_file)  # other names: issue it anew
     return _issue(directory, pair, "localhost", sans, ExtendedKeyUsageOID.SERVER_AUTH)
 
 

@@ -115,6 +115,23 @@ EXPIRED_JOBS = _METER.create_counter(
     "gnomon_expired_jobs", description="Jobs that passed their deadline undispatched."
 )
 
+# --- dispatcher (results) and reaper (lost leases) ---------------------------------------------------
+
+DEAD_LETTERS = _METER.create_counter(
+    "gnomon_dead_letters",
+    description="Jobs that became dead letters (DEAD), counted after the transaction that made them so "
+    "committed: by the dispatcher applying a failed result, by the reaper for a lost lease.",
+)
+# attrs: namespace, queue, failure_class
+
+
+def count_dead_letters(dead: Iterable[tuple[str, str, str]]) -> None:
+    """Adds each ``(namespace, queue, failure_class)`` of ``dead`` (jobs a committed transaction made
+    DEAD) to ``gnomon_dead_letters_total``."""
+    for namespace, queue, failure_class in dead:
+        DEAD_LETTERS.add(1, {"namespace": namespace, "queue": queue, "failure_class": failure_class})
+
+
 for _c in (FENCED_WRITES, EXPIRED_JOBS):
     _c.add(0)
 
@@ -124,6 +141,40 @@ for _c in (FENCED_WRITES, EXPIRED_JOBS):
 _in_flight_source: Callable[[], int] | None = None
 #: (namespace, queue) -> (due jobs, oldest due age s); written by :class:`BacklogSampler`.
 _backlog: dict[tuple[str, str], tuple[int, float]] = {}
+
+
+#: The planner's last look at its backlog: (earliest plan_at as epoch s, database clock minus local
+#: clock at that look, s), or None before its first look / when nothing is to be planned.
+_planner_due: tuple[float, float] | None = None
+_planner_seen = False
+
+
+def set_planner_due(earliest_plan_at: float | None, db_clock_offset_s: float) -> None:
+    """Records what the planner saw on its last round: the earliest ``plan_at`` of the schedules it
+    plans (epoch seconds, None when no schedule is to be planned) and the database clock minus this
+    process's clock (seconds), for ``gnomon_planner_lag_seconds``."""
+    global _planner_due, _planner_seen
+    _planner_seen = True
+    _planner_due = None if earliest_plan_at is None else (earliest_plan_at, db_clock_offset_s)
+
+
+def planner_lag_s(now: float | None = None) -> float | None:
+    """How long the earliest schedule due for planning has been waiting, seconds (database clock,
+    estimated from this process's clock since the planner's last round, so a planner stuck in a step
+    shows a growing lag); 0 when nothing is due; None before the planner's first round.
+    ``now`` (epoch s) replaces this process's clock (tests)."""
+    if not _planner_seen:
+        return None
+    if _planner_due is None:
+        return 0.0
+    earliest, offset = _planner_due
+    db_now = (time.time() if now is None else now) + offset
+    return max(0.0, db_now - earliest)
+
+
+def _observe_planner_lag(_: CallbackOptions) -> Iterable[Observation]:
+    lag = planner_lag_s()
+    return [] if lag is None else [Observation(lag)]
 
 
 def set_in_flight_source(fn: Callable[[], int] | None) -> None:
@@ -161,6 +212,13 @@ QUEUE_DEPTH = _METER.create_observable_gauge(
     callbacks=[_observe_depth],
     description="SCHEDULED jobs already due (not dispatched) per queue served by this dispatcher's workers; "
     "counted up to 100000; sampled every GNOMON_METRICS_BACKLOG_INTERVAL_S.",
+)
+PLANNER_LAG = _METER.create_observable_gauge(
+    "gnomon_planner_lag_seconds",
+    unit="s",
+    callbacks=[_observe_planner_lag],
+    description="How long the earliest schedule due for planning (plan_at) has waited, as of the scrape "
+    "(0 when none is due); exported by planners from their first round on.",
 )
 OLDEST_DUE_AGE = _METER.create_observable_gauge(
     "gnomon_queue_oldest_due_age_seconds",

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gnomon.common import metrics
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import GnomonError
 from gnomon.common.storage import checkpoints as checkpoint_store
@@ -205,11 +206,16 @@ class WriteBatcher:
                 conn, [op.item for op in by_kind.get("checkpoint", [])]
             )
             # retry or DEAD, and the retry delay, follow each job's retry policy (see result_store.complete)
-            out["result"] = await result_store.complete(conn, [op.item for op in by_kind.get("result", [])])
+            dead: list[tuple[str, str, str]] = []  # fresh on every try of the transaction
+            out["result"] = await result_store.complete(
+                conn, [op.item for op in by_kind.get("result", [])], dead=dead
+            )
+            out["dead"] = dead
             return out
 
         t0 = time.perf_counter()
         out = await run_transaction(self.engine, tx)
+        metrics.count_dead_letters(out["dead"])  # committed: count the jobs it made DEAD
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "flushed %s in %.1f ms",

@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gnomon.common import metrics
 from gnomon.common.config import PlannerSettings
 from gnomon.common.errors import Unavailable
 from gnomon.common.scheduling.misfire import Carry
@@ -239,5 +241,6 @@ class Planner:
             return await db_now(conn), await store.next_plan_at(conn, regions=await self.served(conn))
 
         now, nxt = await run_transaction(self.engine, probe)
+        metrics.set_planner_due(None if nxt is None else nxt.timestamp(), now.timestamp() - time.time())
         sleep = s.max_idle_poll_s if nxt is None else (nxt - now).total_seconds()
         return max(0.0, min(sleep, s.max_idle_poll_s, s.buffer_poll_s))

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common import metrics
 from gnomon.common.config import ReaperSettings
+from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import Unavailable
 from gnomon.common.storage import reaping
@@ -64,6 +65,9 @@ class Sweeper:
         for r in reaped:
             log.info("attempt %d of job %s lost its lease -> %s", r.attempt, r.job_id, r.new_state)
             metrics.LEASES_LOST.add(1, {"outcome": r.new_state})
+        metrics.count_dead_letters(
+            (r.namespace, r.queue, FailureClass.AMBIGUOUS) for r in reaped if r.new_state == JobState.DEAD
+        )
         self.counters.lost_leases += len(reaped)
         self.counters.retried += sum(r.new_state == JobState.SCHEDULED for r in reaped)
         self.counters.dead += sum(r.new_state == JobState.DEAD for r in reaped)

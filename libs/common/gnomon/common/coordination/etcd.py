@@ -103,10 +103,13 @@ class EtcdClient:
         timeout: float = 5.0,
         credentials: grpc.ChannelCredentials | None = None,
         token: TokenPlugin | None = None,
+        server_name: str = "",
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be > 0 seconds")
         self._target, self._options = _target(list(endpoints))
+        if server_name:
+            self._options.append(("grpc.ssl_target_name_override", server_name))
         self.endpoints: tuple[str, ...] = tuple(endpoints)
         #: gRPC deadline (seconds) applied to each call.
         self.timeout: float = timeout
@@ -122,9 +125,23 @@ class EtcdClient:
     @classmethod
     def from_settings(cls, settings: EtcdSettings, *, timeout: float = 5.0) -> EtcdClient:
         """A client of ``settings.endpoints`` with TLS and user as ``GNOMON_ETCD_*`` say. Raises
-        ``ValueError``/``OSError`` as :func:`~gnomon.common.coordination.etcd_auth.etcd_credentials`."""
+        ``ValueError``/``OSError`` as :func:`~gnomon.common.coordination.etcd_auth.etcd_credentials`,
+        and ``ValueError`` for TLS with several endpoints and no ``GNOMON_ETCD_TLS_SERVER_NAME``
+        (gRPC would check the certificates against the whole address list as one name and refuse
+        every member)."""
         credentials, token = etcd_credentials(settings)
-        return cls(settings.endpoint_list, timeout=timeout, credentials=credentials, token=token)
+        if credentials is not None and len(settings.endpoint_list) > 1 and not settings.tls_server_name:
+            raise ValueError(
+                "TLS to several etcd endpoints needs GNOMON_ETCD_TLS_SERVER_NAME: a name every member's "
+                "certificate carries (or give one DNS name that resolves to every member)"
+            )
+        return cls(
+            settings.endpoint_list,
+            timeout=timeout,
+            credentials=credentials,
+            token=token,
+            server_name=settings.tls_server_name,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -41,8 +41,11 @@ class TokenPlugin(grpc.AuthMetadataPlugin):
         username: str,
         password: str,
         token_ttl_s: float = 240.0,
+        server_name: str = "",
     ) -> None:
+        """``server_name``: checked against etcd's certificate instead of ``target``'s host."""
         self.target, self.tls, self.username, self.password = target, tls, username, password
+        self.options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
         self.token_ttl_s = token_ttl_s
         self._token: str | None = None
         self._expires = 0.0
@@ -53,7 +56,7 @@ class TokenPlugin(grpc.AuthMetadataPlugin):
         ``grpc.RpcError`` when etcd refuses or cannot be reached."""
         with self._lock:
             if self._token is None or time.monotonic() >= self._expires:
-                with grpc.secure_channel(self.target, self.tls) as channel:
+                with grpc.secure_channel(self.target, self.tls, options=self.options) as channel:
                     stub: Any = rpc_pb2_grpc.AuthStub(channel)  # type: ignore[no-untyped-call]
                     resp = stub.Authenticate(
                         rpc_pb2.AuthenticateRequest(name=self.username, password=self.password),
@@ -103,7 +106,9 @@ def etcd_credentials(
     password = _read(s.password_file).decode().strip() if s.password_file else s.password
     if not password:
         raise ValueError("GNOMON_ETCD_USERNAME needs GNOMON_ETCD_PASSWORD or GNOMON_ETCD_PASSWORD_FILE")
-    plugin = TokenPlugin(target or s.endpoint_list[0], tls, s.username, password)
+    plugin = TokenPlugin(
+        target or s.endpoint_list[0], tls, s.username, password, server_name=s.tls_server_name
+    )
     return grpc.composite_channel_credentials(
         tls, grpc.metadata_call_credentials(plugin, name="etcd-token")
     ), plugin

@@ -110,11 +110,13 @@ class Result:
 @dataclass(frozen=True)
 class Reaped:
     """What happened to one job whose running attempt the reaper found lost: ``new_state`` is
-    SCHEDULED (retry), DEAD or CANCELLED."""
+    SCHEDULED (retry), DEAD or CANCELLED; ``namespace`` and ``queue`` are the job's."""
 
     job_id: uuid.UUID
     attempt: int
     new_state: JobState
+    namespace: str = ""
+    queue: str = ""
 
     @property
     def id(self) -> AttemptId:

@@ -142,8 +142,8 @@ async def reap_lost_leases(
             delay_override_s=None if retry_delay_s is None else retry_delay_s(attempt),
         )
         stmt = fail_job_stmt(job_id, attempt, outcome, failure_class=FailureClass.AMBIGUOUS, error=error)
-        state = (await conn.execute(stmt)).scalar_one()
-        out.append(Reaped(job_id, attempt, JobState(state)))
+        state, namespace, queue = (await conn.execute(stmt)).one()
+        out.append(Reaped(job_id, attempt, JobState(state), namespace, queue))
     return out
 
 

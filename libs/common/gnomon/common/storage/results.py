@@ -127,7 +127,7 @@ def fail_job_stmt(
     it: then CANCELLED (``finished_at = now()``, ``scheduled_at`` kept), whatever ``outcome`` says.
     This ``CASE`` is the only place the cancel rule is coded (the pure judgement does not take a
     cancellation into account); the database evaluates it under the row lock the UPDATE holds.
-    Returns the state written."""
+    Returns the state written, the job's namespace and queue."""
     cancelled = jobs.c.cancel_requested_at.is_not(None)
     on_cancel = JobState.CANCELLED  # a cancel request wins over every outcome
     values: dict[str, Any] = dict(
@@ -148,7 +148,7 @@ def fail_job_stmt(
         update(jobs)
         .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == JobState.RUNNING)
         .values(**values)
-        .returning(jobs.c.state)
+        .returning(jobs.c.state, jobs.c.namespace, jobs.c.queue)
     )
 
 
@@ -196,6 +196,7 @@ async def complete(
     results: list[Result],
     *,
     retry_delay_s: Callable[[Result, int], float] | None = None,
+    dead: list[tuple[str, str, str]] | None = None,
 ) -> dict[AttemptId, str]:
     """Applies results; returns ``(job_id, attempt) -> ""`` when applied (or already applied with the
     same token: completion is idempotent per (job, attempt, token)) or the refusal reason
@@ -206,6 +207,8 @@ async def complete(
     attempts left, ``max_age`` since ``first_dispatched_at``) decides: the job goes back to SCHEDULED
     at ``now() + delay`` (jittered backoff, or a THROTTLED ``retry_after``), else -> DEAD.
     ``retry_delay_s(result, attempt)`` (seconds), when given, replaces the policy's delay (tests).
+    ``dead``, when given, gets ``(namespace, queue, failure_class)`` of each job made DEAD (for
+    ``gnomon_dead_letters_total``, counted by the caller once the transaction committed).
 
     After a cancellation request (``jobs.cancel_requested_at`` set, see
     :func:`gnomon.common.storage.cancel.cancel_job`) there is no retry: a success is still
@@ -240,9 +243,15 @@ async def complete(
                 outcome = judge(j, k.attempt, r.failure_class, r.error, retry_after_s=r.retry_after_s)
                 if outcome.retry and retry_delay_s is not None:
                     outcome = AfterFailure(outcome.state, retry_delay_s(r, k.attempt), outcome.reason)
-                await conn.execute(
-                    fail_job_stmt(k.job_id, k.attempt, outcome, failure_class=r.failure_class, error=r.error)
-                )
+                written = (
+                    await conn.execute(
+                        fail_job_stmt(
+                            k.job_id, k.attempt, outcome, failure_class=r.failure_class, error=r.error
+                        )
+                    )
+                ).first()  # None: the job moved on meanwhile (nothing written, as before)
+                if dead is not None and written is not None and written[0] == JobState.DEAD:
+                    dead.append((written[1], written[2], r.failure_class))
         applied.update(got)
     out: dict[AttemptId, str] = {k: "" for k in by_key if k in applied}
     missing = [k for k in by_key if k not in applied]
