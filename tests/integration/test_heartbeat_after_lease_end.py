@@ -89,6 +89,11 @@ def test_a_heartbeat_after_the_lease_end_is_lease_expired_and_renews_nothing(sui
         assert not ack.HasField("lease_expire_time")
         after = lease_row(suite, job.name)
         assert after == before  # still RUNNING (the reaper's margin), the lease end unchanged
+        # nor does a re-sent accept (as after a reconnect) answer ok on the ended lease
+        s.send(accepts=wpb.AttemptRefs(attempts=[a.attempt]))
+        [ack] = s.next("acks").acks.acks
+        assert (ack.kind, ack.ok, ack.reason) == (wpb.ACK_KIND_ACCEPT, False, "STALE_ATTEMPT")
+        assert lease_row(suite, job.name) == before
         # a heartbeat for an attempt the worker does not hold is stale, not expired
         other = wpb.AttemptRef(job=a.attempt.job, attempt=a.attempt.attempt, version=a.attempt.version + 7)
         other.fencing_token = a.attempt.fencing_token

@@ -111,13 +111,16 @@ ACCEPT_AGAIN = named(
     "ACCEPT_AGAIN",
     """The attempts ``(v_job_id, v_attempt, v_token, v_version)`` (arrays) already RUNNING for worker
     ``p_worker_id`` of principal ``p_owner`` (NULL: any) under that token and version (a re-sent
-    accept): ``(job_id, attempt, lease_expires_at)``.""",
+    accept) whose lease has not ended (database clock): ``(job_id, attempt, lease_expires_at)``. After
+    the lease end a re-sent accept is refused: its ok would tell the worker to (re)start a handler on
+    a lease that is already lost.""",
     select(attempts.c.job_id, attempts.c.attempt, attempts.c.lease_expires_at).where(
         attempts.c.job_id == _V4.c.job_id,
         attempts.c.attempt == _V4.c.attempt,
         attempts.c.token == _V4.c.token,
         attempts.c.version == _V4.c.version,
         attempts.c.state == AttemptState.RUNNING,
+        attempts.c.lease_expires_at > func.now(),
         attempts.c.worker_id == bindparam("p_worker_id"),
         or_(
             bindparam("p_owner", type_=String).is_(None),
