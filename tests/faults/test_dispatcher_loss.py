@@ -48,7 +48,8 @@ def _attempts(url: str, ids: list[str]) -> list[tuple]:
 
 @pytest.mark.parametrize(
     "restart,lease_s,lang",
-    [(False, 5, "python"), (True, 3, "python"), (False, 5, "ts"), (True, 3, "ts")],
+    # the TypeScript worker in the harder case only (its dispatcher never comes back), for CI time
+    [(False, 5, "python"), (True, 3, "python"), (False, 5, "ts")],
 )
 def test_running_attempts_survive_the_loss_of_their_dispatcher(
     pg_server, migrated_template, tmp_path, restart, lease_s, lang
