@@ -5,6 +5,8 @@ acks a ``WorkerServicer`` session receives (driven without a gRPC stream)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from sqlalchemy import select
 
@@ -14,7 +16,9 @@ from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon.dispatcher.sessions import WorkerSession
+from gnomon.dispatcher.servicer import WorkerServicer
+from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
+from gnomon.dispatcher.writes import WriteBatcher
 from gnomon_test_support import new_job_spec
 
 #: The fencing token shard 0 is owned under in these tests (``own_shards(engine, TOKEN)``).
@@ -67,3 +71,25 @@ async def state_of(engine, jid) -> tuple[str, str, str | None, str | None]:
             )
         ).one()
     return j, a.state, a.owner, a.worker_id
+
+
+@asynccontextmanager
+async def dispatcher_parts(engine) -> AsyncIterator[tuple[SessionRegistry, WorkerServicer]]:
+    """A dispatcher's stream side without gRPC: a ``SessionRegistry`` and a ``WorkerServicer``
+    (dispatcher ``disp-A``, region ``local``) over a running ``WriteBatcher`` on ``engine``, stopped
+    on exit."""
+    writes = WriteBatcher(engine, max_batch=100, flushers=1)
+    writes.start()
+    registry = SessionRegistry()
+    servicer = WorkerServicer(
+        registry,
+        writes,
+        dispatcher_id="disp-A",
+        region="local",
+        heartbeat_interval_s=1,
+        on_credits=lambda: None,
+    )
+    try:
+        yield registry, servicer
+    finally:
+        await writes.stop()

@@ -14,10 +14,8 @@ import pytest
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon.dispatcher.relay import Relay
-from gnomon.dispatcher.servicer import WorkerServicer
-from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
-from gnomon.dispatcher.writes import WriteBatcher
-from gnomon_attempt_support import TOKEN, claim, new_job, one, state_of
+from gnomon.dispatcher.sessions import WorkerSession
+from gnomon_attempt_support import TOKEN, claim, dispatcher_parts, new_job, one, state_of
 
 pytestmark = pytest.mark.usefixtures("engine")
 
@@ -45,30 +43,17 @@ async def engine(engine):
 
 @pytest.fixture
 async def parts(engine):
-    writes = WriteBatcher(engine, max_batch=100, flushers=1)
-    writes.start()
-    registry = SessionRegistry()
-    servicer = WorkerServicer(
-        registry,
-        writes,
-        dispatcher_id="disp-A",
-        region="local",
-        heartbeat_interval_s=1,
-        on_credits=lambda: None,
-    )
-    relay = Relay(
-        engine,
-        registry,
-        OwnedShard(),
-        region="local",
-        interval_s=0.001,
-        batch=100,
-        accept_timeout_s=TIMEOUT_S,
-    )
-    try:
+    async with dispatcher_parts(engine) as (registry, servicer):
+        relay = Relay(
+            engine,
+            registry,
+            OwnedShard(),
+            region="local",
+            interval_s=0.001,
+            batch=100,
+            accept_timeout_s=TIMEOUT_S,
+        )
         yield registry, servicer, relay
-    finally:
-        await writes.stop()
 
 
 def assignments(s: WorkerSession) -> list[wpb.Assignment]:

@@ -9,10 +9,7 @@ from __future__ import annotations
 import pytest
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
-from gnomon.dispatcher.servicer import WorkerServicer
-from gnomon.dispatcher.sessions import SessionRegistry
-from gnomon.dispatcher.writes import WriteBatcher
-from gnomon_attempt_support import TOKEN, claim, new_job, one, state_of
+from gnomon_attempt_support import TOKEN, claim, dispatcher_parts, new_job, one, state_of
 
 pytestmark = pytest.mark.usefixtures("engine")
 
@@ -27,21 +24,8 @@ async def engine(engine):
 
 @pytest.fixture
 async def dispatcher(engine):
-    writes = WriteBatcher(engine, max_batch=100, flushers=1)
-    writes.start()
-    registry = SessionRegistry()
-    servicer = WorkerServicer(
-        registry,
-        writes,
-        dispatcher_id="disp-A",
-        region="local",
-        heartbeat_interval_s=1,
-        on_credits=lambda: None,
-    )
-    try:
-        yield registry, servicer
-    finally:
-        await writes.stop()
+    async with dispatcher_parts(engine) as parts:
+        yield parts
 
 
 async def test_a_foreign_stream_cannot_accept_heartbeat_checkpoint_finish_or_release(engine, dispatcher):
