@@ -339,3 +339,37 @@ class EtcdServer:
 
     def wait_healthy(self, timeout: float = 10.0) -> None:
         _wait_healthy(self.port, self.proc, timeout)
+
+
+class RawStream:
+    """A raw ``WorkerService.Lease`` stream to a running suite's (first) dispatcher, fed from a
+    queue, with ``key``'s credentials (default: the session's admin key). ``send(**kind)`` queues one
+    ``LeaseRequest``; ``next(kind)`` reads responses until one of that kind (AssertionError if the
+    stream ends first); ``close()`` ends it."""
+
+    def __init__(self, suite, key: str | None = None):
+        import queue
+
+        from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
+        from gnomon.sdk.connection import resolve
+
+        disp = next(p for p in suite.procs if p.role == "dispatcher")
+        self.out: queue.Queue = queue.Queue()
+        self.channel = resolve(disp.address, api_key=key).channel()
+        self.call = wgrpc.WorkerServiceStub(self.channel).Lease(iter(self.out.get, None), timeout=60)
+
+    def send(self, **kind) -> None:
+        from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+
+        self.out.put(wpb.LeaseRequest(**kind))
+
+    def next(self, kind: str):
+        for msg in self.call:
+            if msg.WhichOneof("kind") == kind:
+                return msg
+        raise AssertionError(f"stream ended before a {kind}")
+
+    def close(self) -> None:
+        self.out.put(None)
+        self.call.cancel()
+        self.channel.close()

@@ -5,15 +5,11 @@ late heartbeat arrives, which is exactly the window in which a heartbeat used to
 
 from __future__ import annotations
 
-import queue as q
-
 import pytest
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
-from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
 from gnomon.sdk import Client
-from gnomon.sdk.connection import resolve
-from gnomon_test_support import running_suite, sql, wait_for
+from gnomon_test_support import RawStream, running_suite, sql, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -25,31 +21,6 @@ def suite(pg_server, migrated_template, tmp_path_factory):
         env={"GNOMON_REAPER_SKEW_MARGIN_S": "60", "GNOMON_REAPER_INTERVAL_S": "0.2"},
     ) as s:
         yield s
-
-
-class Stream:
-    """A raw Lease stream to the suite's dispatcher (the session's admin key); ``next(kind)`` reads
-    responses until one of that kind."""
-
-    def __init__(self, suite) -> None:
-        disp = next(p for p in suite.procs if p.role == "dispatcher")
-        self.out: q.Queue = q.Queue()
-        self.channel = resolve(disp.address).channel()
-        self.call = wgrpc.WorkerServiceStub(self.channel).Lease(iter(self.out.get, None), timeout=60)
-
-    def send(self, **kind) -> None:
-        self.out.put(wpb.LeaseRequest(**kind))
-
-    def next(self, kind: str) -> wpb.LeaseResponse:
-        for msg in self.call:
-            if msg.WhichOneof("kind") == kind:
-                return msg
-        raise AssertionError(f"stream ended before a {kind}")
-
-    def close(self) -> None:
-        self.out.put(None)
-        self.call.cancel()
-        self.channel.close()
 
 
 def lease_row(suite, job: str) -> tuple:
@@ -66,7 +37,7 @@ def lease_row(suite, job: str) -> tuple:
 def test_a_heartbeat_after_the_lease_end_is_lease_expired_and_renews_nothing(suite):
     with Client(api=suite.api_address) as c:
         job = c.create_job("late-hb", b"x", lease_duration=1.0, max_attempts=1)
-    s = Stream(suite)
+    s = RawStream(suite)
     try:
         s.send(hello=wpb.WorkerHello(worker_id="late-hb-1", queues=["late-hb"], credits=1))
         assert s.next("welcome").welcome.HasField("heartbeat_interval")

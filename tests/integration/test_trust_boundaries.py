@@ -7,7 +7,6 @@ principal."""
 
 from __future__ import annotations
 
-import queue as q
 import time
 import uuid
 
@@ -22,7 +21,7 @@ from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc as wgrpc
 from gnomon.sdk import Client, GnomonError
 from gnomon.sdk.connection import resolve
-from gnomon_test_support import decode, running_suite, wait_for
+from gnomon_test_support import RawStream, decode, running_suite, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -140,34 +139,6 @@ def test_two_tenants_and_an_intruder(suite, keys):
         with pytest.raises(GnomonError) as e:
             list(alice.list_audit_entries())  # audit: admins only
         assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
-
-
-class RawStream:
-    """A Lease stream with ``key``'s credentials, fed from a queue; responses land in ``got``."""
-
-    def __init__(self, suite, key: str):
-        disp = next(p for p in suite.procs if p.role == "dispatcher")
-        self.out: q.Queue = q.Queue()
-        self.channel = resolve(disp.address, api_key=key).channel()
-        self.call = wgrpc.WorkerServiceStub(self.channel).Lease(self._reqs(), timeout=60)
-
-    def _reqs(self):
-        while (item := self.out.get()) is not None:
-            yield item
-
-    def send(self, **kind) -> None:
-        self.out.put(wpb.LeaseRequest(**kind))
-
-    def next(self, kind: str) -> wpb.LeaseResponse:
-        for msg in self.call:
-            if msg.WhichOneof("kind") == kind:
-                return msg
-        raise AssertionError(f"stream ended before a {kind}")
-
-    def close(self) -> None:
-        self.out.put(None)
-        self.call.cancel()
-        self.channel.close()
 
 
 def hello(namespace: str, queues: list[str], worker_id: str = "w") -> dict:
