@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_half_open_probes_pass_an_exhausted_retry_budget(suite):
     w = suite.start_worker(
         ["prb"],
         "gnomon_test_handlers:fail_while_file",
-        concurrency=8,
+        concurrency=20,  # credits for every job: all first attempts are claimed together
         env={
             "GNOMON_TEST_RECORD": os.path.join(suite.base_dir, "prb.txt"),
             "PYTHONPATH": TESTS_DIR,
@@ -65,14 +66,20 @@ def test_half_open_probes_pass_an_exhausted_retry_budget(suite):
         )
         with Client(api=suite.api_address) as c:
             policy = RetryPolicy(initial_backoff=0.1, max_backoff=0.5)
+            # one due time for all 20, so one claim takes every first attempt before the breaker can
+            # open; otherwise a never-claimed job's first attempt could be a probe, and the test would
+            # no longer be about retries held back by the budget (a clean-clone run saw that)
+            due = datetime.now(UTC) + timedelta(seconds=1.5)
             for _ in range(20):
-                c.create_job("prb", b"", max_attempts=30, retry_policy=policy)
+                c.create_job("prb", b"", schedule_time=due, max_attempts=30, retry_policy=policy)
             wait_for(lambda: c.get_queue("prb").breaker_state == "OPEN", 30, "breaker OPEN")
             wait_for(
                 lambda: (q := c.get_queue("prb")).retry_budget.used >= q.retry_budget.allowed,
                 30,
                 "the retry budget to be spent",
             )
+            first = sql(suite.database_url, "SELECT count(DISTINCT job_id) FROM attempts WHERE queue = 'prb'")
+            assert first == [(20,)]  # every job failed once: whatever is due now is a retry
             os.remove(fail_file)  # the dependency recovers
             wait_for(
                 lambda: c.get_queue("prb").breaker_state == "HALF_OPEN", OPEN_S + 10, "breaker HALF_OPEN"
