@@ -35,6 +35,7 @@ import sys
 import time
 import uuid
 
+import psutil
 import psycopg
 
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
@@ -58,6 +59,38 @@ def peak_rss_mb(pid: int) -> float:
             if line.startswith("VmHWM:"):
                 return round(int(line.split()[1]) / 1024, 1)
     return 0.0
+
+
+def cpu_seconds(pid: int, children: bool = False) -> float:
+    """User + system CPU seconds a live process has used (with ``children``: plus its live children's,
+    e.g. a PostgreSQL postmaster's backends); 0.0 when it is gone."""
+    try:
+        procs = [psutil.Process(pid)]
+        if children:
+            procs += procs[0].children(recursive=True)
+        total = 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
+def cpu_snapshot(suite: Suite, workers, pg: PostgresServer | None) -> dict[str, float]:
+    """CPU seconds used so far per role: dispatcher(s) and api summed over their processes, the worker
+    processes summed, and the embedded PostgreSQL (postmaster and backends) when the bench started it."""
+    out: dict[str, float] = {}
+    for p in suite.procs:
+        if p.role in ("api", "dispatcher"):
+            out[p.role] = out.get(p.role, 0.0) + cpu_seconds(p.popen.pid)
+    out["workers"] = sum(cpu_seconds(w.popen.pid, children=True) for w in workers)
+    if pg is not None and pg.pid:
+        out["postgres"] = cpu_seconds(pg.pid, children=True)
+    return out
 
 
 async def enqueue(api: str, queue: str, n: int, concurrency: int, delay_s: float = 0.0) -> float:
@@ -128,7 +161,7 @@ def wait_done(conn, queue: str, n: int, timeout_s: float) -> bool:
     while time.monotonic() < deadline:
         if q(conn, "SELECT count(*) FROM jobs WHERE queue = %s AND state = 'SUCCEEDED'", queue)[0][0] >= n:
             return True
-        time.sleep(0.2)
+        time.sleep(0.5)  # the count costs the database CPU, which the drain_cpu figures include
     return False
 
 
@@ -163,6 +196,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         os.environ.pop(var, None)
     suite = Suite(
         api_listen=f"127.0.0.1:{free_port()}",
+        dispatchers=args.dispatchers,
         database_url=url,
         env={"GNOMON_DISPATCHER_CLAIM_BATCH": str(args.claim_batch)},
         insecure=insecure,
@@ -177,8 +211,13 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         conn = psycopg.connect(plain, autocommit=True)
         single = asyncio.run(enqueue(api, "single", args.single_jobs, args.enqueue_concurrency))
         enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size))
+        cpu0 = cpu_snapshot(suite, [], pg)
         workers = [start_worker(suite, args) for _ in range(args.workers)]
         ok = wait_done(conn, "drain", args.jobs, args.timeout)
+        cpu1 = cpu_snapshot(suite, workers, pg)
+        # CPU per drained job, microseconds, per role: stable under a loaded machine (unlike jobs/s),
+        # so before/after comparisons of one change do not need a quiet box (workers include their start)
+        cpu_us = {k: round(1e6 * (v - cpu0.get(k, 0.0)) / args.jobs, 1) for k, v in cpu1.items()}
         t_first, t_last = q(
             conn, "SELECT min(dispatched_at), max(finished_at) FROM jobs WHERE queue = 'drain'"
         )[0]
@@ -207,6 +246,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
             "run": run,
             "jobs": args.jobs,
             "workers": args.workers,
+            "dispatchers": args.dispatchers,
             "workers_lang": args.workers_lang,
             "enqueue_jobs_per_s": round(enq, 1),
             "enqueue_single_jobs_per_s": round(single, 1),
@@ -216,6 +256,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
             "dispatch_lag_due_later_p50_ms": later_lag[0],
             "dispatch_lag_due_later_p99_ms": later_lag[1],
             "drain_dispatch_lag_p99_ms": drain_lag[1],
+            "drain_cpu_us_per_job": cpu_us,
             "lag_rate_per_s": args.lag_rate,
             "peak_rss_mb": rss,
             "durable": pg is None or pg.durable,
@@ -262,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument(
         "--dsn", default=None, help="Use this database (SQLAlchemy URL) instead of embedded PostgreSQL."
+    )
+    ap.add_argument(
+        "--dispatchers",
+        type=int,
+        default=1,
+        help="Dispatcher processes (shards split between them by etcd leases; every worker connects to all).",
     )
     ap.add_argument("--concurrency", type=int, default=256, help="Credits per worker process.")
     ap.add_argument("--enqueue-concurrency", type=int, default=64, help="CreateJob calls in flight.")

@@ -34,7 +34,7 @@ from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.fencing import check_fence
-from gnomon.common.storage.schema import attempts, jobs, queue_state
+from gnomon.common.storage.schema import attempts, jobs, queue_state, state_is
 from gnomon.common.storage.statements import named
 
 #: Columns an assignment needs.
@@ -122,7 +122,7 @@ def _build_claim() -> Select[Any]:
         select(jobs.c.id, jobs.c.attempt, jobs.c.scheduled_at)
         .where(
             jobs.c.region == bindparam("p_region"),
-            jobs.c.state == JobState.SCHEDULED,
+            state_is(jobs.c.state, JobState.SCHEDULED),
             jobs.c.scheduled_at <= func.now(),
             jobs.c.shard == any_(bindparam("p_shards", type_=ARRAY(Integer))),
             jobs.c.namespace == bindparam("p_namespace"),
@@ -287,7 +287,7 @@ NEXT_DUE = named(
     select(func.extract("epoch", jobs.c.scheduled_at - func.now()))
     .where(
         jobs.c.region == bindparam("p_region"),
-        jobs.c.state == JobState.SCHEDULED,
+        state_is(jobs.c.state, JobState.SCHEDULED),
         jobs.c.shard == any_(bindparam("p_shards", type_=ARRAY(Integer))),
         jobs.c.namespace == bindparam("p_namespace"),
         jobs.c.queue == bindparam("p_queue"),

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
-from gnomon.common.storage.schema import attempts, jobs, queue_state
+from gnomon.common.storage.schema import attempts, jobs, queue_state, state_is
 from gnomon.common.storage.statements import named
 
 CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
@@ -329,7 +329,7 @@ _due = (
         jobs.c.region == _REGION,
         jobs.c.namespace == _NS,
         jobs.c.queue == _QUEUE,
-        jobs.c.state == JobState.SCHEDULED,
+        state_is(jobs.c.state, JobState.SCHEDULED),
         jobs.c.scheduled_at <= func.now(),
     )
     .limit(_CAP)
@@ -350,7 +350,7 @@ OLDEST_DUE = named(
         jobs.c.region == _REGION,
         jobs.c.namespace == _NS,
         jobs.c.queue == _QUEUE,
-        jobs.c.state == JobState.SCHEDULED,
+        state_is(jobs.c.state, JobState.SCHEDULED),
         jobs.c.scheduled_at <= func.now(),
     )
     .order_by(jobs.c.scheduled_at)

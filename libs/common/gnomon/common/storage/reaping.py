@@ -26,7 +26,7 @@ from gnomon.common.domain.policies import OccurrenceDecision
 from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
 from gnomon.common.storage.jobs import POLICY_COLS
 from gnomon.common.storage.results import fail_job_stmt, judge
-from gnomon.common.storage.schema import attempts, jobs, schedule_occurrences
+from gnomon.common.storage.schema import attempts, jobs, schedule_occurrences, state_is
 from gnomon.common.storage.schema_tenancy import namespaces
 from gnomon.common.storage.statements import builder
 
@@ -46,7 +46,7 @@ def expired_leases_stmt(region: str, skew_margin_s: float, limit: int) -> Select
         select(attempts.c.job_id, attempts.c.attempt)
         .where(
             attempts.c.region == region,
-            attempts.c.state == AttemptState.RUNNING,
+            state_is(attempts.c.state, AttemptState.RUNNING),
             attempts.c.lease_expires_at < func.now() - timedelta(seconds=skew_margin_s),
         )
         .order_by(attempts.c.lease_expires_at)
@@ -154,7 +154,9 @@ def expire_deadlines_stmt(region: str, limit: int) -> Update:
     ``finished_at = now()``, ``last_error``); returns their ids."""
     due = (
         select(jobs.c.id)
-        .where(jobs.c.region == region, jobs.c.state == JobState.SCHEDULED, jobs.c.deadline <= func.now())
+        .where(
+            jobs.c.region == region, state_is(jobs.c.state, JobState.SCHEDULED), jobs.c.deadline <= func.now()
+        )
         .order_by(jobs.c.deadline)
         .limit(limit)
         .with_for_update(skip_locked=True)
@@ -182,16 +184,28 @@ async def expire_deadlines(conn: AsyncConnection, *, region: str, limit: int) ->
 def finished_jobs_stmt(region: str, retention_s: float, limit: int) -> Select[tuple[uuid.UUID]]:
     """Ids of up to ``limit`` terminal jobs of ``region`` past their retention (database clock),
     locked ``FOR UPDATE SKIP LOCKED``: their namespace's ``retention_s`` when its row sets one (> 0),
-    else ``retention_s`` (the cluster's ``GNOMON_REAPER_RETENTION_S``), seconds after ``finished_at``."""
+    else ``retention_s`` (the cluster's ``GNOMON_REAPER_RETENTION_S``), seconds after ``finished_at``.
+    Oldest finished first, through ``ix_jobs_finished`` (migration 0014); jobs of a namespace whose
+    retention is longer than the shortest are read again on each sweep until they are due."""
     keep_s = func.coalesce(func.nullif(namespaces.c.retention_s, 0), retention_s)
+    # The shortest retention of any namespace (or the cluster's): no job finished later than
+    # now() minus it can be due, so the scan walks ix_jobs_finished from the oldest up to that bound.
+    shortest = func.least(
+        retention_s,
+        func.coalesce(
+            select(func.min(func.nullif(namespaces.c.retention_s, 0))).scalar_subquery(), retention_s
+        ),
+    )
     return (
         select(jobs.c.id)
         .select_from(jobs.outerjoin(namespaces, namespaces.c.name == jobs.c.namespace))
         .where(
             jobs.c.region == region,
+            jobs.c.finished_at < func.now() - shortest * timedelta(seconds=1),
             jobs.c.state.in_(sorted(TERMINAL)),
             jobs.c.finished_at + keep_s * timedelta(seconds=1) < func.now(),
         )
+        .order_by(jobs.c.finished_at)
         .limit(limit)
         .with_for_update(of=jobs, skip_locked=True)
     )

@@ -25,8 +25,10 @@ from sqlalchemy import (
     Uuid,
     false,
     func,
+    literal_column,
     text,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 metadata = MetaData(
     naming_convention={
@@ -37,6 +39,20 @@ metadata = MetaData(
 )
 
 TS = DateTime(timezone=True)
+
+
+def state_is(column: Column, state: str) -> ColumnElement[bool]:
+    """``column = 'STATE'`` with the state written inline instead of as a bind parameter.
+
+    Partial indexes (migration 0014: ``ix_jobs_due``, ``ix_jobs_deadline``,
+    ``ix_attempts_running_lease``) carry a state predicate. PostgreSQL uses a partial index only when
+    it can prove the query's WHERE implies the predicate, which it cannot from a parameter in a
+    generic (prepared) plan; a constant it can. ``state`` must be one of the state names (upper-case
+    letters), never client input. Raises ``ValueError`` otherwise."""
+    if not str(state).isalpha() or not str(state).isupper():
+        raise ValueError(f"not a state name: {state!r}")
+    return column == literal_column(f"'{state}'", String)
+
 
 #: One row per job (a one-time job or, later, one occurrence of a schedule).
 jobs = Table(
@@ -145,13 +161,34 @@ jobs = Table(
     # The due index: a claim is per (namespace, queue) with credits, so it walks exactly that queue's
     # SCHEDULED rows of the region in scheduled_at order (a backlog on another queue is never
     # scanned); shard is in the key so the owned-shards filter is answered from the index.
-    Index(None, "region", "namespace", "queue", "state", "scheduled_at", "shard"),
+    # Migration 0014: partial indexes. Every state change of a job is a non-HOT update, which adds an
+    # entry to every index whose predicate the new row meets; a job passes SCHEDULED -> QUEUED ->
+    # RUNNING -> SUCCEEDED, and only its SCHEDULED version belongs in the due index (queries name the
+    # state inline with state_is, so generic plans can use it).
+    Index(
+        "ix_jobs_due",
+        "region",
+        "namespace",
+        "queue",
+        "scheduled_at",
+        "shard",
+        postgresql_where=text("state = 'SCHEDULED'"),
+    ),
     Index(None, "namespace", "created_at"),
-    Index(None, "region", "state", "deadline"),
-    # The DLQ listing and replay walk one namespace's DEAD rows in finished_at order.
+    # The reaper's expiry of undispatched jobs past their deadline (most jobs have none).
+    Index(
+        "ix_jobs_deadline",
+        "region",
+        "deadline",
+        postgresql_where=text("state = 'SCHEDULED' AND deadline IS NOT NULL"),
+    ),
+    # The DLQ listing and replay walk one namespace's DEAD rows in finished_at order; namespace quotas
+    # count its SCHEDULED and QUEUED rows.
     Index(None, "namespace", "state", "finished_at"),
-    # Overlap policies read the active occurrences of a schedule.
-    Index(None, "schedule_uid", "state"),
+    # Overlap policies read the active occurrences of a schedule (one-time jobs have no schedule).
+    Index("ix_jobs_schedule", "schedule_uid", "state", postgresql_where=text("schedule_uid IS NOT NULL")),
+    # Retention: the reaper walks finished jobs oldest first instead of scanning every terminal row.
+    Index("ix_jobs_finished", "region", "finished_at", postgresql_where=text("finished_at IS NOT NULL")),
 )
 
 #: One row per attempt: the claim, the lease, the outcome.
@@ -189,13 +226,24 @@ attempts = Table(
         server_default=false(),
         comment="pushed to the worker in heartbeat acks",
     ),
-    Index(None, "region", "state", "lease_expires_at"),
+    # The reaper's scan for ended leases reads RUNNING attempts only (migration 0014: partial).
+    Index(
+        "ix_attempts_running_lease", "region", "lease_expires_at", postgresql_where=text("state = 'RUNNING'")
+    ),
     # Migration 0005: the job's queue, so the retry budget (attempts claimed in a window) and the
     # circuit breaker (attempts finished in a window) read one queue's index range.
     Column("namespace", String(63), nullable=False),
     Column("queue", String(64), nullable=False),
     Index(None, "region", "namespace", "queue", "claimed_at"),
-    Index(None, "region", "namespace", "queue", "finished_at"),
+    # The breaker reads finished attempts of a window; unfinished ones are not indexed (0014).
+    Index(
+        "ix_attempts_finished",
+        "region",
+        "namespace",
+        "queue",
+        "finished_at",
+        postgresql_where=text("finished_at IS NOT NULL"),
+    ),
     # Migration 0013: a QUEUED attempt is the transactional outbox record (claimed, not accepted);
     # the relay's recovery scan reads them by shard, oldest claim first.
     Index(
