@@ -41,7 +41,7 @@ metadata = MetaData(
 TS = DateTime(timezone=True)
 
 
-def state_is(column: Column, state: str) -> ColumnElement[bool]:
+def state_is(column: Column[str], state: str) -> ColumnElement[bool]:
     """``column = 'STATE'`` with the state written inline instead of as a bind parameter.
 
     Partial indexes (migration 0014: ``ix_jobs_due``, ``ix_jobs_deadline``,
