@@ -27,19 +27,20 @@ async def test_ack_tasks_are_held_until_their_acks_are_sent() -> None:
     session = WorkerSession(
         session_id=1, worker_id="w", namespace="default", queues=frozenset({"q"}), credits=1
     )
-    write_done: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+    write_done: asyncio.Future[list[object]] = asyncio.get_running_loop().create_future()
     ref = wpb.AttemptRef(job="namespaces/default/jobs/00000000-0000-0000-0000-000000000001", attempt=1)
 
     servicer._ack_later(
         session,
-        [(ref, write_done)],
+        [ref],
+        write_done,
         wpb.ACK_KIND_ACCEPT,
         lambda r, _res: wpb.Ack(attempt=r, kind=wpb.ACK_KIND_ACCEPT, ok=True),
     )
     gc.collect()
     assert len(servicer._ack_tasks) == 1  # referenced while its write is pending
 
-    write_done.set_result(None)
+    write_done.set_result([None])
     msg = await asyncio.wait_for(session.out.get(), 5)
     assert [a.ok for a in msg.acks.acks] == [True] and msg.acks.acks[0].attempt == ref
     for _ in range(10):  # the done callback runs on a later loop iteration

@@ -268,24 +268,27 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             s.out.put_nowait(None)
 
     def _ack_later(
-        self, s: WorkerSession, futs: list[tuple[wpb.AttemptRef, asyncio.Future[Any] | None]], kind, build
+        self, s: WorkerSession, refs: list, outcomes: asyncio.Future[list[Any]] | None, kind, build
     ) -> None:
+        """Once the write batcher has resolved ``outcomes`` (one entry per ref of ``refs``, see
+        :meth:`WriteBatcher.submit_group`), sends one Acks message: ``build(ref, outcome)`` per item,
+        INVALID_ITEM for an item refused for its content, DATABASE_UNAVAILABLE for one whose batch
+        failed."""
+        if outcomes is None:
+            return
+
         async def wait() -> None:
             acks = []
-            for ref, fut in futs:
-                if fut is None:  # submitted without a result wanted: nothing to acknowledge
-                    continue
-                try:
-                    res = await fut
-                except InvalidItem:  # this item alone was refused for its content; never retry it
-                    acks.append(wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.INVALID_ITEM))
-                    continue
-                except Exception:
-                    acks.append(
-                        wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.DATABASE_UNAVAILABLE)
+            for ref, res in zip(refs, await outcomes, strict=True):
+                if isinstance(res, BaseException):
+                    reason = (
+                        ErrorReason.INVALID_ITEM
+                        if isinstance(res, InvalidItem)
+                        else ErrorReason.DATABASE_UNAVAILABLE
                     )
-                    continue
-                acks.append(build(ref, res))
+                    acks.append(wpb.Ack(attempt=ref, kind=kind, ok=False, reason=reason))
+                else:
+                    acks.append(build(ref, res))
             if acks and not s.closed:
                 s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
 
@@ -294,16 +297,23 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         task.add_done_callback(self._ack_tasks.discard)
 
     def _accepts(self, s: WorkerSession, refs) -> None:
-        futs, bad = [], []
+        good, keys, fresh, bad = [], [], [], []
+        held = s.held
         for ref in refs:
             k = _key(ref)
             if k is None:
                 bad.append(_malformed(ref, wpb.ACK_KIND_ACCEPT))
                 continue
+            good.append(ref)
+            keys.append(k)
             # an attempt not delivered to this stream may only be re-accepted by its owner (reconnect)
-            fresh = (k.job_id, k.attempt) in s.held
-            futs.append((ref, self.writes.submit("accept", k, s.worker_id, owner=s.owner, fresh=fresh)))
+            fresh.append((k.job_id, k.attempt) in held)
         _send(s, bad)
+        outcomes = (
+            self.writes.submit_group("accept", keys, s.worker_id, owner=s.owner, fresh=fresh)
+            if keys
+            else None
+        )
 
         def build(ref, lease_end):
             k = _known_key(ref)
@@ -326,20 +336,29 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 a.lease_expire_time.CopyFrom(to_timestamp(lease_end))
             return a
 
-        self._ack_later(s, futs, wpb.ACK_KIND_ACCEPT, build)
+        self._ack_later(s, good, outcomes, wpb.ACK_KIND_ACCEPT, build)
 
     def _heartbeats(self, s: WorkerSession, refs) -> None:
-        futs = [
-            (
-                ref,
-                self.writes.submit(
-                    "heartbeat", k, s.worker_id, owner=s.owner, held=(k.job_id, k.attempt) in s.held
-                ),
+        good, keys, bad = [], [], []
+        for ref in refs:
+            k = _key(ref)
+            if k is None:
+                bad.append(_malformed(ref, wpb.ACK_KIND_HEARTBEAT))
+            else:
+                good.append(ref)
+                keys.append(k)
+        _send(s, bad)
+        outcomes = (
+            self.writes.submit_group(
+                "heartbeat",
+                keys,
+                s.worker_id,
+                owner=s.owner,
+                held=[(k.job_id, k.attempt) in s.held for k in keys],
             )
-            for ref in refs
-            if (k := _key(ref)) is not None
-        ]
-        _send(s, [_malformed(ref, wpb.ACK_KIND_HEARTBEAT) for ref in refs if _key(ref) is None])
+            if keys
+            else None
+        )
 
         def build(ref, renewed):
             # renewed: (lease end, cancel_requested), LEASE_EXPIRED (ended: nothing renewed) or None (stale)
@@ -351,14 +370,14 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 a.cancel_requested = renewed[1]
             return a
 
-        self._ack_later(s, futs, wpb.ACK_KIND_HEARTBEAT, build)
+        self._ack_later(s, good, outcomes, wpb.ACK_KIND_HEARTBEAT, build)
 
     def _checkpoints(self, s: WorkerSession, checkpoints) -> None:
         """Progress checkpoints (``Heartbeats.checkpoints``): one over 64 KiB is refused whole at
         once (``CHECKPOINT_TOO_LARGE``; never truncated, nothing written); the others are saved by
         the write batcher if their attempt is still the job's RUNNING attempt under that token
         (else ``STALE_ATTEMPT``). Each is answered by an ack of kind CHECKPOINT."""
-        futs, refused = [], []
+        good, items, refused = [], [], []
         for cp in checkpoints:
             k = _key(cp.attempt)
             if k is None:
@@ -383,13 +402,15 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 worker_id=s.worker_id,
                 version=k.version,
             )
-            futs.append((cp.attempt, self.writes.submit("checkpoint", item)))
+            good.append(cp.attempt)
+            items.append(item)
         if refused:
             s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=refused)))
-        if futs:
+        if items:
             self._ack_later(
                 s,
-                futs,
+                good,
+                self.writes.submit_group("checkpoint", items),
                 wpb.ACK_KIND_CHECKPOINT,
                 lambda ref, saved: wpb.Ack(
                     attempt=ref,
@@ -400,7 +421,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             )
 
     def _results(self, s: WorkerSession, results) -> None:
-        futs, bad = [], []
+        good, items, bad = [], [], []
         for r in results:
             k = _key(r.attempt)
             if k is None or "\x00" in r.error:  # PostgreSQL text cannot hold NUL: refused here, alone
@@ -415,7 +436,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 owner=s.owner,
                 worker_id=s.worker_id,
             )
-            futs.append((r.attempt, self.writes.submit("result", res, s.worker_id)))
+            good.append(r.attempt)
+            items.append(res)
         _send(s, bad)
 
         throttled = {
@@ -434,7 +456,13 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             s.accepted.discard((k.job_id, k.attempt))
             return wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_RESULT, ok=reason == "", reason=reason or "")
 
-        self._ack_later(s, futs, wpb.ACK_KIND_RESULT, build)
+        self._ack_later(
+            s,
+            good,
+            self.writes.submit_group("result", items, s.worker_id) if items else None,
+            wpb.ACK_KIND_RESULT,
+            build,
+        )
 
     def _releases(self, s: WorkerSession, refs) -> None:
         """Unstarted attempts handed back: forget them here; their attempts are still QUEUED, so

@@ -55,12 +55,40 @@ def item_fault(exc: BaseException) -> bool:
     return state is not None and state[:2] in _ITEM_SQLSTATE_CLASSES
 
 
-@dataclass
+_UNSET = object()
+
+
+class Group:
+    """The outcomes of operations submitted together (one stream message): one future for all, set
+    once every member is resolved, with a list aligned with the submitted items whose entries are
+    outcomes or exceptions (:class:`InvalidItem`, or the transient error of a failed batch). One
+    future per message instead of one per item: the dispatcher's CPU per job is the drain's limit."""
+
+    __slots__ = ("future", "left", "results")
+
+    def __init__(self, n: int) -> None:
+        self.future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self.results: list[Any] = [_UNSET] * n
+        self.left = n
+
+    def set(self, index: int, value: Any) -> None:
+        """Records member ``index``'s outcome (or exception); the first one recorded counts."""
+        if self.future.done() or self.results[index] is not _UNSET:
+            return
+        self.results[index] = value
+        self.left -= 1
+        if self.left == 0:
+            self.future.set_result(self.results)
+
+
+@dataclass(slots=True)
 class Op:
     """One pending write: ``kind`` in accept|heartbeat|checkpoint|result. ``owner``: the principal of
     the stream (accept records it, heartbeat checks it; checkpoints and results carry it in their
     item); ``fresh``: an accept of an attempt delivered to this stream (else only a re-accept);
-    ``held``: a heartbeat of an attempt delivered to this stream (may extend a QUEUED lease)."""
+    ``held``: a heartbeat of an attempt delivered to this stream (may extend a QUEUED lease).
+    Its outcome goes to ``future`` (:meth:`WriteBatcher.submit`) or to member ``index`` of ``group``
+    (:meth:`WriteBatcher.submit_group`)."""
 
     kind: str
     item: Any  # AttemptKey (accept, heartbeat), CheckpointWrite (checkpoint) or Result (result)
@@ -69,6 +97,22 @@ class Op:
     owner: str | None = None
     fresh: bool = True
     held: bool = True
+    group: Group | None = None
+    index: int = 0
+
+    def resolve(self, value: Any) -> None:
+        """Hands the outcome to whoever waits for it (nothing when nobody does)."""
+        if self.group is not None:
+            self.group.set(self.index, value)
+        elif self.future is not None and not self.future.done():
+            self.future.set_result(value)
+
+    def fail(self, exc: BaseException) -> None:
+        """Hands ``exc`` to whoever waits for this operation's outcome."""
+        if self.group is not None:
+            self.group.set(self.index, exc)
+        elif self.future is not None and not self.future.done():
+            self.future.set_exception(exc)
 
 
 class WriteBatcher:
@@ -118,6 +162,38 @@ class WriteBatcher:
         self.wakeup.set()
         return fut
 
+    def submit_group(
+        self,
+        kind: str,
+        items: list[Any],
+        worker_id: str = "",
+        *,
+        owner: str | None = None,
+        fresh: list[bool] | None = None,
+        held: list[bool] | None = None,
+    ) -> asyncio.Future[list[Any]]:
+        """Queues one operation per item of ``items`` (non-empty; ``fresh``/``held`` per item, default
+        True) and returns one future resolved, once all are committed or refused, with the list of
+        their outcomes in order (as :meth:`submit` describes) or exceptions (:class:`InvalidItem` for
+        an item refused for its content, the transient error of a failed batch otherwise)."""
+        group = Group(len(items))
+        for i, item in enumerate(items):
+            self.pending.append(
+                Op(
+                    kind,
+                    item,
+                    worker_id,
+                    None,
+                    owner,
+                    True if fresh is None else fresh[i],
+                    True if held is None else held[i],
+                    group,
+                    i,
+                )
+            )
+        self.wakeup.set()
+        return group.future
+
     async def flush_now(self) -> None:
         """Commits everything pending (used on drain)."""
         while self.pending:
@@ -150,8 +226,7 @@ class WriteBatcher:
         except Exception as exc:
             if not item_fault(exc):
                 for op in batch:
-                    if op.future and not op.future.done():
-                        op.future.set_exception(exc)
+                    op.fail(exc)
                 raise
             if len(batch) > 1:
                 mid = len(batch) // 2
@@ -165,8 +240,7 @@ class WriteBatcher:
                 clip(op.worker_id),
                 clip(type(exc).__name__),
             )
-            if op.future and not op.future.done():
-                op.future.set_exception(InvalidItem(f"the database refused this {op.kind}"))
+            op.fail(InvalidItem(f"the database refused this {op.kind}"))
             return
         self._resolve(batch, out)
 
@@ -226,16 +300,16 @@ class WriteBatcher:
 
     @staticmethod
     def _resolve(batch: list[Op], out: dict[str, Any]) -> None:
+        accepted, renewed, results, saved = out["accept"], out["heartbeat"], out["result"], out["checkpoint"]
         for op in batch:
-            if not op.future or op.future.done():
+            if op.future is None and op.group is None:
                 continue
+            item = op.item
             if op.kind == "accept":
-                op.future.set_result(out["accept"].get((op.item.job_id, op.item.attempt)))
+                op.resolve(accepted.get((item.job_id, item.attempt)))
             elif op.kind == "heartbeat":
-                op.future.set_result(out["heartbeat"].get((op.item.job_id, op.item.attempt)))
+                op.resolve(renewed.get((item.job_id, item.attempt)))
             elif op.kind == "result":
-                op.future.set_result(
-                    out["result"].get((op.item.key.job_id, op.item.key.attempt), "STALE_ATTEMPT")
-                )
+                op.resolve(results.get((item.key.job_id, item.key.attempt), "STALE_ATTEMPT"))
             elif op.kind == "checkpoint":
-                op.future.set_result((op.item.job_id, op.item.attempt, op.item.token) in out["checkpoint"])
+                op.resolve((item.job_id, item.attempt, item.token) in saved)
