@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.attempts import AttemptId, AttemptKey
 from gnomon.common.domain.states import AttemptState, JobState
+from gnomon.common.storage import raw
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
@@ -150,13 +151,11 @@ async def accept(
         return {}
     out: dict[AttemptId, datetime] = {}
     if fresh:
-        ok = (await conn.execute(ACCEPT_JOBS, key_params("v", keys, with_version=True))).all()
+        ok = await raw.fetch(conn, ACCEPT_JOBS, key_params("v", keys, with_version=True))
         pairs = [(r[0], r[1]) for r in ok]
         if pairs:
             p = row_params("p", job_id=[x[0] for x in pairs], attempt=[x[1] for x in pairs])
-            rows = (
-                await conn.execute(ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, "p_owner": owner, **p})
-            ).all()
+            rows = await raw.fetch(conn, ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, "p_owner": owner, **p})
             out = {AttemptId(r[0], r[1]): r[2] for r in rows}
     rest = [k for k in keys if (k.job_id, k.attempt) not in out]
     if rest:

@@ -39,6 +39,7 @@ from gnomon.common.domain.jobs import policy_of
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.domain.transitions import AfterFailure, after_failure
+from gnomon.common.storage import raw
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.jobs import POLICY_COLS
 from gnomon.common.storage.leases import key_params, owned_by
@@ -223,10 +224,10 @@ async def complete(
     applied: set[AttemptId] = set()
     if ok_keys:
         params = {"p_state": AttemptState.SUCCEEDED, **_finish_params([by_key[k] for k in ok_keys])}
-        got = [AttemptId(r[0], r[1]) for r in (await conn.execute(FINISH_ATTEMPTS, params)).all()]
+        got = [AttemptId(r[0], r[1]) for r in await raw.fetch(conn, FINISH_ATTEMPTS, params)]
         if got:
-            await conn.execute(
-                SUCCEED_JOBS, row_params("p", job_id=[x[0] for x in got], attempt=[x[1] for x in got])
+            await raw.fetch(
+                conn, SUCCEED_JOBS, row_params("p", job_id=[x[0] for x in got], attempt=[x[1] for x in got])
             )
         applied.update(got)
     if fail_keys:

@@ -1,0 +1,68 @@
+"""Hot statements executed on the driver's connection, below SQLAlchemy's execution layer.
+
+The drain's limit is the dispatcher's CPU per job (bench/README.md). Executing a statement through
+SQLAlchemy's asyncio layer costs a greenlet switch, its parameter and result processing and a Row
+object per row; for the few statements every job passes through (the claim, the accept, the success
+result, the heartbeat) that was ~15% of the dispatcher's CPU under the drain (py-spy, 2026-12-01).
+These statements stay SQLAlchemy Core objects, registered and compile-checked for PostgreSQL and
+CockroachDB like every other (:mod:`gnomon.common.storage.statements`); :func:`fetch` compiles each
+once per dialect and runs the SQL text on the psycopg connection of the caller's transaction, as a
+server-side prepared statement (psycopg ``prepare=True``).
+
+Only statements whose parameters all bind plainly qualify (arrays, scalars; no expanding ``IN``, no
+``literal_execute``), and every parameter is passed on each call: SQLAlchemy's bind processors do
+not run, so values must be what psycopg adapts natively (``uuid.UUID``, ``int``, ``str``,
+``datetime``, lists of those).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import psycopg
+from psycopg.rows import dict_row
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
+
+_SQL: dict[tuple[int, str], tuple[str, dict[str, Any]]] = {}
+
+
+def compiled_sql(stmt: ClauseElement, dialect: Any) -> tuple[str, dict[str, Any]]:
+    """``(sql, defaults)`` of ``stmt`` for ``dialect`` (pyformat placeholders ``%(name)s``), cached per
+    statement object, which must live as long as the process (a module constant). ``defaults`` are
+    the values of the parameters the statement itself binds (``literal(...)``)."""
+    key = (id(stmt), dialect.name)
+    got = _SQL.get(key)
+    if got is None:
+        compiled = cast(SQLCompiler, stmt.compile(dialect=dialect))
+        # the values the statement binds itself (literals, NULLs of .values(x=None)); the required
+        # parameters are the caller's
+        required = {name for name, bind in compiled.binds.items() if bind.required}
+        defaults = {k: v for k, v in compiled.construct_params(_check=False).items() if k not in required}
+        got = _SQL[key] = (compiled.string, defaults)
+    return got
+
+
+async def fetch(
+    conn: AsyncConnection, stmt: ClauseElement, params: dict[str, Any], *, mappings: bool = False
+) -> list[Any]:
+    """Executes ``stmt`` with ``params`` in ``conn``'s transaction on its psycopg connection and
+    returns every row (tuples, or dicts by column name with ``mappings``); ``[]`` for a statement
+    without result rows. A driver error is raised as SQLAlchemy's matching ``DBAPIError`` subclass
+    (``OperationalError``, ``DataError``, ...; parameters hidden), so callers and
+    :func:`gnomon.common.storage.engine.run_transaction` treat it as any other statement's."""
+    sql, defaults = compiled_sql(stmt, conn.dialect)
+    raw = (await conn.get_raw_connection()).driver_connection
+    assert raw is not None
+    cur = raw.cursor(row_factory=dict_row) if mappings else raw.cursor()
+    try:
+        await cur.execute(sql, {**defaults, **params} if defaults else params, prepare=True)
+        return await cur.fetchall() if cur.description is not None else []
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(
+            sql, None, exc, psycopg.Error, hide_parameters=True, dialect=conn.dialect
+        ) from exc
+    finally:
+        await cur.close()
