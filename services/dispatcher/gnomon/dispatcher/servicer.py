@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc
-from gnomon.common import metrics
+from gnomon.common import metrics, tracing
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
@@ -26,6 +27,7 @@ from gnomon.common.quotas import NamespaceCache, check_hello_quota
 from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
+from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.hello import (
     MAX_CREDITS,
     MAX_ITEMS_PER_MESSAGE,
@@ -294,6 +296,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         task.add_done_callback(self._ack_tasks.discard)
 
     def _accepts(self, s: WorkerSession, refs) -> None:
+        t0 = time.time_ns() if tracing.ENABLED else 0
         futs, bad = [], []
         for ref in refs:
             k = _key(ref)
@@ -308,6 +311,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         def build(ref, lease_end):
             k = _known_key(ref)
             ok = lease_end is not None
+            if tracing.ENABLED:
+                dispatch_tracing.accepted(s.held.get((k.job_id, k.attempt)), s.worker_id, t0, ok)
             if ok:
                 c = s.held.get((k.job_id, k.attempt))
                 if c is not None and (k.job_id, k.attempt) not in s.accepted:
@@ -400,7 +405,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             )
 
     def _results(self, s: WorkerSession, results) -> None:
-        futs, bad = [], []
+        t0 = time.time_ns() if tracing.ENABLED else 0
+        futs, bad, traced = [], [], {}
         for r in results:
             k = _key(r.attempt)
             if k is None or "\x00" in r.error:  # PostgreSQL text cannot hold NUL: refused here, alone
@@ -416,6 +422,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 worker_id=s.worker_id,
             )
             futs.append((r.attempt, self.writes.submit("result", res, s.worker_id)))
+            if tracing.ENABLED:
+                traced[(k.job_id, k.attempt)] = res
         _send(s, bad)
 
         throttled = {
@@ -429,6 +437,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         def build(ref, reason):
             k = _known_key(ref)
             c = s.held.pop((k.job_id, k.attempt), None)
+            if tracing.ENABLED:
+                dispatch_tracing.finished(c, traced.get((k.job_id, k.attempt)), s.worker_id, t0, reason)
             if not reason and (k.job_id, k.attempt) in throttled:
                 metrics.THROTTLED_RESULTS.add(1, {"namespace": s.namespace, "queue": c.queue if c else ""})
             s.accepted.discard((k.job_id, k.attempt))

@@ -79,6 +79,9 @@ class Claimed:
     start_to_close_ms: int | None = None
     #: For an occurrence of a schedule: its :class:`OccurrenceInfo`; None for a one-time job.
     occurrence: OccurrenceInfo | None = None
+    #: The job's stored W3C trace context (``jobs.trace_context``, see :mod:`gnomon.common.tracing`);
+    #: None when the job is not traced.
+    trace_context: str | None = None
 
     @property
     def id(self) -> AttemptId:

@@ -59,6 +59,7 @@ ASSIGN_COLS = (
     jobs.c.coalesced_count,
     jobs.c.coalesced_first,
     jobs.c.coalesced_last,
+    jobs.c.trace_context,
 )
 
 
@@ -93,6 +94,7 @@ def claimed_of(r: RowMapping, *, token: int, lease_expires_at: datetime) -> Clai
         checkpoint=r["checkpoint"],
         start_to_close_ms=r["start_to_close_ms"],
         occurrence=occurrence,
+        trace_context=r["trace_context"],
     )
 
 

@@ -141,6 +141,13 @@ jobs = Table(
     Column("coalesced_count", Integer, nullable=True, comment="COALESCE catch-up run: missed nominal times"),
     Column("coalesced_first", TS, nullable=True, comment="COALESCE: earliest missed nominal time"),
     Column("coalesced_last", TS, nullable=True, comment="COALESCE: latest missed nominal time"),
+    # Migration 0014: the job's trace (docs/tracing.md), written only while tracing is on.
+    Column(
+        "trace_context",
+        Text,
+        nullable=True,
+        comment="W3C traceparent, then a newline and the tracestate if any; NULL: not traced",
+    ),
     UniqueConstraint("namespace", "request_id"),
     # The due index: a claim is per (namespace, queue) with credits, so it walks exactly that queue's
     # SCHEDULED rows of the region in scheduled_at order (a backlog on another queue is never
