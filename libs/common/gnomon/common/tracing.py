@@ -26,7 +26,12 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SpanExporter,
+    SpanExportResult,
+)
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -82,9 +87,34 @@ def _exporter(s: TracesSettings) -> SpanExporter:
     if s.exporter == "file":
         if not s.file:
             raise ValueError("GNOMON_TRACES_EXPORTER=file needs GNOMON_TRACES_FILE")
-        out = open(s.file, "a", encoding="utf-8", buffering=1)  # kept open for the whole process
-        return ConsoleSpanExporter(out=out, formatter=_json_line)
+        return JsonLinesFileExporter(s.file)
     return ConsoleSpanExporter(formatter=_json_line)
+
+
+class JsonLinesFileExporter(SpanExporter):
+    """Appends spans to ``path``, one JSON object per line (``ReadableSpan.to_json``). Each batch is
+    one ``write`` on an ``O_APPEND`` descriptor, so several processes may share the file (``gnomon
+    dev`` gives all its services one) without interleaving lines."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Writes ``spans``; FAILURE once shut down or when the write fails."""
+        if self._fd is None:
+            return SpanExportResult.FAILURE
+        try:
+            os.write(self._fd, "".join(_json_line(sp) for sp in spans).encode())
+        except OSError:
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        """Closes the file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def setup(service: str, settings: TracesSettings | None = None) -> bool:
