@@ -71,7 +71,8 @@ SCHEDULE, NOMINAL_TIME = "gnomon.schedule", "gnomon.nominal_time"
 
 
 def _json_line(span: ReadableSpan) -> str:
-    return span.to_json(indent=None) + os.linesep
+    line: str = span.to_json(indent=None)
+    return line + "\n"
 
 
 def _exporter(s: TracesSettings) -> SpanExporter:
