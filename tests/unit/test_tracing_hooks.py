@@ -14,12 +14,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gnomon.common import tracing
-from gnomon.common.domain.attempts import Claimed, Result
+from gnomon.common.domain.attempts import Claimed, Reaped, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.jobs import NewJob
+from gnomon.common.domain.states import JobState
 from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.relay import Relay
 from gnomon.dispatcher.sessions import SessionRegistry
+from gnomon.reaper.sweeps import lost_spans
 
 STORED = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -138,3 +140,19 @@ def test_tracing_on_create_continues_the_callers_traceparent(exporter, monkeypat
         "tracestate": "k=v",
     }
     assert tracing.encode(tracing.decode(stored)) == stored
+
+
+def test_a_lost_lease_is_a_span_of_the_jobs_trace(exporter):
+    job = uuid.uuid4()
+    lost_spans(
+        [
+            Reaped(job, 2, JobState.SCHEDULED, "ns", "q", "lease expired", STORED),
+            Reaped(uuid.uuid4(), 1, JobState.DEAD, "ns", "q", "lease expired", None),  # not traced
+        ]
+    )
+    [span] = exporter.get_finished_spans()
+    assert span.name == "gnomon.lease_lost" and span.parent is not None
+    assert f"{span.context.trace_id:032x}" == STORED.split("-")[1]
+    assert span.attributes is not None and span.attributes["gnomon.job"] == f"namespaces/ns/jobs/{job}"
+    assert (span.attributes["gnomon.attempt"], span.attributes["gnomon.new_state"]) == (2, "SCHEDULED")
+    assert span.status.status_code.name == "ERROR" and span.status.description == "lease expired"

@@ -53,6 +53,7 @@ __all__ = [
     "creating",
     "Link",
     "SpanKind",
+    "StatusCode",
 ]
 
 #: True once :func:`setup` installed an exporter: the one check every tracing hook makes first.
