@@ -191,7 +191,7 @@ def carrier_of(metadata: Sequence[tuple[str, str | bytes]] | None) -> Context | 
 
 
 def stored_context(span: Span) -> str | None:
-    """The stored form (see :func:`encode`) of ``span``'s context; None for a non-recording, invalid span."""
+    """The stored form (see :func:`encode`) of ``span``'s context; None for an invalid span."""
     if not span.get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
