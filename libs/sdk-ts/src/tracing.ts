@@ -7,6 +7,9 @@
  * CONSUMER) whose parent is that context, made active, so spans the handler starts nest under it;
  * a handler that throws or rejects ends it with an error status. Without a registered provider the
  * span is a no-op; an assignment without a trace context costs one check.
+ *
+ * Client: {@link traceMetadata} adds the W3C `traceparent` / `tracestate` of the caller's active span
+ * to a call's metadata, so a job created inside a span joins that trace.
  */
 import {
   createTraceState,
@@ -17,6 +20,7 @@ import {
   type Context,
   type Span,
 } from "@opentelemetry/api";
+import type * as grpc from "@grpc/grpc-js";
 import type { JobContext } from "./context";
 
 /** Name of the span a traced handler runs in. */
@@ -84,4 +88,16 @@ export function runHandler(ctx: JobContext, run: () => unknown): Promise<unknown
       },
     );
   });
+}
+
+/** `md`, plus the W3C `traceparent` (and `tracestate`) of the active span when there is a valid one
+ * (a copy; `md` itself is never changed). */
+export function traceMetadata(md: grpc.Metadata): grpc.Metadata {
+  const sc = trace.getActiveSpan()?.spanContext();
+  if (!sc || !trace.isSpanContextValid(sc)) return md;
+  const out = md.clone();
+  out.set("traceparent", `00-${sc.traceId}-${sc.spanId}-${sc.traceFlags & 1 ? "01" : "00"}`);
+  const state = sc.traceState?.serialize();
+  if (state) out.set("tracestate", state);
+  return out;
 }

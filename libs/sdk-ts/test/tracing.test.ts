@@ -6,7 +6,9 @@ import * as assert from "node:assert/strict";
 import { context, trace } from "@opentelemetry/api";
 import { AsyncLocalStorageContextManager } from "@opentelemetry/context-async-hooks";
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
+import * as grpc from "@grpc/grpc-js";
 import { HANDLER_SPAN, Worker, type JobContext } from "../src";
+import { traceMetadata } from "../src/tracing";
 import { FakeDispatcher, QUIET, until } from "./fake-dispatcher";
 
 const TRACE_ID = "0af7651916cd43dd8448eb211c80319c";
@@ -68,4 +70,21 @@ test("a handler runs in a gnomon.handler span continuing the assignment's trace 
   assert.equal(user.spanContext().traceId, TRACE_ID);
   assert.equal(user.parentSpanContext?.spanId, handler.spanContext().spanId);
   await provider.shutdown();
+});
+
+// (uses the context manager the first test registered: tests of a file run in order)
+test("client calls carry the active span's traceparent; none without an active span", () => {
+  const provider = new BasicTracerProvider();
+  const md = new grpc.Metadata();
+  md.set("authorization", "Bearer k");
+  assert.equal(traceMetadata(md), md); // no active span: unchanged
+  const tracer = provider.getTracer("test.app");
+  tracer.startActiveSpan("user.request", (span) => {
+    const out = traceMetadata(md);
+    const sc = span.spanContext();
+    assert.deepEqual(out.get("traceparent"), [`00-${sc.traceId}-${sc.spanId}-01`]);
+    assert.deepEqual(out.get("authorization"), ["Bearer k"]);
+    assert.deepEqual(md.get("traceparent"), []); // the client's own metadata is left alone
+    span.end();
+  });
 });
