@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from gnomon.sdk import Client, RetryPolicy, Worker
-from gnomon_test_support import running_suite, wait_for
+from gnomon_test_support import running_suite, sql, wait_for
 
 Span = dict[str, Any]
 
@@ -249,3 +249,42 @@ def test_an_occurrence_trace_links_to_the_planning_step(suite):
     finally:
         with Client(api=suite.api_address) as c:
             c.delete_schedule(sched.name)
+
+
+async def test_a_batch_continues_the_callers_traceparent_one_create_span_per_job(suite):
+    from gnomon._proto.gnomon.v1 import job_service_pb2 as js
+    from gnomon._proto.gnomon.v1 import job_service_pb2_grpc
+    from gnomon.sdk.connection import resolve
+
+    trace_id, caller = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with resolve(suite.api_address).aio_channel() as ch:
+        r = await job_service_pb2_grpc.JobServiceStub(ch).BatchCreateJobs(
+            js.BatchCreateJobsRequest(
+                parent="namespaces/default",
+                requests=[js.CreateJobRequest(queue="tr-batch") for _ in range(3)],
+            ),
+            metadata=[("traceparent", f"00-{trace_id}-{caller}-01"), ("tracestate", "shop=1")],
+        )
+    names = [j.name for j in r.jobs]
+    stored = {
+        str(job_id): ctx
+        for job_id, ctx in sql(
+            suite.database_url,
+            "SELECT id, trace_context FROM jobs WHERE id = ANY(%s::uuid[])",
+            [n.rsplit("/", 1)[1] for n in names],
+        )
+    }
+
+    def creates() -> list[Span] | None:
+        found = [
+            s
+            for s in all_spans(suite)
+            if s["name"] == "gnomon.job.create" and s["attrs"]["gnomon.job"] in names
+        ]
+        return found if len(found) == 3 else None
+
+    spans = wait_for(creates, 30, "3 create spans")
+    assert {(s["trace"], s["parent"]) for s in spans} == {(f"0x{trace_id}", f"0x{caller}")}
+    for s in spans:  # each job stores its own create span's context, the caller's tracestate kept
+        job_id = s["attrs"]["gnomon.job"].rsplit("/", 1)[1]
+        assert stored[job_id] == f"00-{trace_id}-{s['id'][2:]}-01\nshop=1"
