@@ -5,6 +5,7 @@ delivery's context."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ from gnomon.common.domain.attempts import Claimed, Reaped, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.jobs import NewJob
 from gnomon.common.domain.states import JobState
+from gnomon.common.tracing_settings import TracesSettings
 from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.relay import Relay
 from gnomon.dispatcher.sessions import SessionRegistry
@@ -156,3 +158,29 @@ def test_a_lost_lease_is_a_span_of_the_jobs_trace(exporter):
     assert span.attributes is not None and span.attributes["gnomon.job"] == f"namespaces/ns/jobs/{job}"
     assert (span.attributes["gnomon.attempt"], span.attributes["gnomon.new_state"]) == (2, "SCHEDULED")
     assert span.status.status_code.name == "ERROR" and span.status.description == "lease expired"
+
+
+def test_the_file_exporter_appends_one_json_span_a_line_from_several_writers(tmp_path):
+    path = tmp_path / "traces.jsonl"
+    tracer = TracerProvider().get_tracer("test")
+    first, second = (tracing.JsonLinesFileExporter(str(path)) for _ in range(2))
+    spans = []
+    for name in ("a", "b", "c"):
+        span = tracer.start_span(name)
+        span.end()
+        spans.append(span)
+    assert first.export(spans[:2]).name == "SUCCESS" and second.export(spans[2:]).name == "SUCCESS"
+    first.shutdown()
+    assert first.export(spans).name == "FAILURE"  # shut down: nothing written
+    second.shutdown()
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["name"] for line in lines] == ["a", "b", "c"]
+
+
+def test_an_exporter_without_its_destination_is_refused(monkeypatch):
+    monkeypatch.delenv("GNOMON_OTLP_ENDPOINT", raising=False)
+    with pytest.raises(ValueError, match="GNOMON_TRACES_FILE"):
+        tracing.setup("api", TracesSettings(exporter="file"))
+    with pytest.raises(ValueError, match="GNOMON_OTLP_ENDPOINT"):
+        tracing.setup("api", TracesSettings(exporter="otlp"))
+    assert tracing.setup("api", TracesSettings()) is False and tracing.ENABLED is False
