@@ -291,3 +291,22 @@ async def test_a_batch_continues_the_callers_traceparent_one_create_span_per_job
     for s in spans:  # each job stores its own create span's context, the caller's tracestate kept
         job_id = s["attrs"]["gnomon.job"].rsplit("/", 1)[1]
         assert stored[job_id] == f"00-{trace_id}-{s['id'][2:]}-01\nshop=1"
+
+
+def test_a_triggered_occurrence_is_a_child_of_the_callers_span(suite):
+    _app_provider()
+    app = trace.get_tracer("test.app")
+    later = datetime(2099, 1, 1, tzinfo=UTC)  # no planned occurrence before the test ends
+    with Client(api=suite.api_address) as c:
+        sched = c.create_schedule("tr-trigger", every=3600, start_time=later, schedule_id="triggered")
+        try:
+            with app.start_as_current_span("user.trigger") as request:
+                _, job = c.trigger_schedule(sched.name)
+        finally:
+            c.delete_schedule(sched.name)
+    assert job is not None
+    ctx = request.get_span_context()
+    spans = job_trace(suite, job.name, set())
+    create = one(spans, "gnomon.job.create")
+    assert (create["trace"], create["parent"]) == (_hex(ctx.trace_id, 32), _hex(ctx.span_id, 16))
+    assert create["attrs"]["gnomon.schedule"] == sched.name and create["service"] == "gnomon-api"

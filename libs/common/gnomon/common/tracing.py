@@ -21,7 +21,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -36,8 +38,8 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, Span, SpanKind, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gnomon.common.domain.jobs import NewJob
-from gnomon.common.names import job_name
+from gnomon.common.domain.jobs import JobRow, NewJob
+from gnomon.common.names import job_name, schedule_name
 from gnomon.common.tracing_settings import TracesSettings
 
 __all__ = [
@@ -51,6 +53,8 @@ __all__ = [
     "stored_context",
     "wire_context",
     "creating",
+    "caller",
+    "stamp_occurrences",
     "Link",
     "SpanKind",
     "StatusCode",
@@ -239,3 +243,36 @@ def creating(
     finally:
         for s in spans:
             s.end()
+
+
+@contextmanager
+def caller(metadata: Sequence[tuple[str, str | bytes]] | None) -> Iterator[None]:
+    """Makes the caller's context (the ``traceparent`` of a call's gRPC ``metadata``) the current
+    OpenTelemetry context for the block, so spans started inside it (e.g. by
+    :func:`stamp_occurrences`) are its children. Does nothing with tracing off or no ``traceparent``."""
+    parent = carrier_of(metadata) if ENABLED else None
+    if parent is None:
+        yield
+        return
+    token = otel_context.attach(parent)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
+
+
+def stamp_occurrences(jobs: Sequence[JobRow], links: Sequence[Link] = ()) -> None:
+    """Gives every occurrence row of ``jobs`` (``jobs`` rows about to be inserted) a
+    ``gnomon.job.create`` span, a child of the current context (the root of a new trace when there is
+    none, as in the planner) with ``links`` (the planner's: its step), and stores the span's context
+    in the row's ``trace_context``. Call only while :data:`ENABLED`."""
+    for j in jobs:
+        ns = j["namespace"]
+        attrs: dict[str, Any] = {JOB: job_name(ns, j["id"]), NAMESPACE: ns, QUEUE: j["queue"]}
+        if j.get("schedule_id"):
+            attrs[SCHEDULE] = schedule_name(ns, j["schedule_id"])
+        if j.get("nominal_time") is not None:
+            attrs[NOMINAL_TIME] = j["nominal_time"].isoformat()
+        span = _TRACER.start_span("gnomon.job.create", links=links, attributes=attrs)
+        j["trace_context"] = stored_context(span)
+        span.end()

@@ -179,6 +179,7 @@ class Planner:
         return await run_transaction(self.engine, lambda c: self._release(c, now))
 
     async def _release(self, conn, now: datetime | None) -> StepStats:
+        t0 = time.time_ns() if tracing.ENABLED else 0
         now = now or await db_now(conn)
         rows = await store.claim_buffered(conn, regions=await self.served(conn), limit=self.settings.batch)
         if not rows:
@@ -209,9 +210,16 @@ class Planner:
                 )
             )
         s = self.settings
-        res = await b.finish(
-            conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
-        )
+        step = plan_tracing.start_step(t0, len(rows), "release") if tracing.ENABLED else None
+        try:
+            if step is not None:
+                plan_tracing.stamp_occurrences(step, b.writes.jobs)
+            res = await b.finish(
+                conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
+            )
+        finally:
+            if step is not None:
+                step.end()
         return StepStats(len(rows), len(res.inserted), changed, res.earliest)
 
     # -- the loop ----------------------------------------------------------------------------
