@@ -305,6 +305,21 @@ def test_dev_writes_the_current_profile_and_commands_need_no_flags(
         created = cli(runtime_dir, "job", "create", "--queue", "profile-check", "--in", "1h", "--json")
         assert created.returncode == 0, created.stderr
         name = json.loads(created.stdout)["name"]
+        # every service appends its spans to <data dir>/traces.jsonl, printed at start (docs/tracing.md)
+        traces = Path(data_dir, "traces.jsonl")
+        assert f"traces: {traces}" in dev.log()
+        wait_for(
+            lambda: (
+                traces.exists()
+                and any(
+                    (span := json.loads(line))["name"] == "gnomon.job.create"
+                    and span["attributes"]["gnomon.job"] == name
+                    for line in traces.read_text().splitlines()
+                )
+            ),
+            30,
+            "the job's create span in traces.jsonl",
+        )
         listed = cli(runtime_dir, "job", "list", "--json")
         assert listed.returncode == 0, listed.stderr
         assert name in listed.stdout

@@ -3,7 +3,7 @@
 PostgreSQL reaches a partial index only when it can prove the query implies the index's predicate.
 A bind parameter (``state = $1``) proves nothing in a generic plan, which is what a prepared statement
 gets after a few executions; so the claim, the due backlog and the reaper's lease scan name their state
-inline (``gnomon.common.storage.schema.state_is``). Here every connection is forced onto generic plans
+inline (``gnomon.common.storage.predicates.state_is``). Here every connection is forced onto generic plans
 (``plan_cache_mode = force_generic_plan``, ``prepare_threshold = 0``) and the per-index scan counters
 of ``pg_stat_user_indexes`` show which index each statement read.
 """

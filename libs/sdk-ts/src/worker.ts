@@ -24,6 +24,7 @@ import { monotonic } from "./protocol";
 import { reroute } from "./routing";
 import { Attempt, type SessionHost, type WorkerIdentity } from "./attempts";
 import { DispatcherSession } from "./session";
+import { runHandler } from "./tracing";
 
 /** A job handler: resolve = success; throw = failure (see errors.ts for the failure classes). */
 export type Handler = (ctx: JobContext) => Promise<unknown> | unknown;
@@ -335,12 +336,8 @@ export class Worker {
     att.ctx._onCheckpoint = () => {
       att.session.checkpointDue = true;
     };
-    let p: Promise<unknown>;
-    try {
-      p = Promise.resolve(this.opts.handler(att.ctx));
-    } catch (err) {
-      p = Promise.reject(err);
-    }
+    // in a "gnomon.handler" span when the assignment carries a trace context (tracing.ts)
+    const p = runHandler(att.ctx, () => this.opts.handler(att.ctx));
     p.then(
       () => this.finish(att, false, null),
       (err: unknown) => this.finish(att, true, err),

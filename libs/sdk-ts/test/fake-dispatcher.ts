@@ -57,12 +57,12 @@ export class FakeDispatcher {
     return { job: `namespaces/default/jobs/00000000-0000-0000-0000-${String(this.seq).padStart(12, "0")}`, attempt: 1, version: "1", fencingToken: "7" };
   }
 
-  /** Sends one assignment on `stream` (payload: JSON `body`). */
-  assign(stream: Stream, ref: AttemptRef, body: unknown = {}, leaseMs = 10_000): void {
+  /** Sends one assignment on `stream` (payload: JSON `body`; `extra`: more Assignment fields). */
+  assign(stream: Stream, ref: AttemptRef, body: unknown = {}, leaseMs = 10_000, extra: Record<string, unknown> = {}): void {
     stream.write({
       assignments: {
         assignments: [
-          { attempt: ref, queue: "q", payload: Buffer.from(JSON.stringify(body)), idempotencyKey: `k-${ref.job}`, leaseDuration: { seconds: String(leaseMs / 1000), nanos: 0 } },
+          { attempt: ref, queue: "q", payload: Buffer.from(JSON.stringify(body)), idempotencyKey: `k-${ref.job}`, leaseDuration: { seconds: String(leaseMs / 1000), nanos: 0 }, ...extra },
         ],
       },
     });

@@ -220,6 +220,7 @@ def _run(
         base_dir=data_dir or None,
         regions=region_list,
         on_progress=on_progress,
+        traces=True,  # spans of every service in <data dir>/traces.jsonl (docs/tracing.md)
     )
 
     def write_status() -> None:
@@ -254,6 +255,8 @@ def _run(
         for r in region_list[1:]:
             typer.echo(f"Gnomon API of region {r} listening on {suite.api_address_of(r)}")
         typer.echo(f"Gnomon API listening on {suite.api_address}  (logs: {suite.log_dir})")
+        chosen = os.environ.get("GNOMON_TRACES_EXPORTER")
+        typer.echo(f"traces: GNOMON_TRACES_EXPORTER={chosen}" if chosen else f"traces: {suite.traces_file}")
         for line in profile_lines:
             typer.echo(line)
         typer.echo(

@@ -139,7 +139,8 @@ class Suite:
     ``<base_dir>/auth`` (or ``credentials_dir``, made once and shared by several suites), the admin's
     API key is added to the database after the migrations, and ``<base_dir>/auth/profile.toml`` is a
     client config file for the suite (``GNOMON_CONFIG_FILE``). ``insecure``: plaintext, no
-    authentication (``GNOMON_INSECURE=true``).
+    authentication (``GNOMON_INSECURE=true``). ``traces`` (``gnomon dev``): every service appends its
+    spans to :attr:`traces_file`, unless the environment chooses ``GNOMON_TRACES_EXPORTER`` itself.
 
     A given ``base_dir`` that holds a previous suite is reused: the PostgreSQL cluster and its
     ``gnomon`` database, and the etcd member (on its recorded ports); migrations are re-run (they
@@ -162,6 +163,7 @@ class Suite:
     insecure: bool = False
     credentials: SuiteCredentials | None = None
     profile_file: str | None = None
+    traces: bool = False
 
     def start(self) -> Suite:
         """Starts servers, migrates, starts api, planner, dispatcher(s), reaper; waits until healthy.
@@ -263,8 +265,16 @@ class Suite:
             env.update(self.credentials.service_env())
         else:
             env.update({"GNOMON_INSECURE": "true", "GNOMON_TLS_CERT_FILE": "", "GNOMON_TLS_KEY_FILE": ""})
+        if self.traces and "GNOMON_TRACES_EXPORTER" not in os.environ:
+            env.update({"GNOMON_TRACES_EXPORTER": "file", "GNOMON_TRACES_FILE": self.traces_file})
         env.update({k: str(v) for k, v in self.env.items()})
         return env
+
+    @property
+    def traces_file(self) -> str:
+        """Where the services append their spans when :attr:`traces` is on (``<base_dir>/traces.jsonl``)."""
+        assert self.base_dir is not None, "start() first"
+        return os.path.join(self.base_dir, "traces.jsonl")
 
     def start_service(self, role: str, listen: str | None = None, env: dict[str, str] | None = None) -> Proc:
         """Starts ``gnomon <role>`` as a child process on ``listen`` (default: a free loopback port),

@@ -36,6 +36,7 @@ from gnomon.common.config import (
     ServerSettings,
     TelemetrySettings,
 )
+from gnomon.common.tracing_settings import TracesSettings
 
 SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     DatabaseSettings,
@@ -49,6 +50,7 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     PlannerSettings,
     LogSettings,
     TelemetrySettings,
+    TracesSettings,
     MetricsSettings,
     FaultSettings,
     ClientSettings,

@@ -23,6 +23,7 @@ from gnomon._proto.gnomon.v1 import (
 
 from .connection import DEFAULT_ADDRESS, resolve
 from .errors import GnomonError
+from .tracing import outgoing_metadata
 
 __all__ = ["ClientBase", "paginate", "DEFAULT_API", "Payload", "Span"]
 
@@ -83,14 +84,16 @@ class ClientBase:
         self._access = _stub(access_service_pb2_grpc.AccessServiceStub, self._channel)
 
     async def _call(self, rpc: Any, request: Message, timeout: float | None = None) -> Any:
-        """Calls the unary ``rpc`` with this client's metadata and deadline (``timeout`` seconds,
-        default the client's); returns the response message.
+        """Calls the unary ``rpc`` with this client's metadata (plus the W3C trace context of the
+        caller's current span, if any) and deadline (``timeout`` seconds, default the client's);
+        returns the response message.
 
         Raises:
             GnomonError: the RPC failed (code, message, reason, field violations).
         """
         try:
-            return await rpc(request, timeout=timeout or self.timeout, metadata=self._metadata or None)
+            md = outgoing_metadata(self._metadata)  # the caller's trace context, if any
+            return await rpc(request, timeout=timeout or self.timeout, metadata=md or None)
         except grpc.RpcError as err:
             raise GnomonError.from_rpc_error(err) from None
 

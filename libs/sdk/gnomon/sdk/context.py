@@ -49,6 +49,9 @@ class JobContext:
         nominal_time: for an occurrence, its nominal fire time (UTC-aware), else ``None``.
         coalesced_count: for a COALESCE catch-up run, how many missed nominal times it stands for
             (itself included), else 0; ``coalesced_first_time`` / ``coalesced_last_time`` their range.
+        trace_context: the W3C trace context of the attempt's delivery (``{"traceparent": ...,
+            "tracestate": ...}``), empty when the job is not traced; a traced handler already runs in
+            a ``gnomon.handler`` span continuing it (docs/tracing.md).
         cancel_event: a ``threading.Event`` set when the attempt should stop; safe to wait on from
             a handler thread (``ctx.cancel_event.wait(5)``). Created on first access.
 
@@ -86,6 +89,7 @@ class JobContext:
         "coalesced_count",
         "coalesced_first_time",
         "coalesced_last_time",
+        "trace_context",
     )
 
     def __init__(
@@ -132,6 +136,7 @@ class JobContext:
         self.coalesced_count = 0
         self.coalesced_first_time: datetime | None = None
         self.coalesced_last_time: datetime | None = None
+        self.trace_context: dict[str, str] = {}
         self.last_checkpoint = last_checkpoint
         # (sequence number, data) of the latest checkpoint asked for; read by the worker's loop
         self._checkpoint: tuple[int, bytes] | None = None
@@ -164,11 +169,14 @@ class JobContext:
 
     def _with_occurrence(self, a: wpb.Assignment) -> JobContext:
         """Sets the occurrence fields (:attr:`schedule`, :attr:`nominal_time`, :attr:`coalesced_count`,
-        :attr:`coalesced_first_time`, :attr:`coalesced_last_time`) from an assignment."""
+        :attr:`coalesced_first_time`, :attr:`coalesced_last_time`) and :attr:`trace_context` from an
+        assignment."""
         self.schedule, self.coalesced_count = a.schedule, a.coalesced_count
         self.nominal_time = convert.field_time(a, "nominal_time")
         self.coalesced_first_time = convert.field_time(a, "coalesced_first_time")
         self.coalesced_last_time = convert.field_time(a, "coalesced_last_time")
+        if a.trace_context:  # the delivery's W3C context (docs/tracing.md); empty when not traced
+            self.trace_context = dict(a.trace_context)
         return self
 
     def _with_start_to_close(self, bound: timedelta | None) -> JobContext:

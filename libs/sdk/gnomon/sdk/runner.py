@@ -21,6 +21,7 @@ from .context import JobContext
 from .errors import Cancelled
 from .failures import FailureClass, classify_exception
 from .threads import HandlerThreads
+from .tracing import traced_handler
 
 __all__ = ["Runner", "Signals"]
 
@@ -70,7 +71,8 @@ class Runner:
         exception_classes: Mapping[type[BaseException], FailureClass],
         on_event: Callable[[str, JobContext], Any] | None,
     ) -> None:
-        self.handler = handler
+        # an attempt with a trace context runs its handler in a "gnomon.handler" span (docs/tracing.md)
+        self.handler = traced_handler(handler, is_async=is_async)
         self.is_async = is_async
         self.concurrency = concurrency
         self.exception_classes = exception_classes

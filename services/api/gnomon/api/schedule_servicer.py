@@ -22,7 +22,7 @@ from gnomon.api.schedule_validation import (
     validate_create,
     violation,
 )
-from gnomon.common import pagination
+from gnomon.common import pagination, tracing
 from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
 from gnomon.common.domain.reasons import ErrorReason
@@ -210,7 +210,8 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         v.raise_if_any()
         if self.quotas is not None:
             await self.quotas.admit_jobs(ns, 1)
-        out = await self.schedules.trigger(ns, sid, policy=policy or None, request_id=request_id)
+        with tracing.caller(context.invocation_metadata() if tracing.ENABLED else None):
+            out = await self.schedules.trigger(ns, sid, policy=policy or None, request_id=request_id)
         return pb.TriggerScheduleResponse(
             occurrence=occurrence_to_proto(out.record, schedule_name(ns, sid)),
             job=job_to_proto(out.job) if out.job else None,

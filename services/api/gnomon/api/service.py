@@ -41,6 +41,7 @@ from gnomon.api.queues import QueueEngine
 from gnomon.api.quotas import QuotaGuard
 from gnomon.api.schedule_servicer import ScheduleServicer
 from gnomon.api.servicer import ClusterServicer, JobServicer
+from gnomon.common import tracing
 from gnomon.common.config import (
     ClusterSettings,
     DatabaseSettings,
@@ -203,4 +204,5 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
 def main() -> None:
     """Entry point of ``gnomon api``."""
     configure_logging("api")
+    tracing.setup("api")  # GNOMON_TRACES_EXPORTER; off by default (docs/tracing.md)
     asyncio.run(serve())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,12 +20,17 @@ from gnomon.api.convert import attempt_to_proto, job_to_proto
 from gnomon.api.jobs import JobEngine
 from gnomon.api.quotas import QuotaGuard
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
-from gnomon.common import pagination
+from gnomon.common import pagination, tracing
 from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.errors import FieldViolation, InvalidArgument
 from gnomon.common.names import parse_job_name, parse_parent
 from gnomon.common.timeconv import to_timestamp
+
+
+def _metadata(context) -> Any:
+    """The call's metadata when tracing is on (read for its ``traceparent``), else None (not read)."""
+    return context.invocation_metadata() if tracing.ENABLED else None
 
 
 class JobServicer(job_service_pb2_grpc.JobServiceServicer):
@@ -71,7 +77,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         new = validate_create(request, region=self.region, shards=self.shards)
         if self.quotas is not None:
             await self.quotas.admit_jobs(new.namespace, 1)
-        row, _ = await self.jobs.create(new)
+        with tracing.creating(_metadata(context), [new]) as (traced,):
+            row, _ = await self.jobs.create(traced)
         return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
 
     async def BatchCreateJobs(self, request, context):
@@ -81,7 +88,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         batch = validate_batch(request.parent, request.requests, region=self.region, shards=self.shards)
         if self.quotas is not None and batch:
             await self.quotas.admit_jobs(batch[0].namespace, len(batch))
-        rows = await self.jobs.create_batch(batch)
+        with tracing.creating(_metadata(context), batch) as traced:
+            rows = await self.jobs.create_batch(traced)
         return job_service_pb2.BatchCreateJobsResponse(jobs=[job_to_proto(r) for r in rows])
 
     async def GetJob(self, request, context):

@@ -34,13 +34,14 @@ from collections.abc import Callable
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gnomon.common import faults, metrics
+from gnomon.common import faults, metrics, tracing
 from gnomon.common.config import DispatcherSettings
 from gnomon.common.errors import StaleFencingToken, Unavailable
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import regions
 from gnomon.common.storage.engine import RETRYABLE_SQLSTATES, run_transaction, sqlstate
 from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
+from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.breaker import Breakers
 from gnomon.dispatcher.budget import RetryBudget
 from gnomon.dispatcher.hello import clip
@@ -165,6 +166,7 @@ class ClaimLoop:
             redelivered = await self.relay.recover_once()
             if redelivered:
                 return redelivered, 0.0
+        t0 = time.time_ns() if tracing.ENABLED else 0  # the claim spans' start (docs/tracing.md)
         tokens = self.shards.tokens()
         region_token = self.shards.region_token
         cap = self.registry.capacity()
@@ -320,6 +322,8 @@ class ClaimLoop:
                 )
             for queue, n in per_queue.items():  # one add per queue and claim, not per job (hot path)
                 metrics.CLAIMED.add(n, {"queue": queue})
+            if tracing.ENABLED:
+                dispatch_tracing.claimed(claimed, t0, self.dispatcher_id)
             self.relay.deliver(claimed)
         return len(claimed), delay
 

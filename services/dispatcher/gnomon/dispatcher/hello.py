@@ -170,3 +170,23 @@ def attempt_key(ref: wpb.AttemptRef) -> AttemptKey | None:
     if job_id is None or ref.attempt < 1:
         return None
     return AttemptKey(job_id, ref.attempt, ref.version, ref.fencing_token)
+
+
+def oversized(msg) -> GnomonError | None:
+    """The error ending the stream (reason PROTOCOL_VIOLATION) when the ``LeaseRequest`` ``msg``
+    carries more than :data:`MAX_ITEMS_PER_MESSAGE` items; None when it does not."""
+    kind = msg.WhichOneof("kind")
+    if kind in ("accepts", "releases"):
+        n = len(getattr(msg, kind).attempts)
+    elif kind == "heartbeats":
+        n = max(len(msg.heartbeats.attempts), len(msg.heartbeats.checkpoints))
+    elif kind == "results":
+        n = len(msg.results.results)
+    else:
+        return None
+    if n <= MAX_ITEMS_PER_MESSAGE:
+        return None
+    return GnomonError(
+        f"a {kind} message carries {n} items; at most {MAX_ITEMS_PER_MESSAGE} per message",
+        reason=ErrorReason.PROTOCOL_VIOLATION,
+    )

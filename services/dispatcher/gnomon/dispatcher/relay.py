@@ -24,12 +24,14 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
+from gnomon.common import tracing
 from gnomon.common.domain.attempts import Claimed
 from gnomon.common.errors import GnomonError, StaleFencingToken
 from gnomon.common.names import job_name, schedule_name
 from gnomon.common.storage import outbox as outbox_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_duration, to_timestamp
+from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.shards import ShardOwnership
 
@@ -112,9 +114,10 @@ class Relay:
             s.delivered_at[key] = now
             per_session[s].append(c)
         for s, items in per_session.items():
-            s.out.put_nowait(
-                wpb.LeaseResponse(assignments=wpb.Assignments(assignments=[assignment(c) for c in items]))
-            )
+            batch = [assignment(c) for c in items]
+            if tracing.ENABLED:  # the deliver spans; their contexts go in the assignments
+                dispatch_tracing.delivered(items, batch, s.worker_id)
+            s.out.put_nowait(wpb.LeaseResponse(assignments=wpb.Assignments(assignments=batch)))
             self.delivered += len(items)
         return sum(len(v) for v in per_session.values())
 

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2, worker_service_pb2_grpc
-from gnomon.common import metrics
+from gnomon.common import metrics, tracing
 from gnomon.common.auth.settings import AuthSettings
 from gnomon.common.config import (
     BreakerSettings,
@@ -232,4 +232,5 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
 def main() -> None:
     """Entry point of ``gnomon dispatcher``."""
     configure_logging("dispatcher")
+    tracing.setup("dispatcher")  # GNOMON_TRACES_EXPORTER; off by default (docs/tracing.md)
     asyncio.run(serve())

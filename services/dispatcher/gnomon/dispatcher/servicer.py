@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc
-from gnomon.common import metrics
+from gnomon.common import metrics, tracing
 from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
@@ -26,14 +27,15 @@ from gnomon.common.quotas import NamespaceCache, check_hello_quota
 from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
+from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.hello import (
     MAX_CREDITS,
-    MAX_ITEMS_PER_MESSAGE,
     MAX_QUEUED_RESPONSES,
     Hello,
     attempt_key,
     authorize_hello,
     clip,
+    oversized,
     validate_hello,
 )
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
@@ -42,13 +44,9 @@ from gnomon.dispatcher.writes import InvalidItem, WriteBatcher
 log = logging.getLogger(__name__)
 
 
-def _key(ref: wpb.AttemptRef) -> AttemptKey | None:
-    return attempt_key(ref)
-
-
 def _known_key(ref: wpb.AttemptRef) -> AttemptKey:
     """The key of a reference :func:`_key` already accepted (acks are built only for those)."""
-    k = _key(ref)
+    k = attempt_key(ref)
     assert k is not None
     return k
 
@@ -211,28 +209,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             except (Unavailable, KeyError):
                 continue
 
-    def _oversized(self, msg) -> GnomonError | None:
-        """The error ending the stream when ``msg`` carries more than :data:`MAX_ITEMS_PER_MESSAGE` items."""
-        kind = msg.WhichOneof("kind")
-        if kind in ("accepts", "releases"):
-            n = len(getattr(msg, kind).attempts)
-        elif kind == "heartbeats":
-            n = max(len(msg.heartbeats.attempts), len(msg.heartbeats.checkpoints))
-        elif kind == "results":
-            n = len(msg.results.results)
-        else:
-            return None
-        if n <= MAX_ITEMS_PER_MESSAGE:
-            return None
-        return GnomonError(
-            f"a {kind} message carries {n} items; at most {MAX_ITEMS_PER_MESSAGE} per message",
-            reason=ErrorReason.PROTOCOL_VIOLATION,
-        )
-
     async def _read(self, s: WorkerSession, it) -> None:
         try:
             async for msg in it:
-                if (too_many := self._oversized(msg)) is not None:
+                if (too_many := oversized(msg)) is not None:
                     raise too_many
                 if s.out.qsize() > MAX_QUEUED_RESPONSES:
                     raise QuotaExceeded(
@@ -297,10 +277,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         task.add_done_callback(self._ack_tasks.discard)
 
     def _accepts(self, s: WorkerSession, refs) -> None:
+        t0 = time.time_ns() if tracing.ENABLED else 0
         good, keys, fresh, bad = [], [], [], []
         held = s.held
         for ref in refs:
-            k = _key(ref)
+            k = attempt_key(ref)
             if k is None:
                 bad.append(_malformed(ref, wpb.ACK_KIND_ACCEPT))
                 continue
@@ -318,6 +299,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         def build(ref, lease_end):
             k = _known_key(ref)
             ok = lease_end is not None
+            if tracing.ENABLED:
+                dispatch_tracing.accepted(s.held.get((k.job_id, k.attempt)), s.worker_id, t0, ok)
             if ok:
                 c = s.held.get((k.job_id, k.attempt))
                 if c is not None and (k.job_id, k.attempt) not in s.accepted:
@@ -341,7 +324,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     def _heartbeats(self, s: WorkerSession, refs) -> None:
         good, keys, bad = [], [], []
         for ref in refs:
-            k = _key(ref)
+            k = attempt_key(ref)
             if k is None:
                 bad.append(_malformed(ref, wpb.ACK_KIND_HEARTBEAT))
             else:
@@ -379,7 +362,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         (else ``STALE_ATTEMPT``). Each is answered by an ack of kind CHECKPOINT."""
         good, items, refused = [], [], []
         for cp in checkpoints:
-            k = _key(cp.attempt)
+            k = attempt_key(cp.attempt)
             if k is None:
                 refused.append(_malformed(cp.attempt, wpb.ACK_KIND_CHECKPOINT))
                 continue
@@ -421,9 +404,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             )
 
     def _results(self, s: WorkerSession, results) -> None:
-        good, items, bad = [], [], []
+        t0 = time.time_ns() if tracing.ENABLED else 0
+        good, items, bad, traced = [], [], [], {}
         for r in results:
-            k = _key(r.attempt)
+            k = attempt_key(r.attempt)
             if k is None or "\x00" in r.error:  # PostgreSQL text cannot hold NUL: refused here, alone
                 bad.append(_malformed(r.attempt, wpb.ACK_KIND_RESULT))
                 continue
@@ -438,6 +422,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             )
             good.append(r.attempt)
             items.append(res)
+            if tracing.ENABLED:
+                traced[(k.job_id, k.attempt)] = res
         _send(s, bad)
 
         throttled = {
@@ -445,12 +431,14 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             for r in results
             if failure_class_from_wire(r.failure_class) is FailureClass.THROTTLED
             and r.outcome != wpb.OUTCOME_SUCCEEDED
-            and (k := _key(r.attempt)) is not None
+            and (k := attempt_key(r.attempt)) is not None
         }
 
         def build(ref, reason):
             k = _known_key(ref)
             c = s.held.pop((k.job_id, k.attempt), None)
+            if tracing.ENABLED:
+                dispatch_tracing.finished(c, traced.get((k.job_id, k.attempt)), s.worker_id, t0, reason)
             if not reason and (k.job_id, k.attempt) in throttled:
                 metrics.THROTTLED_RESULTS.add(1, {"namespace": s.namespace, "queue": c.queue if c else ""})
             s.accepted.discard((k.job_id, k.attempt))
@@ -470,7 +458,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         stream and not accepted can be released; any other is refused (STALE_ATTEMPT) and unchanged."""
         acks = []
         for ref in refs:
-            k = _key(ref)
+            k = attempt_key(ref)
             if k is None:
                 acks.append(_malformed(ref, wpb.ACK_KIND_RELEASE))
                 continue

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gnomon.common import metrics
+from gnomon.common import metrics, tracing
 from gnomon.common.config import PlannerSettings
 from gnomon.common.errors import Unavailable
 from gnomon.common.scheduling.misfire import Carry
@@ -44,6 +44,7 @@ from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.regions import served_regions
 from gnomon.common.storage.schedules import db_now, rule_spec_of
 from gnomon.common.time import Recurrence, compile_rule
+from gnomon.planner import tracing as plan_tracing
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,7 @@ class Planner:
         return sorted({self.region, *await served_regions(conn, home=self.region)})
 
     async def _plan(self, conn, now: datetime | None) -> StepStats:
+        t0 = time.time_ns() if tracing.ENABLED else 0
         now = now or await db_now(conn)
         s = self.settings
         rows = await store.claim_due(conn, regions=await self.served(conn), now=now, limit=s.batch)
@@ -117,9 +119,16 @@ class Planner:
         b = StepBuilder(now=now, shards=self.shards)
         for sched in rows:
             self._plan_schedule(b, sched, now, active.setdefault(sched["uid"], []))
-        res = await b.finish(
-            conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
-        )
+        step = plan_tracing.start_step(t0, len(rows)) if tracing.ENABLED else None
+        try:
+            if step is not None:  # each occurrence's trace links to this step (docs/tracing.md)
+                plan_tracing.stamp_occurrences(step, b.writes.jobs)
+            res = await b.finish(
+                conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
+            )
+        finally:
+            if step is not None:
+                step.end()
         return StepStats(len(rows), len(res.inserted), len(res.records), res.earliest)
 
     def _plan_schedule(self, b: StepBuilder, sched: dict, now: datetime, active: list[dict]) -> None:
@@ -170,6 +179,7 @@ class Planner:
         return await run_transaction(self.engine, lambda c: self._release(c, now))
 
     async def _release(self, conn, now: datetime | None) -> StepStats:
+        t0 = time.time_ns() if tracing.ENABLED else 0
         now = now or await db_now(conn)
         rows = await store.claim_buffered(conn, regions=await self.served(conn), limit=self.settings.batch)
         if not rows:
@@ -200,9 +210,16 @@ class Planner:
                 )
             )
         s = self.settings
-        res = await b.finish(
-            conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
-        )
+        step = plan_tracing.start_step(t0, len(rows), "release") if tracing.ENABLED else None
+        try:
+            if step is not None:
+                plan_tracing.stamp_occurrences(step, b.writes.jobs)
+            res = await b.finish(
+                conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
+            )
+        finally:
+            if step is not None:
+                step.end()
         return StepStats(len(rows), len(res.inserted), changed, res.earliest)
 
     # -- the loop ----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
+from gnomon.common import tracing
 from gnomon.common.config import (
     ClusterSettings,
     DatabaseSettings,
@@ -191,4 +192,5 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
 def main() -> None:
     """Entry point of ``gnomon planner``."""
     configure_logging("planner")
+    tracing.setup("planner")  # GNOMON_TRACES_EXPORTER; off by default (docs/tracing.md)
     asyncio.run(serve())

@@ -13,6 +13,7 @@ import asyncio
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gnomon.common import tracing
 from gnomon.common.config import ClusterSettings, DatabaseSettings, ReaperSettings, ServerSettings
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch
@@ -79,4 +80,5 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
 def main() -> None:
     """Entry point of ``gnomon reaper``."""
     configure_logging("reaper")
+    tracing.setup("reaper")  # GNOMON_TRACES_EXPORTER; off by default (docs/tracing.md)
     asyncio.run(serve())

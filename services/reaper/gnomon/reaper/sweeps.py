@@ -11,16 +11,41 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from gnomon.common import metrics
+from gnomon.common import metrics, tracing
 from gnomon.common.config import ReaperSettings
+from gnomon.common.domain.attempts import Reaped
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import Unavailable
+from gnomon.common.names import job_name
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.regions import served_regions
 
 log = logging.getLogger(__name__)
+
+
+def lost_spans(reaped: list[Reaped]) -> None:
+    """One ``gnomon.lease_lost`` span (error status) per traced attempt the reaper declared lost, a
+    child of its job's create span (docs/tracing.md); called only while tracing is on."""
+    tracer = tracing.tracer()
+    for r in reaped:
+        if r.trace_context is None:
+            continue
+        span = tracer.start_span(
+            "gnomon.lease_lost",
+            context=tracing.context_of(r.trace_context),
+            attributes={
+                tracing.JOB: job_name(r.namespace, r.job_id),
+                tracing.ATTEMPT: r.attempt,
+                tracing.NAMESPACE: r.namespace,
+                tracing.QUEUE: r.queue,
+                tracing.FAILURE_CLASS: str(FailureClass.AMBIGUOUS),
+                "gnomon.new_state": str(r.new_state),
+            },
+        )
+        span.set_status(tracing.StatusCode.ERROR, r.error[:200])
+        span.end()
 
 
 @dataclass
@@ -65,6 +90,8 @@ class Sweeper:
         for r in reaped:
             log.info("attempt %d of job %s lost its lease -> %s", r.attempt, r.job_id, r.new_state)
             metrics.LEASES_LOST.add(1, {"outcome": r.new_state})
+        if tracing.ENABLED:
+            lost_spans(reaped)
         metrics.count_dead_letters(
             (r.namespace, r.queue, FailureClass.AMBIGUOUS) for r in reaped if r.new_state == JobState.DEAD
         )

@@ -79,6 +79,9 @@ class Claimed:
     start_to_close_ms: int | None = None
     #: For an occurrence of a schedule: its :class:`OccurrenceInfo`; None for a one-time job.
     occurrence: OccurrenceInfo | None = None
+    #: The job's stored W3C trace context (``jobs.trace_context``, see :mod:`gnomon.common.tracing`);
+    #: None when the job is not traced.
+    trace_context: str | None = None
 
     @property
     def id(self) -> AttemptId:
@@ -110,13 +113,18 @@ class Result:
 @dataclass(frozen=True)
 class Reaped:
     """What happened to one job whose running attempt the reaper found lost: ``new_state`` is
-    SCHEDULED (retry), DEAD or CANCELLED; ``namespace`` and ``queue`` are the job's."""
+    SCHEDULED (retry), DEAD or CANCELLED; ``namespace``, ``queue`` and ``trace_context`` are the
+    job's; ``error`` says why the attempt was lost."""
 
     job_id: uuid.UUID
     attempt: int
     new_state: JobState
     namespace: str = ""
     queue: str = ""
+    #: Why the attempt was declared lost (the attempt's ``error``).
+    error: str = ""
+    #: The job's stored W3C trace context (``jobs.trace_context``), None when not traced.
+    trace_context: str | None = None
 
     @property
     def id(self) -> AttemptId:

@@ -129,6 +129,7 @@ class JobRow(TypedDict, total=False):
     coalesced_count: int | None
     coalesced_first: datetime | None
     coalesced_last: datetime | None
+    trace_context: str | None
 
 
 def job_row(
@@ -150,10 +151,12 @@ def job_row(
     request_id: uuid.UUID | None = None,
     request_hash: str | None = None,
     occurrence: OccurrenceColumns | None = None,
+    trace_context: str | None = None,
 ) -> JobRow:
     """The one builder of a new ``jobs`` row: state SCHEDULED, version 1, attempt 0, the given
     fields, the retry columns and, for an occurrence, its columns. ``scheduled_at`` None leaves the
-    column out (the INSERT computes it from the database clock)."""
+    column out (the INSERT computes it from the database clock). ``trace_context``: the stored W3C
+    context of the job's create span (:mod:`gnomon.common.tracing`), None when not traced."""
     row = JobRow(
         id=id,
         namespace=namespace,
@@ -178,6 +181,7 @@ def job_row(
         retry_jitter=retry["retry_jitter"],
         max_age_ms=retry["max_age_ms"],
         non_retryable_errors=retry["non_retryable_errors"],
+        trace_context=trace_context,
     )
     if scheduled_at is not None:
         row["scheduled_at"] = scheduled_at
@@ -213,6 +217,8 @@ class NewJob:
     idempotent: bool = False
     retry: RetryPolicy = DEFAULT_POLICY
     start_to_close: timedelta | None = None
+    #: The stored W3C context of the job's create span (:mod:`gnomon.common.tracing`); None: not traced.
+    trace_context: str | None = None
 
     def row(self) -> JobRow:
         """Its ``jobs`` row without ``scheduled_at`` (the INSERT computes it: ``schedule_at`` or
@@ -233,6 +239,7 @@ class NewJob:
             retry=policy_columns(self.retry),
             request_id=self.request_id,
             request_hash=self.request_hash,
+            trace_context=self.trace_context,
         )
 
 

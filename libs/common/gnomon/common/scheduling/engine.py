@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gnomon.common import tracing
 from gnomon.common.domain.policies import OccurrenceSource
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument
@@ -230,6 +231,8 @@ class ScheduleEngine:
                 policy=policy,
                 request_id=request_id,
             )
+            if tracing.ENABLED:  # a child of the caller's span, if it sent one (docs/tracing.md)
+                tracing.stamp_occurrences(b.writes.jobs)
             await b.finish(
                 conn, region=row["region"], catchup_rate=self.catchup_rate, catchup_burst=self.catchup_burst
             )

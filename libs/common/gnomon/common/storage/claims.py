@@ -35,7 +35,8 @@ from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage import raw
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.fencing import check_fence
-from gnomon.common.storage.schema import attempts, jobs, queue_state, state_is
+from gnomon.common.storage.predicates import state_is
+from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.common.storage.statements import named
 
 #: Columns an assignment needs.
@@ -60,6 +61,7 @@ ASSIGN_COLS = (
     jobs.c.coalesced_count,
     jobs.c.coalesced_first,
     jobs.c.coalesced_last,
+    jobs.c.trace_context,
 )
 
 
@@ -94,6 +96,7 @@ def claimed_of(r: RowMapping, *, token: int, lease_expires_at: datetime) -> Clai
         checkpoint=r["checkpoint"],
         start_to_close_ms=r["start_to_close_ms"],
         occurrence=occurrence,
+        trace_context=r["trace_context"],
     )
 
 

@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
-from gnomon.common.storage.schema import attempts, jobs, queue_state, state_is
+from gnomon.common.storage.predicates import state_is
+from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.common.storage.statements import named
 
 CLOSED, OPEN, HALF_OPEN = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN

@@ -25,8 +25,9 @@ from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import OccurrenceDecision
 from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
 from gnomon.common.storage.jobs import POLICY_COLS
+from gnomon.common.storage.predicates import state_is
 from gnomon.common.storage.results import fail_job_stmt, judge
-from gnomon.common.storage.schema import attempts, jobs, schedule_occurrences, state_is
+from gnomon.common.storage.schema import attempts, jobs, schedule_occurrences
 from gnomon.common.storage.schema_tenancy import namespaces
 from gnomon.common.storage.statements import builder
 
@@ -91,13 +92,14 @@ def lose_attempt_stmt(job_id: uuid.UUID, attempt: int, error: str) -> Update:
 @builder(job_id=_ID, attempt=1)
 def lost_job_stmt(job_id: uuid.UUID, attempt: int) -> Select[tuple[Any, ...]]:
     """Job ``job_id`` if still RUNNING at ``attempt``, locked ``FOR UPDATE``: ``max_attempts``,
-    ``idempotent``, ``cancel_requested_at``, the retry policy columns and ``age_s`` (seconds since its
+    ``idempotent``, ``cancel_requested_at``, ``trace_context``, the retry policy columns and ``age_s`` (seconds since its
     first dispatch, database clock)."""
     return (
         select(
             jobs.c.max_attempts,
             jobs.c.idempotent,
             jobs.c.cancel_requested_at,
+            jobs.c.trace_context,
             *POLICY_COLS,
             func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"),
         )
@@ -143,7 +145,7 @@ async def reap_lost_leases(
         )
         stmt = fail_job_stmt(job_id, attempt, outcome, failure_class=FailureClass.AMBIGUOUS, error=error)
         state, namespace, queue = (await conn.execute(stmt)).one()
-        out.append(Reaped(job_id, attempt, JobState(state), namespace, queue))
+        out.append(Reaped(job_id, attempt, JobState(state), namespace, queue, error, job["trace_context"]))
     return out
 
 

@@ -25,10 +25,8 @@ from sqlalchemy import (
     Uuid,
     false,
     func,
-    literal_column,
     text,
 )
-from sqlalchemy.sql.elements import ColumnElement
 
 metadata = MetaData(
     naming_convention={
@@ -39,19 +37,7 @@ metadata = MetaData(
 )
 
 TS = DateTime(timezone=True)
-
-
-def state_is(column: Column[str], state: str) -> ColumnElement[bool]:
-    """``column = 'STATE'`` with the state written inline instead of as a bind parameter.
-
-    Partial indexes (migration 0014: ``ix_jobs_due``, ``ix_jobs_deadline``,
-    ``ix_attempts_running_lease``) carry a state predicate. PostgreSQL uses a partial index only when
-    it can prove the query's WHERE implies the predicate, which it cannot from a parameter in a
-    generic (prepared) plan; a constant it can. ``state`` must be one of the state names (upper-case
-    letters), never client input. Raises ``ValueError`` otherwise."""
-    if not str(state).isalpha() or not str(state).isupper():
-        raise ValueError(f"not a state name: {state!r}")
-    return column == literal_column(f"'{state}'", String)
+_SCHEDULED = text("state = 'SCHEDULED'")
 
 
 #: One row per job (a one-time job or, later, one occurrence of a schedule).
@@ -157,6 +143,13 @@ jobs = Table(
     Column("coalesced_count", Integer, nullable=True, comment="COALESCE catch-up run: missed nominal times"),
     Column("coalesced_first", TS, nullable=True, comment="COALESCE: earliest missed nominal time"),
     Column("coalesced_last", TS, nullable=True, comment="COALESCE: latest missed nominal time"),
+    # Migration 0015: the job's trace (docs/tracing.md), written only while tracing is on.
+    Column(
+        "trace_context",
+        Text,
+        nullable=True,
+        comment="W3C traceparent, then a newline and the tracestate if any; NULL: not traced",
+    ),
     UniqueConstraint("namespace", "request_id"),
     # The due index: a claim is per (namespace, queue) with credits, so it walks exactly that queue's
     # SCHEDULED rows of the region in scheduled_at order (a backlog on another queue is never
@@ -166,13 +159,7 @@ jobs = Table(
     # RUNNING -> SUCCEEDED, and only its SCHEDULED version belongs in the due index (queries name the
     # state inline with state_is, so generic plans can use it).
     Index(
-        "ix_jobs_due",
-        "region",
-        "namespace",
-        "queue",
-        "scheduled_at",
-        "shard",
-        postgresql_where=text("state = 'SCHEDULED'"),
+        "ix_jobs_due", *("region", "namespace", "queue", "scheduled_at", "shard"), postgresql_where=_SCHEDULED
     ),
     Index(None, "namespace", "created_at"),
     # The reaper's expiry of undispatched jobs past their deadline (most jobs have none).

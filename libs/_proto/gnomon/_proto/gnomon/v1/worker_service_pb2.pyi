@@ -145,7 +145,14 @@ class DispatcherWelcome(_message.Message):
     def __init__(self, dispatcher_id: _Optional[str] = ..., region: _Optional[str] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("attempt", "queue", "payload", "idempotency_key", "lease_expire_time", "schedule_time", "deadline", "max_attempts", "lease_duration", "checkpoint", "start_to_close", "schedule", "nominal_time", "coalesced_count", "coalesced_first_time", "coalesced_last_time")
+    __slots__ = ("attempt", "queue", "payload", "idempotency_key", "lease_expire_time", "schedule_time", "deadline", "max_attempts", "lease_duration", "checkpoint", "start_to_close", "schedule", "nominal_time", "coalesced_count", "coalesced_first_time", "coalesced_last_time", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
@@ -162,6 +169,7 @@ class Assignment(_message.Message):
     COALESCED_COUNT_FIELD_NUMBER: _ClassVar[int]
     COALESCED_FIRST_TIME_FIELD_NUMBER: _ClassVar[int]
     COALESCED_LAST_TIME_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     queue: str
     payload: bytes
@@ -178,7 +186,8 @@ class Assignment(_message.Message):
     coalesced_count: int
     coalesced_first_time: _timestamp_pb2.Timestamp
     coalesced_last_time: _timestamp_pb2.Timestamp
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., checkpoint: _Optional[bytes] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., schedule: _Optional[str] = ..., nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_count: _Optional[int] = ..., coalesced_first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., queue: _Optional[str] = ..., payload: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., lease_expire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., schedule_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_attempts: _Optional[int] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., checkpoint: _Optional[bytes] = ..., start_to_close: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., schedule: _Optional[str] = ..., nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_count: _Optional[int] = ..., coalesced_first_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., coalesced_last_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Assignments(_message.Message):
     __slots__ = ("assignments",)
