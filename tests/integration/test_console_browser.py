@@ -89,7 +89,9 @@ def test_a_bad_key_is_refused_with_the_apis_status(env):
         p.click("button[type=submit]")
         alert = p.locator(".flash.error").inner_text()
         assert "UNAUTHENTICATED" in alert
-        assert context.cookies() == [] or all(c["name"] != "gnomon_console_session" for c in context.cookies())
+        assert context.cookies() == [] or all(
+            c["name"] != "gnomon_console_session" for c in context.cookies()
+        )
     finally:
         context.close()
 

@@ -9,6 +9,7 @@ key of its own: users sign in with theirs. :func:`spawn` starts it as a process 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -40,16 +41,24 @@ def console(
         None, "--api", help="host:port of the Gnomon API [default: GNOMON_API, else the profile's]."
     ),
     ca_file: str | None = typer.Option(
-        None, "--ca-file", help="CA bundle the API's certificate is checked with [default: GNOMON_TLS_CA_FILE, profile]."
+        None,
+        "--ca-file",
+        help="CA bundle the API's certificate is checked with [default: GNOMON_TLS_CA_FILE, profile].",
     ),
-    client_cert_file: str | None = typer.Option(None, "--client-cert-file", help="Client certificate (mTLS)."),
+    client_cert_file: str | None = typer.Option(
+        None, "--client-cert-file", help="Client certificate (mTLS)."
+    ),
     client_key_file: str | None = typer.Option(None, "--client-key-file", help="Its key."),
     server_name: str | None = typer.Option(None, "--server-name", help="TLS server name of the API."),
     insecure: bool = typer.Option(False, "--insecure", help="Plaintext to an API that runs without TLS."),
     profile: str | None = typer.Option(None, "--profile", help="Client profile to read the settings from."),
-    tls_cert_file: str | None = typer.Option(None, "--tls-cert-file", help="Serve HTTPS with this certificate."),
+    tls_cert_file: str | None = typer.Option(
+        None, "--tls-cert-file", help="Serve HTTPS with this certificate."
+    ),
     tls_key_file: str | None = typer.Option(None, "--tls-key-file", help="... and this key."),
-    idle_timeout: float = typer.Option(8 * 3600, "--session-idle-timeout", help="Seconds before an idle session ends."),
+    idle_timeout: float = typer.Option(
+        8 * 3600, "--session-idle-timeout", help="Seconds before an idle session ends."
+    ),
 ) -> None:
     """Serve the web console: jobs, schedules, queues, dead letters and the cluster, for users who
     sign in with their API key (every call is made with that key)."""
@@ -76,26 +85,64 @@ def console(
     scheme = "https" if tls_cert_file else "http"
     typer.echo(f"Gnomon console on {scheme}://{listen} for the API at {base.address}", err=True)
     try:
-        serve(base, host, port, tls_cert_file=tls_cert_file, tls_key_file=tls_key_file, idle_timeout=idle_timeout)
+        serve(
+            base,
+            host,
+            port,
+            tls_cert_file=tls_cert_file,
+            tls_key_file=tls_key_file,
+            idle_timeout=idle_timeout,
+        )
     except OSError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
 
 
-def spawn(suite: Suite, listen: str | None = None, timeout_s: float = 30.0) -> Proc:
+def _taken(listen: str) -> bool:
+    """True when something already listens on ``host:port`` (a bind to it fails)."""
+    host, port = split_listen(listen)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def spawn(
+    suite: Suite, listen: str | None = None, timeout_s: float = 30.0, *, fallback: bool = False
+) -> Proc:
     """Starts ``gnomon console`` for ``suite``'s API as one more process of the suite (watched and
     stopped like the others; role ``console``, ``address`` its ``host:port``, log
     ``logs/console-<n>.log``) and waits until it answers ``/healthz``. It trusts the suite's CA but
-    holds no key. Raises ``TimeoutError`` (the log's tail in the message) if it does not come up."""
+    holds no key. ``listen`` None: a free loopback port; taken and ``fallback``: a free port of the
+    same host. Raises ``TimeoutError`` (the log's tail in the message) if it does not come up,
+    ``ValueError`` for a malformed ``listen``."""
     from gnomon.cli.suite import Proc, _free_address, _watch
 
+    if listen and fallback and _taken(listen):
+        host, _ = split_listen(listen)
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, 0))
+            listen = f"{host}:{s.getsockname()[1]}" if ":" not in host else f"[{host}]:{s.getsockname()[1]}"
     listen = listen or _free_address()
     n = sum(1 for p in suite.procs if p.role == "console")
     log_path = os.path.join(suite.log_dir, f"console-{n}.log")
     env = {k: v for k, v in os.environ.items() if k not in _KEY_VARIABLES}
     env.update({k: v for k, v in suite.client_env().items() if k not in _KEY_VARIABLES})
     env["PYTHONUNBUFFERED"] = "1"
-    argv = [sys.executable, "-m", "gnomon.cli.main", "console", "--listen", listen, "--api", suite.api_address]
+    argv = [
+        sys.executable,
+        "-m",
+        "gnomon.cli.main",
+        "console",
+        "--listen",
+        listen,
+        "--api",
+        suite.api_address,
+    ]
     with open(log_path, "ab") as logf:
         popen = subprocess.Popen(argv, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     p = Proc("console", listen, popen, log_path)

@@ -44,7 +44,9 @@ _CSP = (
 class _Headers(BaseHTTPMiddleware):
     """Security headers on every response; pages are never cached (they show live data)."""
 
-    async def dispatch(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    async def dispatch(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
         response = await call_next(request)
         response.headers.setdefault("Content-Security-Policy", _CSP)
         response.headers["X-Content-Type-Options"] = "nosniff"
@@ -63,7 +65,10 @@ def _next(target: str | None) -> str:
 
 
 def create_app(
-    client_factory: Callable[[str, str], AsyncClient], *, secure_cookies: bool = False, idle_timeout: float = 8 * 3600
+    client_factory: Callable[[str, str], AsyncClient],
+    *,
+    secure_cookies: bool = False,
+    idle_timeout: float = 8 * 3600,
 ) -> Starlette:
     """The console application.
 

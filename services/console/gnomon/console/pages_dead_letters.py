@@ -67,8 +67,16 @@ async def replay(ctx: Ctx) -> Response:
         dry_run=dry,
         timeout=300,
     )
-    ctx.session.replays[result.request_id] = {"result": result, "filters": filters, "namespace": ctx.namespace}
-    what = f"dry run: {result.matched} would be replayed" if dry else f"replayed {result.replayed} of {result.matched}"
+    ctx.session.replays[result.request_id] = {
+        "result": result,
+        "filters": filters,
+        "namespace": ctx.namespace,
+    }
+    what = (
+        f"dry run: {result.matched} would be replayed"
+        if dry
+        else f"replayed {result.replayed} of {result.matched}"
+    )
     return ctx.done(f"/dead-letters/replays/{result.request_id}", what)
 
 

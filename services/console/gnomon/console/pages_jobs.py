@@ -56,7 +56,14 @@ async def jobs(ctx: Ctx) -> Response:
         state=state or None, queue=queue or None, page_size=50, page_token=token
     )
     return render(
-        ctx, "jobs.html", jobs=items, next_token=next_token, queue=queue, state=state, states=STATES, token=token
+        ctx,
+        "jobs.html",
+        jobs=items,
+        next_token=next_token,
+        queue=queue,
+        state=state,
+        states=STATES,
+        token=token,
     )
 
 

@@ -47,7 +47,9 @@ async def rate_limit(ctx: Ctx) -> Response:
     rate = float(ctx.field("rate") or "0")
     burst = int(ctx.field("burst") or "0")
     q = await ctx.api.set_queue_rate_limit(name, rate, burst)
-    text = f"rate limit {q.rate_limit.rate:g}/s, burst {q.rate_limit.burst}" if q.rate_limit else "no rate limit"
+    text = (
+        f"rate limit {q.rate_limit.rate:g}/s, burst {q.rate_limit.burst}" if q.rate_limit else "no rate limit"
+    )
     return ctx.done(f"/queues/{name}", f"{q.queue}: {text}")
 
 

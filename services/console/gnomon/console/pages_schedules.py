@@ -63,7 +63,9 @@ async def schedule(ctx: Ctx) -> Response:
         fire_times = await ctx.api.preview_schedule(name=s.name, count=10)
     except GnomonError as e:  # e.g. a rule that never fires again: the rest of the page still helps
         fire_times, preview_error = [], error_text(e)
-    occurrences, next_token = await ctx.api.list_schedule_occurrences_page(s.name, decision or None, 50, token)
+    occurrences, next_token = await ctx.api.list_schedule_occurrences_page(
+        s.name, decision or None, 50, token
+    )
     return render(
         ctx,
         "schedule.html",

@@ -34,7 +34,10 @@ def client_factory(base: Connection):
             return AsyncClient(api=base.address, namespace=namespace, insecure=True)
         conn = dataclasses.replace(base, api_key=api_key, namespace=namespace)
         return AsyncClient(
-            api=base.address, namespace=namespace, credentials=conn.credentials(), channel_options=conn.options()
+            api=base.address,
+            namespace=namespace,
+            credentials=conn.credentials(),
+            channel_options=conn.options(),
         )
 
     return make

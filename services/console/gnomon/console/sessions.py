@@ -139,4 +139,3 @@ class SessionStore:
 
     def __len__(self) -> int:
         return len(self._sessions)
-

@@ -86,7 +86,9 @@ def _short(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
-env = Environment(loader=PackageLoader("gnomon.console", "templates"), autoescape=select_autoescape(default=True))
+env = Environment(
+    loader=PackageLoader("gnomon.console", "templates"), autoescape=select_autoescape(default=True)
+)
 env.filters.update(instant=_instant, span=_span, enum=_enum, short=_short, q=lambda v: quote(str(v), safe=""))
 
 
