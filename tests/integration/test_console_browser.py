@@ -14,6 +14,7 @@ import re
 import uuid
 
 import pytest
+from playwright.sync_api import expect
 
 from gnomon.cli.console import spawn
 from gnomon.sdk import Client
@@ -194,6 +195,29 @@ def test_dead_letters_page_lists_them_and_a_dry_run_is_counted_and_audited(env, 
         assert d.replayed_by == ""  # a dry run replays nothing
     page.goto("/dead-letters?namespace=default")
     assert "console dry run" in page.locator("#audit").inner_text()
+
+
+def test_a_replay_shows_its_progress_until_the_replayed_jobs_finish(env, page):
+    _, _, _, seeded, _ = env
+    page.on("dialog", lambda d: d.accept())
+    page.goto(f"/dead-letters?namespace=default&queue={Seeded.dead_queue}")
+    page.fill("input[name=reason]", "console replay")
+    page.click("#replay")
+    assert "replayed 1 of 1" in page.locator(".flash.ok").inner_text()
+    with client(env) as c:
+        [d] = [
+            d
+            for d in c.list_dead_letters(queue=Seeded.dead_queue, include_replayed=True)
+            if d.job.id == seeded.dead
+        ]
+        replay = d.replayed_by.rsplit("/", 1)[1]
+    assert replay in page.content()  # the replayed job is linked
+    # the replayed job runs on the failing worker again and ends DEAD: the page reloads itself until then
+    expect(page.locator("#progress-text")).to_have_text(re.compile(r"^1 of 1 "), timeout=60_000)
+    assert "DEAD 1" in page.locator("ul.states").inner_text()
+    assert page.locator("[data-refresh]").count() == 0  # finished: no more reloads
+    with client(env) as c:
+        assert c.get_job(replay).state == "DEAD"
 
 
 def test_cluster_page_lists_dispatchers_and_shards_with_owner_and_token(env, page):

@@ -190,7 +190,7 @@ def test_kill_9_leaves_no_process_and_the_data_dir_restarts(
         st = dev.wait_ready()
         services = {p["pid"] for p in st["processes"]}
         servers = {s["pid"] for s in st["servers"]}
-        assert {p["role"] for p in st["processes"]} == {"api", "dispatcher", "planner", "reaper"}
+        assert {p["role"] for p in st["processes"]} == {"api", "dispatcher", "planner", "reaper", "console"}
         assert {s["role"] for s in st["servers"]} == {"postgres", "etcd"} and None not in servers
         # everything below gnomon dev (services, etcd, the watchdog) and below the postmaster
         # (a daemon: pg_ctl re-parents it to init) with its backends
