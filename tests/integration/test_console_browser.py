@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from playwright.sync_api import expect
@@ -152,6 +153,14 @@ def test_schedule_pages_show_rule_fire_times_with_dst_notes_and_pause_works(env,
     fire_rows = page.locator("#fire-times tbody tr")
     assert fire_rows.count() == len(preview) == 10
     assert preview[0].local_time in fire_rows.first.inner_text()
+    page.fill("input[name=from]", "2027-03-25T00:00:00Z")  # Berlin's clocks skip 02:00-03:00 on 28 March
+    page.click("#preview")
+    with client(env) as c:
+        spring = c.preview_schedule(
+            name=seeded.schedule, count=10, from_time=datetime(2027, 3, 25, tzinfo=UTC)
+        )
+    noted = [f for f in spring if f.note]
+    assert noted and noted[0].note in page.locator("#fire-times").inner_text()
     page.click("#pause")
     assert page.locator(".flash.ok").inner_text() == "paused"
     assert page.locator("#schedule-status").inner_text() == "PAUSED"

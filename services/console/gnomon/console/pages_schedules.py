@@ -54,13 +54,16 @@ async def schedules(ctx: Ctx) -> Response:
 
 @page
 async def schedule(ctx: Ctx) -> Response:
-    """``GET /schedules/{schedule}?decision=&page_token=``: the schedule, its next 10 fire times and
-    50 decision records a page (newest nominal time first)."""
+    """``GET /schedules/{schedule}?from=&decision=&page_token=``: the schedule, its next 10 fire times
+    (after ``from``, an ISO 8601 instant, default now) with their DST notes, and 50 decision records
+    a page (newest nominal time first)."""
     s = await ctx.api.get_schedule(ctx.request.path_params["schedule"])
-    decision, token = ctx.field("decision").upper(), ctx.field("page_token")
+    decision, token, start = ctx.field("decision").upper(), ctx.field("page_token"), ctx.field("from")
     preview_error = ""
     try:
-        fire_times = await ctx.api.preview_schedule(name=s.name, count=10)
+        fire_times = await ctx.api.preview_schedule(
+            name=s.name, count=10, from_time=_instant(start, "from") if start else None
+        )
     except GnomonError as e:  # e.g. a rule that never fires again: the rest of the page still helps
         fire_times, preview_error = [], error_text(e)
     occurrences, next_token = await ctx.api.list_schedule_occurrences_page(
@@ -77,6 +80,7 @@ async def schedule(ctx: Ctx) -> Response:
         next_token=next_token,
         decision=decision,
         token=token,
+        start=start,
     )
 
 
