@@ -244,6 +244,32 @@ def test_cluster_page_lists_dispatchers_and_shards_with_owner_and_token(env, pag
     assert owned.region in page.locator("#regions-seen").inner_text()
 
 
+def test_a_readers_key_sees_what_the_api_allows_it_and_nothing_more(env):
+    suite, url, browser, seeded, _ = env
+    with client(env) as c:
+        c.create_principal("console-reader")
+        c.grant_role("console-reader", "READER", "default")
+        key = c.create_api_key("console-reader").token
+    context = browser.new_context(base_url=url)
+    try:
+        p = context.new_page()
+        p.goto("/login?next=/jobs%3Fnamespace%3Ddefault%26state%3DDEAD")
+        p.fill("input[name=api_key]", key)
+        p.click("button[type=submit]")
+        assert "principals/console-reader" in p.locator("header").inner_text()
+        assert p.locator(f"tr[data-job='{seeded.dead}']").count() == 1  # reading is allowed
+        p.goto(f"/schedules/{seeded.schedule}?namespace=default")
+        p.click("#pause")  # a reader may not pause: the API's refusal, on the page it came from
+        assert p.locator(".flash.error").inner_text().startswith("PERMISSION_DENIED:")
+        assert "/schedules/" in p.url
+        p.goto("/jobs?namespace=elsewhere")
+        assert p.locator(".flash.error").inner_text().startswith("PERMISSION_DENIED:")
+    finally:
+        context.close()
+    with client(env) as c:
+        assert not c.get_schedule(seeded.schedule).paused
+
+
 def test_an_api_error_is_shown_as_status_and_message(env, page):
     page.goto(f"/jobs/{uuid.uuid4()}?namespace=default")
     text = page.locator(".flash.error").inner_text()
