@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from playwright.sync_api import expect
@@ -132,6 +132,14 @@ def test_job_page_shows_timeline_and_attempts_and_cancel_works(env, page):
     assert str(a.fencing_token) in attempts
 
     page.goto(f"/jobs/{seeded.waiting}?namespace=default")
+    with client(env) as c:
+        before = c.get_job(seeded.waiting).schedule_time
+    page.fill("input[name=delay]", "7200")
+    page.click("#reschedule")
+    assert page.locator(".flash.ok").inner_text().startswith("rescheduled to ")
+    with client(env) as c:
+        after = c.get_job(seeded.waiting).schedule_time
+    assert before and after and after > before + timedelta(minutes=30)  # an hour ahead -> two
     page.on("dialog", lambda d: d.accept())
     page.click("#cancel")
     assert "cancel: CANCELLED" in page.locator(".flash.ok").inner_text()
@@ -169,6 +177,14 @@ def test_schedule_pages_show_rule_fire_times_with_dst_notes_and_pause_works(env,
     page.click("#resume")
     with client(env) as c:
         assert not c.get_schedule(seeded.schedule).paused
+    page.on("dialog", lambda d: d.accept())
+    page.click("#trigger")
+    flash = page.locator(".flash.ok").inner_text()
+    assert flash.startswith("triggered: FIRED, job ")
+    with client(env) as c:
+        [latest], _ = c.list_schedule_occurrences_page(seeded.schedule, page_size=1)
+    assert latest.source == "TRIGGER" and latest.job and latest.job.rsplit("/", 1)[1] in flash
+    assert "TRIGGER" in page.locator("#occurrences tbody tr").first.inner_text()
 
 
 def test_queue_pages_show_backlog_and_breaker_and_edit_the_rate_limit(env, page):
