@@ -299,5 +299,6 @@ def test_an_api_error_is_shown_as_status_and_message(env, page):
 def test_sign_out_ends_the_session(env, page):
     page.click("header form.who button")
     assert "/login" in page.url
+    assert page.locator(".flash.ok").inner_text() == "Signed out."
     page.goto("/jobs")
     assert "/login" in page.url

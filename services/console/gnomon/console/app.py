@@ -14,7 +14,6 @@ import hmac
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -91,6 +90,7 @@ def create_app(
             None,
             "login.html",
             error=request.query_params.get("error", ""),
+            signed_out=request.query_params.get("signed_out") == "1",
             next=_next(request.query_params.get("next")),
             login_csrf=token,
         )
@@ -105,8 +105,7 @@ def create_app(
             return PlainTextResponse("CSRF token missing or wrong: reload the sign-in page", 403)
 
         def again(error: str) -> Response:
-            response = render(None, "login.html", 401, error=error, next=target, login_csrf=expected)
-            return response
+            return render(None, "login.html", 401, error=error, next=target, login_csrf=expected)
 
         if not key:
             return again("Enter an API key.")
@@ -133,7 +132,7 @@ def create_app(
             if not s.csrf_ok(str(form.get("csrf") or "")):
                 return PlainTextResponse("CSRF token missing or wrong", 403)
             await sessions.end(s.id)
-        response = RedirectResponse(f"/login?{urlencode({'error': 'Signed out.'})}", status_code=303)
+        response = RedirectResponse("/login?signed_out=1", status_code=303)
         response.delete_cookie(COOKIE, path="/")
         return response
 

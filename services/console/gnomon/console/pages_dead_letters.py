@@ -19,6 +19,8 @@ __all__ = ["routes"]
 CLASSES = ("TRANSIENT", "THROTTLED", "PERMANENT", "AMBIGUOUS")
 #: Replayed jobs whose state a progress page reads (the first ones, in schedule order).
 _PROGRESS_JOBS = 200
+#: Replays a session remembers (the newest).
+_KEPT_REPLAYS = 20
 
 
 def _filters(ctx: Ctx) -> dict[str, Any]:

@@ -1,8 +1,8 @@
 """Queues: due backlog, oldest due age, breaker, retry budget and rate limit of each queue, and a
 form to set the rate limit (``QueueService``).
 
-The API has no "list queues" call; the queues shown are those named by the namespace's schedules
-and its 500 newest jobs, plus any typed into the form (``?queue=``)."""
+The API has no "list queues" call; the queues shown are those named by the namespace's first 500
+schedules and its 500 newest jobs, plus any typed into the form (``?queue=``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from .web import Ctx, page, render
 
 __all__ = ["routes"]
 
-_SCAN_JOBS = 500
+#: How many schedules and newest jobs are looked at for queue names (one page each).
+_SCAN = 500
 _MAX_QUEUES = 50
 
 
@@ -24,9 +25,10 @@ async def queues(ctx: Ctx) -> Response:
     typed = ctx.field("queue")
     if typed:
         names[typed] = None
-    async for s in ctx.api.list_schedules(page_size=200):
+    schedules, _ = await ctx.api.list_schedules_page(page_size=_SCAN)
+    for s in schedules:
         names[s.job_template.queue] = None
-    page_jobs, _ = await ctx.api.list_jobs_page(page_size=_SCAN_JOBS)
+    page_jobs, _ = await ctx.api.list_jobs_page(page_size=_SCAN)
     for j in page_jobs:
         names[j.queue] = None
     found = [await ctx.api.get_queue(n) for n in sorted(names)[:_MAX_QUEUES]]

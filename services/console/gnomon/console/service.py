@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
+from collections.abc import Callable
 
 import uvicorn
 
@@ -21,10 +21,8 @@ from .app import create_app
 
 __all__ = ["client_factory", "serve"]
 
-log = logging.getLogger("gnomon.console")
 
-
-def client_factory(base: Connection):
+def client_factory(base: Connection) -> Callable[[str, str], AsyncClient]:
     """``(api_key, namespace) -> AsyncClient`` reaching ``base.address`` with ``base``'s TLS settings
     and the given key (plaintext without a key when ``base.insecure``). Raises ``OSError`` when a CA
     or certificate file cannot be read (at the first call)."""

@@ -10,7 +10,6 @@ it. Presentation helpers (durations, instants) are the templates' filters, defin
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,8 +27,6 @@ from gnomon.sdk import AsyncClient, GnomonError
 from .sessions import COOKIE, Session, SessionStore
 
 __all__ = ["Ctx", "page", "render", "env", "error_text", "HTTP_STATUS"]
-
-log = logging.getLogger("gnomon.console")
 
 #: HTTP status of a page whose API call failed with this gRPC code (anything else: 502).
 HTTP_STATUS = {
@@ -180,7 +177,8 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         form = None
         if request.method == "POST":
             form = await request.form()
-            if not session.csrf_ok(form.get("csrf") if isinstance(form.get("csrf"), str) else None):  # type: ignore[arg-type]
+            token = form.get("csrf")
+            if not session.csrf_ok(token if isinstance(token, str) else None):
                 return HTMLResponse("CSRF token missing or wrong: reload the page and try again", 403)
         namespace = (request.query_params.get("namespace") or "").strip() or _default_ns(session)
         ctx = Ctx(request, session, namespace, store.client(session, namespace), form)
