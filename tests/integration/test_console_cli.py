@@ -3,6 +3,7 @@ usage errors. (The pages themselves: test_console_browser.py.)"""
 
 from __future__ import annotations
 
+import socket
 import ssl
 import subprocess
 import sys
@@ -10,6 +11,8 @@ import urllib.request
 
 import pytest
 
+from gnomon.cli.console import spawn
+from gnomon.cli.suite import Suite
 from gnomon.devservers import free_port
 from gnomon_test_support import wait_for
 
@@ -60,3 +63,33 @@ def test_the_console_serves_https_with_secure_cookies_when_given_a_certificate(s
 def test_usage_errors_are_one_line_and_exit_2(args, message):
     out = subprocess.run([*GNOMON, "console", *args], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+class _NoApi(Suite):
+    """A suite whose API is never started: the console's own start-up needs none."""
+
+    @property
+    def api_address(self) -> str:
+        return "127.0.0.1:1"
+
+    def client_env(self) -> dict[str, str]:
+        return {"GNOMON_INSECURE": "true"}
+
+
+def test_spawn_takes_a_free_port_when_the_asked_one_is_taken_and_says_so_otherwise(tmp_path):
+    suite = _NoApi()
+    suite.log_dir = str(tmp_path)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = f"127.0.0.1:{busy.getsockname()[1]}"
+        try:
+            p = spawn(suite, taken, fallback=True)
+            assert p.address != taken and p.popen.poll() is None
+            with urllib.request.urlopen(f"http://{p.address}/healthz", timeout=5) as r:
+                assert r.read().decode() == f"ok {p.popen.pid}"
+            with pytest.raises(TimeoutError, match="did not come up"):
+                spawn(suite, taken, timeout_s=20)  # no fallback: the bind error, from its log
+            assert [q.role for q in suite.procs] == ["console"]  # the failed one is stopped and forgotten
+        finally:
+            suite.stop()

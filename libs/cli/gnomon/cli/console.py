@@ -116,18 +116,38 @@ def spawn(
 ) -> Proc:
     """Starts ``gnomon console`` for ``suite``'s API as one more process of the suite (watched and
     stopped like the others; role ``console``, ``address`` its ``host:port``, log
-    ``logs/console-<n>.log``) and waits until it answers ``/healthz``. It trusts the suite's CA but
-    holds no key. ``listen`` None: a free loopback port; taken and ``fallback``: a free port of the
-    same host. Raises ``TimeoutError`` (the log's tail in the message) if it does not come up,
-    ``ValueError`` for a malformed ``listen``."""
-    from gnomon.cli.suite import Proc, _free_address, _watch
+    ``logs/console-<n>.log``) and waits until it answers ``/healthz`` with its own pid (not some
+    other console on that port). It trusts the suite's CA but holds no key. ``listen`` None: a free
+    loopback port; with ``fallback``, a free port of the same host when ``listen`` is taken (also
+    when it was taken in the meantime and the console could not bind it). Raises ``TimeoutError``
+    (the log's tail in the message) if it does not come up, ``ValueError`` for a malformed ``listen``."""
+    from gnomon.cli.suite import _free_address
 
     if listen and fallback and _taken(listen):
-        host, _ = split_listen(listen)
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-            s.bind((host, 0))
-            listen = f"{host}:{s.getsockname()[1]}" if ":" not in host else f"[{host}]:{s.getsockname()[1]}"
+        listen = _free_on(listen)
     listen = listen or _free_address()
+    try:
+        return _start(suite, listen, timeout_s)
+    except TimeoutError:
+        if not fallback:
+            raise
+    return _start(suite, _free_on(listen), timeout_s)
+
+
+def _free_on(listen: str) -> str:
+    """A free port on ``listen``'s host, as ``host:port``."""
+    host, _ = split_listen(listen)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        port = s.getsockname()[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _start(suite: Suite, listen: str, timeout_s: float) -> Proc:
+    """One try of :func:`spawn` on ``listen``; a console that does not come up is stopped and
+    forgotten before ``TimeoutError`` is raised."""
+    from gnomon.cli.suite import Proc, _watch
+
     n = sum(1 for p in suite.procs if p.role == "console")
     log_path = os.path.join(suite.log_dir, f"console-{n}.log")
     env = {k: v for k, v in os.environ.items() if k not in _KEY_VARIABLES}
@@ -152,10 +172,13 @@ def spawn(
     while time.monotonic() < deadline and popen.poll() is None:
         try:
             with urllib.request.urlopen(f"http://{listen}/healthz", timeout=1) as r:
-                if r.status == 200:
+                if r.read().decode().split() == ["ok", str(popen.pid)]:
                     return p
         except OSError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
+    suite.stop_proc(p)
+    suite.procs.remove(p)
     with open(log_path, errors="replace") as f:
         tail = f.read()[-2000:]
     raise TimeoutError(f"console on {listen} did not come up in {timeout_s} s: {tail}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -139,8 +140,8 @@ def create_app(
     async def home(request: Request) -> Response:
         return RedirectResponse("/jobs", status_code=303)
 
-    async def healthz(request: Request) -> Response:
-        return PlainTextResponse("ok")
+    async def healthz(request: Request) -> Response:  # "ok <pid>": whoever started us knows it is us
+        return PlainTextResponse(f"ok {os.getpid()}")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
