@@ -90,3 +90,16 @@ def seed(suite, record_file: str, timeout: float = 60.0) -> Seeded:
                 raise TimeoutError(f"job {dead.name} did not end DEAD in {timeout} s")
             time.sleep(0.1)
     return Seeded(waiting=waiting.id, dead=dead.id, schedule=s.id)
+
+
+def sign_in(browser, url: str, key: str, path: str = "/jobs"):
+    """A new browser context on the console at ``url``, signed in with ``key`` and on ``path``;
+    returns ``(context, page)`` (the caller closes the context)."""
+    context = browser.new_context(base_url=url)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    page.goto(path)
+    page.fill("input[name=api_key]", key)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"**{path}*")
+    return context, page

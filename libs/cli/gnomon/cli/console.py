@@ -56,6 +56,9 @@ def console(
         None, "--tls-cert-file", help="Serve HTTPS with this certificate."
     ),
     tls_key_file: str | None = typer.Option(None, "--tls-key-file", help="... and this key."),
+    regions: list[str] = typer.Option(
+        [], "--region", help="A region of the deployment, summarized on the cluster page (repeat for each)."
+    ),
     idle_timeout: float = typer.Option(
         8 * 3600, "--session-idle-timeout", help="Seconds before an idle session ends."
     ),
@@ -92,6 +95,7 @@ def console(
             tls_cert_file=tls_cert_file,
             tls_key_file=tls_key_file,
             idle_timeout=idle_timeout,
+            regions=regions,
         )
     except OSError as e:
         typer.echo(f"error: {e}", err=True)
@@ -162,6 +166,7 @@ def _start(suite: Suite, listen: str, timeout_s: float) -> Proc:
         listen,
         "--api",
         suite.api_address,
+        *(a for r in suite.regions for a in ("--region", r)),
     ]
     with open(log_path, "ab") as logf:
         popen = subprocess.Popen(argv, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)

@@ -69,6 +69,7 @@ def create_app(
     *,
     secure_cookies: bool = False,
     idle_timeout: float = 8 * 3600,
+    regions: list[str] | None = None,
 ) -> Starlette:
     """The console application.
 
@@ -77,6 +78,7 @@ def create_app(
             (the console's API address and TLS settings, the user's key).
         secure_cookies: mark cookies ``Secure`` (the console serves HTTPS).
         idle_timeout: seconds of inactivity after which a session ends.
+        regions: the deployment's regions, summarized on the cluster page (the API cannot list them).
     """
     sessions = SessionStore(client_factory, idle_timeout=idle_timeout)
 
@@ -165,4 +167,5 @@ def create_app(
     ]
     app = Starlette(routes=routes, middleware=[Middleware(_Headers)], lifespan=lifespan)
     app.state.sessions = sessions
+    app.state.regions = list(regions or [])
     return app

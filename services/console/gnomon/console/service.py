@@ -49,11 +49,14 @@ def serve(
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
     idle_timeout: float = 8 * 3600,
+    regions: list[str] | None = None,
 ) -> None:
     """Serves the console on ``host:port`` until SIGINT/SIGTERM: HTTPS with ``tls_cert_file`` and
     ``tls_key_file`` (then cookies are ``Secure``), else HTTP. Raises ``OSError`` if the port cannot
-    be bound."""
-    app = create_app(client_factory(base), secure_cookies=bool(tls_cert_file), idle_timeout=idle_timeout)
+    be bound. ``regions``: the deployment's regions, summarized on the cluster page."""
+    app = create_app(
+        client_factory(base), secure_cookies=bool(tls_cert_file), idle_timeout=idle_timeout, regions=regions
+    )
     config = uvicorn.Config(
         app,
         host=host,
