@@ -11,7 +11,7 @@ import pytest
 
 from gnomon.console.app import _next
 from gnomon.console.pages_jobs import timeline
-from gnomon.console.sessions import SessionStore
+from gnomon.console.sessions import MAX_CLIENTS, SessionStore
 from gnomon.console.web import _span, error_text
 from gnomon.sdk import GnomonError
 from gnomon.sdk.models import Job
@@ -127,12 +127,22 @@ async def test_sessions_check_csrf_make_one_client_per_namespace_and_close_them_
     store = SessionStore(FakeClient, idle_timeout=3600)
     s = await store.create("gnk_x", "principals/p", "API_KEY", ["shop"])
     assert s.csrf_ok(s.csrf) and not s.csrf_ok("") and not s.csrf_ok(None) and not s.csrf_ok(s.csrf + "x")
-    a, b = store.client(s, "shop"), store.client(s, "other")
-    assert store.client(s, "shop") is a and a is not b
+    a, b = await store.client(s, "shop"), await store.client(s, "other")
+    assert await store.client(s, "shop") is a and a is not b
     assert (a.key, a.namespace) == ("gnk_x", "shop")
     assert await store.get(s.id) is s
     await store.end(s.id)
     assert await store.get(s.id) is None and a.closed and b.closed
+
+
+async def test_a_session_keeps_a_few_clients_and_closes_the_least_recently_used():
+    store = SessionStore(FakeClient)
+    s = await store.create("gnk_x", "principals/p", "API_KEY", ["*"])
+    first = await store.client(s, "ns-0")
+    others = [await store.client(s, f"ns-{i}") for i in range(1, MAX_CLIENTS)]
+    assert await store.client(s, "ns-0") is first  # used again: now the most recent
+    await store.client(s, "one-more")
+    assert others[0].closed and not first.closed and len(s.clients) == MAX_CLIENTS
 
 
 async def test_an_idle_session_expires():

@@ -18,10 +18,12 @@ from typing import Any
 
 from gnomon.sdk import AsyncClient
 
-__all__ = ["Session", "SessionStore", "COOKIE"]
+__all__ = ["Session", "SessionStore", "COOKIE", "MAX_CLIENTS"]
 
 #: Name of the session cookie.
 COOKIE = "gnomon_console_session"
+#: API clients (one channel each) a session keeps, one per namespace it looked at.
+MAX_CLIENTS = 8
 
 
 @dataclass
@@ -92,11 +94,16 @@ class SessionStore:
         self._max = max_sessions
         self._sessions: dict[str, Session] = {}
 
-    def client(self, session: Session, namespace: str) -> AsyncClient:
-        """The session's API client for ``namespace`` (made on first use, then reused)."""
-        c = session.clients.get(namespace)
+    async def client(self, session: Session, namespace: str) -> AsyncClient:
+        """The session's API client for ``namespace`` (made on first use, then reused; a session
+        keeps at most :data:`MAX_CLIENTS`, the least recently used one is closed first)."""
+        c = session.clients.pop(namespace, None)
         if c is None:
-            c = session.clients[namespace] = self._factory(session.api_key, namespace)
+            while len(session.clients) >= MAX_CLIENTS:
+                oldest = next(iter(session.clients))
+                await session.clients.pop(oldest).close()
+            c = self._factory(session.api_key, namespace)
+        session.clients[namespace] = c  # (re)inserted last: dicts keep insertion order
         return c
 
     def new_client(self, api_key: str, namespace: str) -> AsyncClient:

@@ -181,7 +181,7 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             if not session.csrf_ok(token if isinstance(token, str) else None):
                 return HTMLResponse("CSRF token missing or wrong: reload the page and try again", 403)
         namespace = (request.query_params.get("namespace") or "").strip() or _default_ns(session)
-        ctx = Ctx(request, session, namespace, store.client(session, namespace), form)
+        ctx = Ctx(request, session, namespace, await store.client(session, namespace), form)
         try:
             return await handler(ctx)
         except GnomonError as e:
