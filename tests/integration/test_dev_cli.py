@@ -6,14 +6,18 @@ is a one-line error, and a missing dev extra is a one-line hint.
 
 from __future__ import annotations
 
+import http.cookiejar
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import tomllib
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -186,7 +190,7 @@ def test_kill_9_leaves_no_process_and_the_data_dir_restarts(
         st = dev.wait_ready()
         services = {p["pid"] for p in st["processes"]}
         servers = {s["pid"] for s in st["servers"]}
-        assert {p["role"] for p in st["processes"]} == {"api", "dispatcher", "planner", "reaper"}
+        assert {p["role"] for p in st["processes"]} == {"api", "dispatcher", "planner", "reaper", "console"}
         assert {s["role"] for s in st["servers"]} == {"postgres", "etcd"} and None not in servers
         # everything below gnomon dev (services, etcd, the watchdog) and below the postmaster
         # (a daemon: pg_ctl re-parents it to init) with its backends
@@ -329,6 +333,24 @@ def test_dev_writes_the_current_profile_and_commands_need_no_flags(
             [*GNOMON, "job", "list"], capture_output=True, text=True, timeout=60, env=env_key
         )
         assert refused.returncode == 1 and "UNAUTHENTICATED" in refused.stderr
+        # the web console it printed serves the job to whoever signs in with the admin key
+        url = wait_for(lambda: re.search(r"Gnomon console on (http://\S+)", dev.log()), 30, "console URL")[1]
+        assert f"admin API key in {auth / 'admin.key'}" in dev.log()
+        jobs_page = console_sign_in(url, (auth / "admin.key").read_text().strip(), "/jobs")
+        assert name.rsplit("/", 1)[1] in jobs_page and "SCHEDULED" in jobs_page
         assert dev.interrupt() == 0, dev.log()
     finally:
         dev.close()
+
+
+def console_sign_in(url: str, key: str, path: str) -> str:
+    """Signs in to the console at ``url`` with ``key`` (its sign-in form, CSRF token and cookies, as a
+    browser does) and returns the HTML of ``path``."""
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with opener.open(f"{url}/login") as r:
+        token = re.search(r'name="csrf" value="([^"]+)"', r.read().decode())[1]  # type: ignore[index]
+    form = urllib.parse.urlencode({"csrf": token, "api_key": key, "next": path}).encode()
+    with opener.open(f"{url}/login", data=form) as r:
+        assert r.url.endswith(path), r.url
+        return r.read().decode()

@@ -33,6 +33,7 @@ def test_the_source_roots_are_the_architecture_folders() -> None:
         "libs/devservers",
         "libs/sdk",
         "services/api",
+        "services/console",
         "services/dispatcher",
         "services/planner",
         "services/reaper",

@@ -28,8 +28,7 @@ import os
 import re
 import signal
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 import typer
@@ -109,6 +108,11 @@ def main(
     database_url: str = typer.Option(
         "", "--database-url", help="Use this database instead of embedded PostgreSQL."
     ),
+    console: str = typer.Option(
+        "127.0.0.1:7080",
+        "--console",
+        help="host:port of the web console (a free port if that one is taken; '' for none).",
+    ),
 ) -> None:
     """Start PostgreSQL, etcd, api, planner, dispatcher(s) and reaper; stop everything on Ctrl-C."""
     if ctx.invoked_subcommand is None:
@@ -119,6 +123,7 @@ def main(
             regions=regions,
             data_dir=data_dir,
             database_url=database_url,
+            console=console,
         )
     else:  # `gnomon dev --api A status` / `gnomon dev --data-dir D status` select like the subcommand's flags
         source = ctx.get_parameter_source("api")  # click's ParameterSource (vendored by typer)
@@ -162,6 +167,7 @@ def dev(
     regions: str = "",
     data_dir: str = "",
     database_url: str = "",
+    console: str = "127.0.0.1:7080",
 ) -> None:
     """Runs the suite until SIGINT/SIGTERM (see :func:`main`).
 
@@ -185,11 +191,17 @@ def dev(
         raise typer.Exit(2)
     data_dir = os.path.abspath(data_dir) if data_dir else ""
     with _data_dir_lock(data_dir) if data_dir else contextlib.nullcontext():
-        _run(api, demo, dispatchers, region_list, data_dir, database_url)
+        _run(api, demo, dispatchers, region_list, data_dir, database_url, console)
 
 
 def _run(
-    api: str, demo: bool, dispatchers: int, region_list: list[str], data_dir: str, database_url: str
+    api: str,
+    demo: bool,
+    dispatchers: int,
+    region_list: list[str],
+    data_dir: str,
+    database_url: str,
+    console: str = "",
 ) -> None:
     from gnomon.cli.dev_profile import install_dev_profile, usage_lines
     from gnomon.cli.suite import Suite
@@ -236,13 +248,14 @@ def _run(
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(1) from None
         os.environ.update(suite.client_env())  # this process's clients (the demo) reach the suite as admin
+        console_line = _start_console(suite, console)
         try:
             profile_lines = usage_lines(suite, install_dev_profile(suite))
         except (OSError, ValueError) as e:
             profile_lines = [f"warning: client profile not written: {e}"]
         write_status()  # ready: status.json first, then the starting file goes (no gap for readers)
         _remove(paths["starting"])
-        for p in suite.procs:
+        for p in (p for p in suite.procs if p.role != "console"):
             region = f"{p.region:<8} " if region_list else ""
             typer.echo(
                 f"  {p.role:<10} {region}pid {p.popen.pid:<7} {p.address:<22} "
@@ -259,6 +272,8 @@ def _run(
         typer.echo(f"traces: GNOMON_TRACES_EXPORTER={chosen}" if chosen else f"traces: {suite.traces_file}")
         for line in profile_lines:
             typer.echo(line)
+        if console_line:
+            typer.echo(console_line)
         typer.echo(
             f"try:  gnomon job create --api {suite.api_address} --queue demo --in 2s --payload '{{\"x\": 1}}'"
         )
@@ -266,12 +281,18 @@ def _run(
             f"      gnomon shards --api {suite.api_address}   |   gnomon dev status --api {suite.api_address}"
         )
         if demo:
-            _demo(suite, stop, write_status)
+            from gnomon.cli.demo import run as run_demo
+
+            run_demo(suite, stop, write_status)
         typer.echo("press Ctrl-C to stop")
         reported: set[int] = set()
         while not stop.is_set():
             for p in suite.procs:
                 if p.popen.poll() is not None and p.role != "worker" and p.popen.pid not in reported:
+                    if p.role == "console":  # the suite goes on without its console
+                        reported.add(p.popen.pid)
+                        typer.echo(f"console exited with {p.popen.returncode}; see {p.log_path}")
+                        continue
                     reported.add(p.popen.pid)
                     typer.echo(
                         f"{p.role} of region {p.region} (pid {p.popen.pid}) exited with "
@@ -295,6 +316,21 @@ def _run(
                 _remove(path)
             _remove_pointer(pointer)
         typer.echo("stopped")
+
+
+def _start_console(suite: Suite, listen: str) -> str:
+    """Starts the web console on ``listen`` (a free port when that one is taken; nothing for "");
+    returns the line that says where it is and which key signs in, or a warning if it did not start."""
+    if not listen:
+        return ""
+    from gnomon.cli.console import spawn
+
+    try:
+        p = spawn(suite, listen, fallback=True)
+    except (TimeoutError, ValueError, OSError) as e:
+        return f"warning: the web console did not start: {e}"
+    key = suite.credentials.admin_key_file if suite.credentials else "(any: the suite is insecure)"
+    return f"Gnomon console on http://{p.address}  (sign in with the admin API key in {key})"
 
 
 def _remove(path: str) -> None:
@@ -452,43 +488,3 @@ def status(
             )
     if not running:
         raise typer.Exit(1)
-
-
-def _demo(suite: Suite, stop: threading.Event, on_change: Callable[[], None] | None = None) -> None:
-    """Starts a demo worker and creates five demo jobs due 0-4 s from now; prints each transition."""
-    from datetime import timedelta
-
-    from gnomon.sdk import Client
-
-    suite.start_worker(["demo"], "gnomon.cli.demo:handle", concurrency=4, extra=["--verbose"])
-    typer.echo(f"demo worker started (log: {suite.procs[-1].log_path})")
-    if on_change:
-        on_change()
-    with Client(api=suite.api_address) as c:
-        names = []
-        for i in range(5):
-            j = c.create_job("demo", {"n": i, "greeting": f"hello #{i}"}, delay=timedelta(seconds=i))
-            names.append(j.name)
-            typer.echo(f"created    {j.name}  due {j.schedule_time.isoformat() if j.schedule_time else '-'}")
-        seen: dict[str, str] = {}
-        deadline = time.monotonic() + 60
-        while (
-            len([s for s in seen.values() if s in ("SUCCEEDED", "DEAD", "FAILED")]) < len(names)
-            and time.monotonic() < deadline
-            and not stop.is_set()
-        ):
-            for n in names:
-                j = c.get_job(n)
-                if seen.get(n) != j.state:
-                    first_seen_dispatched = seen.get(n) in (None, "SCHEDULED") and j.dispatch_time is not None
-                    seen[n] = j.state
-                    if first_seen_dispatched and j.dispatch_time and j.schedule_time:
-                        lag = (j.dispatch_time - j.schedule_time).total_seconds() * 1000
-                        typer.echo(f"dispatched {n}  attempt {j.attempt}  dispatch lag {lag:.1f} ms")
-                    if j.state == "SUCCEEDED":
-                        finished = j.finish_time.isoformat() if j.finish_time else "-"
-                        typer.echo(f"finished   {n}  {j.state} at {finished}")
-                    elif j.state not in ("SCHEDULED", "QUEUED", "RUNNING"):
-                        typer.echo(f"{j.state.lower():<10} {n}  {j.last_error}")
-            time.sleep(0.05)
-    typer.echo("demo jobs done; the suite keeps running")

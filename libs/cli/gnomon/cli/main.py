@@ -10,6 +10,7 @@ import typer
 
 from gnomon.cli import auth as auth_cmd
 from gnomon.cli import cluster as cluster_cmd
+from gnomon.cli import console as console_cmd
 from gnomon.cli import dev as dev_cmd
 from gnomon.cli import dlq as dlq_cmd
 from gnomon.cli import health as health_cmd
@@ -30,6 +31,7 @@ app.add_typer(auth_cmd.app, name="auth")
 app.command("shards")(cluster_cmd.shards)
 app.command("worker")(worker_cmd.worker)
 app.command("health")(health_cmd.health)
+app.command("console")(console_cmd.console)
 
 DB = typer.Option(
     None,

@@ -1,0 +1,171 @@
+"""The console's ASGI application: routes, sign-in and sign-out, security headers.
+
+Sign-in takes an API key, checks it with one ``WhoAmI`` call and keeps it in a server-side session
+(:mod:`.sessions`); the sign-in form itself is protected against CSRF by a double-submit token (a
+cookie and a form field that must match). Every other page is in :mod:`.pages_jobs`,
+:mod:`.pages_schedules`, :mod:`.pages_queues`, :mod:`.pages_dead_letters` and
+:mod:`.pages_cluster`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from gnomon.sdk import AsyncClient, GnomonError
+
+from . import pages_cluster, pages_dead_letters, pages_jobs, pages_queues, pages_schedules
+from .sessions import COOKIE, SessionStore
+from .web import error_text, render
+
+__all__ = ["create_app"]
+
+_LOGIN_COOKIE = "gnomon_console_login"
+_STATIC = Path(__file__).with_name("static")
+#: What pages may load: only this console's own script and style sheet; no frames, no plugins.
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+class _Headers(BaseHTTPMiddleware):
+    """Security headers on every response; pages are never cached (they show live data)."""
+
+    async def dispatch(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        response.headers.setdefault("Content-Security-Policy", _CSP)
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers["X-Frame-Options"] = "DENY"
+        if not request.url.path.startswith("/static/"):
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+
+def _next(target: str | None) -> str:
+    """A local path to go to after sign-in (anything else: ``/jobs``)."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/jobs"
+
+
+def create_app(
+    client_factory: Callable[[str, str], AsyncClient],
+    *,
+    secure_cookies: bool = False,
+    idle_timeout: float = 8 * 3600,
+    regions: list[str] | None = None,
+) -> Starlette:
+    """The console application.
+
+    Args:
+        client_factory: ``(api_key, namespace) -> AsyncClient`` making the API calls of a session
+            (the console's API address and TLS settings, the user's key).
+        secure_cookies: mark cookies ``Secure`` (the console serves HTTPS).
+        idle_timeout: seconds of inactivity after which a session ends.
+        regions: the deployment's regions, summarized on the cluster page (the API cannot list them).
+    """
+    sessions = SessionStore(client_factory, idle_timeout=idle_timeout)
+
+    def cookie(response: Response, name: str, value: str, max_age: int | None = None) -> None:
+        response.set_cookie(
+            name, value, max_age=max_age, httponly=True, samesite="strict", secure=secure_cookies, path="/"
+        )
+
+    async def login_form(request: Request) -> Response:
+        token = request.cookies.get(_LOGIN_COOKIE) or secrets.token_urlsafe(32)
+        response = render(
+            None,
+            "login.html",
+            error=request.query_params.get("error", ""),
+            signed_out=request.query_params.get("signed_out") == "1",
+            next=_next(request.query_params.get("next")),
+            login_csrf=token,
+        )
+        cookie(response, _LOGIN_COOKIE, token, max_age=3600)
+        return response
+
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        key, target = str(form.get("api_key") or "").strip(), _next(str(form.get("next") or ""))
+        expected, given = request.cookies.get(_LOGIN_COOKIE) or "", str(form.get("csrf") or "")
+        if not expected or not hmac.compare_digest(expected, given):
+            return PlainTextResponse("CSRF token missing or wrong: reload the sign-in page", 403)
+
+        def again(error: str) -> Response:
+            return render(None, "login.html", 401, error=error, next=target, login_csrf=expected)
+
+        if not key:
+            return again("Enter an API key.")
+        client = sessions.new_client(key, "default")
+        try:
+            me = await client.whoami()
+        except GnomonError as e:
+            return again(f"The API refused this key: {error_text(e)}")
+        except (ValueError, OSError) as e:
+            return again(f"Cannot reach the API: {e}")
+        finally:
+            await client.close()
+        namespaces = list(dict.fromkeys(g.namespace for g in me.grants)) or ["default"]
+        s = await sessions.create(key, me.principal, me.kind, namespaces)
+        response = RedirectResponse(target, status_code=303)
+        cookie(response, COOKIE, s.id)
+        response.delete_cookie(_LOGIN_COOKIE, path="/")
+        return response
+
+    async def logout(request: Request) -> Response:
+        s = await sessions.get(request.cookies.get(COOKIE))
+        form = await request.form()
+        if s is not None:
+            if not s.csrf_ok(str(form.get("csrf") or "")):
+                return PlainTextResponse("CSRF token missing or wrong", 403)
+            await sessions.end(s.id)
+        response = RedirectResponse("/login?signed_out=1", status_code=303)
+        response.delete_cookie(COOKIE, path="/")
+        return response
+
+    async def home(request: Request) -> Response:
+        return RedirectResponse("/jobs", status_code=303)
+
+    async def healthz(request: Request) -> Response:  # "ok <pid>": whoever started us knows it is us
+        return PlainTextResponse(f"ok {os.getpid()}")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await sessions.close()
+
+    routes = [
+        Route("/", home),
+        Route("/healthz", healthz),
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        *pages_jobs.routes,
+        *pages_schedules.routes,
+        *pages_queues.routes,
+        *pages_dead_letters.routes,
+        *pages_cluster.routes,
+        Mount("/static", StaticFiles(directory=str(_STATIC)), name="static"),
+    ]
+    app = Starlette(routes=routes, middleware=[Middleware(_Headers)], lifespan=lifespan)
+    app.state.sessions = sessions
+    app.state.regions = list(regions or [])
+    return app
