@@ -18,7 +18,7 @@ synchronous_commit on, unless ``--dsn`` points elsewhere):
 3. drain: W worker processes start (``gnomon worker``, or the TypeScript no-op worker); the drain window runs from the first claim
    (min ``dispatched_at``, the start signal) to the last ``finished_at``, both by the database clock
    -> ``drain_jobs_per_s``;
-4. steady lag: with the workers connected, jobs are created at ``--lag-rate`` per second for
+4. steady lag: with the workers connected, jobs are created at ``--rate`` per second (default 500) for
    ``--lag-seconds`` s, due now, then the same due ``--later`` s later -> dispatch lag
    (``dispatched_at - scheduled_at``) p50/p99 for each (``dispatch_lag_*`` = due now);
 5. ``peak_rss_mb`` = VmHWM of the api and dispatcher processes; ``ok`` = every job SUCCEEDED with
@@ -319,7 +319,14 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-size", type=int, default=500, help="Jobs per BatchCreateJobs for the drain jobs."
     )
     ap.add_argument("--claim-batch", type=int, default=500)
-    ap.add_argument("--lag-rate", type=float, default=200.0)
+    ap.add_argument(
+        "--rate",
+        "--lag-rate",
+        dest="lag_rate",
+        type=float,
+        default=500.0,
+        help="Jobs created per second in the steady dispatch-lag phase (due now, then due later).",
+    )
     ap.add_argument("--lag-seconds", type=float, default=5.0)
     ap.add_argument("--later", type=float, default=5.0)
     ap.add_argument("--timeout", type=float, default=600.0)
