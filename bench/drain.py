@@ -133,10 +133,19 @@ async def enqueue_batched(api: str, queue: str, n: int, batch: int, concurrency:
 
 
 async def paced(api: str, queue: str, rate: float, seconds: float, delay_s: float) -> int:
-    """Creates jobs at ``rate`` per second for ``seconds``; returns how many."""
+    """Creates jobs at ``rate`` per second for ``seconds`` (each call its own task, started on
+    schedule whether or not the earlier ones finished); returns how many. Raises the first failed
+    call's ``AioRpcError`` after all have ended."""
     async with aio_channel(api) as ch:
         stub = jg.JobServiceStub(ch)
         n = int(rate * seconds)
+
+        async def one() -> None:
+            req = js.CreateJobRequest(queue=queue)
+            if delay_s:
+                req.delay.FromMilliseconds(int(delay_s * 1000))
+            await stub.CreateJob(req, timeout=30)
+
         t0 = time.perf_counter()
         tasks = []
         for i in range(n):
@@ -144,11 +153,10 @@ async def paced(api: str, queue: str, rate: float, seconds: float, delay_s: floa
             now = time.perf_counter()
             if target > now:
                 await asyncio.sleep(target - now)
-            req = js.CreateJobRequest(queue=queue)
-            if delay_s:
-                req.delay.FromMilliseconds(int(delay_s * 1000))
-            tasks.append(asyncio.ensure_future(stub.CreateJob(req, timeout=30)))
-        await asyncio.gather(*tasks)
+            tasks.append(asyncio.create_task(one()))
+        for outcome in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
         return n
 
 

@@ -14,7 +14,7 @@ from gnomon.common.auth.authenticator import Authenticator, read_secret_file
 from gnomon.common.auth.settings import AuthSettings, TlsSettings
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.rpc.server import GrpcServer
-from gnomon.common.tls import server_credentials, service_channel_credentials
+from gnomon.common.tls import server_credentials, service_call_parts, service_channel_credentials
 from gnomon.dispatcher.servicer import HintServicer
 from gnomon_test_support import session_credentials, wait_until
 
@@ -75,3 +75,19 @@ async def test_a_hint_without_the_service_token_is_refused(dispatcher_hints, cap
     await wait_until(lambda: hints._refused, 10, "the refusal of a hint without the service token")
     assert not wake.is_set()
     assert "refused" in caplog.text
+
+
+async def test_a_hint_with_the_service_token_as_call_metadata_wakes_the_dispatcher(dispatcher_hints):
+    """The default path of the services: TLS credentials and the token as per-call metadata
+    (service_call_parts), no call-credentials plugin."""
+    address, wake, creds = dispatcher_hints
+    tls, metadata = service_call_parts(
+        TlsSettings(ca_file=creds.ca_file), AuthSettings(service_token_file=creds.service_token_file), False
+    )
+    assert metadata and metadata[0][0] == "authorization"
+    hints = _Fixed(address, tls)
+    hints._metadata = metadata
+    hints.wake(datetime.now(UTC))
+    await wait_until(wake.is_set, 10, "the dispatcher woken by the hint")
+    assert not hints._refused
+    assert service_call_parts(TlsSettings(ca_file=creds.ca_file), AuthSettings(), True) == (None, ())

@@ -70,7 +70,7 @@ class ClientBase:
         self._metadata = tuple(metadata or ())
         opts = list(channel_options or ())
         if credentials is None:
-            self._channel = conn.aio_channel(options=opts)
+            self._channel = conn.aio_channel(options=opts, unary_only=True)  # the client's RPCs are all unary
         else:
             self._channel = grpc.aio.secure_channel(
                 conn.address, credentials, options=[*conn.options(), *opts]

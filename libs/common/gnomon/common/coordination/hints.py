@@ -3,7 +3,7 @@ docs/concepts.md: hints cost latency if lost, never correctness. At most one hin
 hints during it coalesce into one follow-up hint (keeping the one that matters most, e.g. the
 earliest due time), so a burst of 20,000 creates sends a handful of RPCs, not 20,000. Targets are
 read from the etcd registry (:mod:`gnomon.common.coordination.registry`). Hints travel over TLS with
-the service token (:func:`gnomon.common.tls.service_channel_credentials`), plaintext only with
+the service token as call metadata (:func:`gnomon.common.tls.service_call_parts`), plaintext only with
 ``GNOMON_INSECURE=true``."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.registry import list_dispatchers, list_planners
 from gnomon.common.timeconv import to_timestamp
-from gnomon.common.tls import service_channel_credentials
+from gnomon.common.tls import service_call_parts
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,9 @@ class _Hints:
     """Coalescing sender of one hint RPC to every registered target of a region. Subclasses give
     the target list (:meth:`_targets`), the RPC (:meth:`_send`) and how two pending hints merge
     (:meth:`_merge`). Addresses are refreshed from etcd at most every ``refresh_s`` seconds.
-    ``credentials``: of the hint channels (default: :func:`service_channel_credentials` from the
-    settings, read at the first hint; None there means plaintext)."""
+    ``credentials``: of the hint channels, used as they are (default: TLS and the service token as
+    per-call metadata from the settings, :func:`service_call_parts`, read at the first hint; None
+    there means plaintext)."""
 
     role = "target"
 
@@ -46,6 +47,7 @@ class _Hints:
         self._credentials = credentials
         self._credentials_read = credentials is not None
         self._refused = False
+        self._metadata: tuple[tuple[str, str], ...] = ()
         self._addresses: list[str] = []
         self._fetched = 0.0
         self._stubs: dict[str, hint_pb2_grpc.HintServiceStub] = {}
@@ -75,7 +77,7 @@ class _Hints:
     def _channel(self, addr: str) -> grpc.aio.Channel:
         if not self._credentials_read:
             self._credentials_read = True
-            self._credentials = service_channel_credentials()
+            self._credentials, self._metadata = service_call_parts()
         if self._credentials is None:
             return grpc.aio.insecure_channel(addr)
         return grpc.aio.secure_channel(addr, self._credentials)
@@ -128,7 +130,9 @@ class DispatcherHints(_Hints):
         return [d.address for d in await list_dispatchers(self.etcd, self.prefix, self.region)]
 
     async def _send(self, stub: hint_pb2_grpc.HintServiceStub, due: datetime) -> None:
-        await stub.WakeDispatcher(hint_pb2.WakeDispatcherRequest(due_time=to_timestamp(due)), timeout=1.0)
+        await stub.WakeDispatcher(
+            hint_pb2.WakeDispatcherRequest(due_time=to_timestamp(due)), timeout=1.0, metadata=self._metadata
+        )
 
     def _merge(self, pending: datetime, new: datetime) -> datetime:
         return min(pending, new)
@@ -147,7 +151,9 @@ class PlannerHints(_Hints):
         return [p.address for p in await list_planners(self.etcd, self.prefix, self.region)]
 
     async def _send(self, stub: hint_pb2_grpc.HintServiceStub, schedule: str) -> None:
-        await stub.WakePlanner(hint_pb2.WakePlannerRequest(schedule=schedule), timeout=1.0)
+        await stub.WakePlanner(
+            hint_pb2.WakePlannerRequest(schedule=schedule), timeout=1.0, metadata=self._metadata
+        )
 
     def wake(self, schedule: str = "") -> None:
         """Schedules a hint that ``schedule`` (a resource name) changed; returns at once."""
