@@ -321,10 +321,10 @@ def open_channel(address: str | None = None, **settings: Any) -> grpc.Channel:
     return resolve(address, **settings).channel()
 
 
-def aio_channel(address: str | None = None, **settings: Any) -> grpc.aio.Channel:
+def aio_channel(address: str | None = None, *, unary_only: bool = False, **settings: Any) -> grpc.aio.Channel:
     """A ``grpc.aio`` channel to ``address`` resolved as :func:`resolve` does (create it inside the
-    event loop that uses it)."""
-    return resolve(address, **settings).aio_channel()
+    event loop that uses it); ``unary_only`` as :meth:`Connection.aio_channel`."""
+    return resolve(address, **settings).aio_channel(unary_only=unary_only)
 
 
 def _toml_value(value: object) -> str:
