@@ -119,17 +119,24 @@ class Planner:
         b = StepBuilder(now=now, shards=self.shards)
         for sched in rows:
             self._plan_schedule(b, sched, now, active.setdefault(sched["uid"], []))
-        step = plan_tracing.start_step(t0, len(rows)) if tracing.ENABLED else None
+        res = await self._finish(conn, b, t0, len(rows), "plan")
+        return StepStats(len(rows), len(res.inserted), len(res.records), res.earliest)
+
+    async def _finish(self, conn, b: StepBuilder, t0: int, n: int, kind: str):
+        """Writes what step builder ``b`` decided; with tracing on, inside a planning-step span
+        (``kind``: plan or release, started at ``t0``) that each new occurrence's trace links to
+        (docs/tracing.md). Returns :meth:`StepBuilder.finish`'s result."""
+        s = self.settings
+        step = plan_tracing.start_step(t0, n, kind) if tracing.ENABLED else None
         try:
-            if step is not None:  # each occurrence's trace links to this step (docs/tracing.md)
+            if step is not None:
                 plan_tracing.stamp_occurrences(step, b.writes.jobs)
-            res = await b.finish(
+            return await b.finish(
                 conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
             )
         finally:
             if step is not None:
                 step.end()
-        return StepStats(len(rows), len(res.inserted), len(res.records), res.earliest)
 
     def _plan_schedule(self, b: StepBuilder, sched: dict, now: datetime, active: list[dict]) -> None:
         s = self.settings
@@ -209,17 +216,7 @@ class Planner:
                     buffered=max(state.buffered, 0),
                 )
             )
-        s = self.settings
-        step = plan_tracing.start_step(t0, len(rows), "release") if tracing.ENABLED else None
-        try:
-            if step is not None:
-                plan_tracing.stamp_occurrences(step, b.writes.jobs)
-            res = await b.finish(
-                conn, region=self.region, catchup_rate=s.catchup_rate, catchup_burst=s.catchup_burst
-            )
-        finally:
-            if step is not None:
-                step.end()
+        res = await self._finish(conn, b, t0, len(rows), "release")
         return StepStats(len(rows), len(res.inserted), changed, res.earliest)
 
     # -- the loop ----------------------------------------------------------------------------
