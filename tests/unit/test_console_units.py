@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import grpc
 import pytest
 
-from gnomon.console.app import _next
+from gnomon.console.app import MAX_BODY, _next, create_app
 from gnomon.console.pages_jobs import timeline
-from gnomon.console.sessions import MAX_CLIENTS, SessionStore
+from gnomon.console.sessions import MAX_CLIENTS, MAX_FLASH, MAX_SESSIONS_PER_PRINCIPAL, SessionStore
 from gnomon.console.web import _span, error_text
 from gnomon.sdk import GnomonError
 from gnomon.sdk.models import Job
@@ -160,3 +160,81 @@ async def test_the_least_recently_used_session_ends_first_at_the_limit():
     third = await store.create("k3", "principals/c", "API_KEY", [])
     assert await store.get(first.id) is None
     assert await store.get(second.id) is second and await store.get(third.id) is third
+
+
+async def test_one_principal_cannot_sign_the_others_out():
+    """Found in review: any key could sign in 10,000 times and end everyone's sessions. Each principal
+    holds at most MAX_SESSIONS_PER_PRINCIPAL; a new one ends that principal's own oldest."""
+    store = SessionStore(FakeClient, max_sessions=1000)
+    victim = await store.create("kv", "principals/victim", "API_KEY", ["*"])
+    mine = [await store.create("ka", "principals/attacker", "API_KEY", ["x"]) for _ in range(25)]
+    assert await store.get(victim.id) is victim
+    alive = [s for s in mine if await store.get(s.id) is s]
+    assert alive == mine[-MAX_SESSIONS_PER_PRINCIPAL:]
+
+
+async def test_flash_messages_are_capped():
+    store = SessionStore(FakeClient)
+    s = await store.create("k", "principals/p", "API_KEY", ["*"])
+    for i in range(MAX_FLASH + 5):
+        s.say("error", f"m{i}")
+    assert [t for _, t in s.take_flash()] == [f"m{i}" for i in range(5, MAX_FLASH + 5)]
+
+
+async def _asgi(app, method: str, path: str, headers=(), body: bytes = b"") -> tuple[int, bytes]:
+    """Calls the ASGI ``app`` once in-process; returns (status, body)."""
+    path, _, query = path.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    sent = [{"type": "http.request", "body": body, "more_body": False}]
+    out: dict = {"status": 0, "body": b""}
+
+    async def receive():
+        return sent.pop(0) if sent else {"type": "http.disconnect"}
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            out["status"] = message["status"]
+        elif message["type"] == "http.response.body":
+            out["body"] += message.get("body", b"")
+
+    await app(scope, receive, send)
+    return out["status"], out["body"]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([("content-type", "multipart/form-data; boundary=x"), ("content-length", "10")], 415),
+        ([("content-type", "application/x-www-form-urlencoded")], 411),
+        ([("content-type", "application/x-www-form-urlencoded"), ("content-length", str(MAX_BODY + 1))], 413),
+        ([("content-type", "application/x-www-form-urlencoded"), ("content-length", "5")], 403),
+    ],
+    ids=["multipart", "no-length", "too-long", "small-form-reaches-the-csrf-check"],
+)
+async def test_posts_are_small_url_encoded_forms(headers, status):
+    """Found in review: anyone could make the console hold ~1 GB per request or spool uploads to
+    disk. Bodies are refused before anything reads them; a small form reaches the CSRF check (403)."""
+    app = create_app(FakeClient)
+    got, _ = await _asgi(app, "POST", "/login", headers, b"csrf=")
+    assert got == status
+
+
+async def test_the_sign_in_page_shows_only_its_own_messages():
+    app = create_app(FakeClient)
+    status, body = await _asgi(app, "GET", "/login?error=Sign%20in%20at%20https://evil.example")
+    assert status == 200 and b"evil.example" not in body
+    _, body = await _asgi(app, "GET", "/login?error=session_ended")
+    assert b"sign in again" in body

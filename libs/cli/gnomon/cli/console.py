@@ -8,6 +8,7 @@ key of its own: users sign in with theirs. :func:`spawn` starts it as a process 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -79,6 +80,8 @@ def console(
             insecure=True if insecure else None,
             profile=profile,
         )
+        # the console holds no key of its own: every call carries the signed-in user's key
+        base = dataclasses.replace(base, api_key=None)
     except ValueError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None

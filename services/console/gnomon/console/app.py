@@ -15,6 +15,7 @@ import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -33,6 +34,10 @@ from .web import error_text, render
 __all__ = ["create_app"]
 
 _LOGIN_COOKIE = "gnomon_console_login"
+#: The sign-in page's messages by the code in its ``?error=`` (never text from the URL itself).
+_LOGIN_ERRORS = {
+    "session_ended": "The API no longer accepts this session's key (UNAUTHENTICATED): sign in again."
+}
 _STATIC = Path(__file__).with_name("static")
 #: What pages may load: only this console's own script and style sheet; no frames, no plugins.
 _CSP = (
@@ -55,6 +60,49 @@ class _Headers(BaseHTTPMiddleware):
         if not request.url.path.startswith("/static/"):
             response.headers["Cache-Control"] = "no-store"
         return response
+
+
+#: Largest request body the console reads, bytes: its forms are a few short fields.
+MAX_BODY = 64 * 1024
+
+
+class _BodyLimit:
+    """A pure ASGI middleware: a POST must be ``application/x-www-form-urlencoded`` (415 otherwise:
+    no multipart, so no uploads spooled to disk) with a ``Content-Length`` (411 without) of at most
+    :data:`MAX_BODY` bytes (413 over it), checked before anything reads the body; the bytes actually
+    received are counted too, and a body longer than it said ends the request."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        length = headers.get("content-length", "")
+        refusal = None
+        if ctype != "application/x-www-form-urlencoded":
+            refusal = PlainTextResponse("forms only (application/x-www-form-urlencoded)", 415)
+        elif not length.isdigit():
+            refusal = PlainTextResponse("a Content-Length is required", 411)
+        elif int(length) > MAX_BODY:
+            refusal = PlainTextResponse(f"request body over {MAX_BODY} bytes", 413)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > int(length):
+                raise ValueError("request body longer than its Content-Length")
+            return message
+
+        await self.app(scope, counted, send)
 
 
 def _next(target: str | None) -> str:
@@ -92,7 +140,7 @@ def create_app(
         response = render(
             None,
             "login.html",
-            error=request.query_params.get("error", ""),
+            error=_LOGIN_ERRORS.get(request.query_params.get("error", ""), ""),
             signed_out=request.query_params.get("signed_out") == "1",
             next=_next(request.query_params.get("next")),
             login_csrf=token,
@@ -165,7 +213,9 @@ def create_app(
         *pages_cluster.routes,
         Mount("/static", StaticFiles(directory=str(_STATIC)), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(_Headers)], lifespan=lifespan)
+    app = Starlette(
+        routes=routes, middleware=[Middleware(_BodyLimit), Middleware(_Headers)], lifespan=lifespan
+    )
     app.state.sessions = sessions
     app.state.regions = list(regions or [])
     return app

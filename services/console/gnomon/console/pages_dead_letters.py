@@ -74,6 +74,8 @@ async def replay(ctx: Ctx) -> Response:
         "filters": filters,
         "namespace": ctx.namespace,
     }
+    while len(ctx.session.replays) > _KEPT_REPLAYS:  # the oldest first (insertion order)
+        del ctx.session.replays[next(iter(ctx.session.replays))]
     what = (
         f"dry run: {result.matched} would be replayed"
         if dry

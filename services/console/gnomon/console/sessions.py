@@ -24,6 +24,11 @@ __all__ = ["Session", "SessionStore", "COOKIE", "MAX_CLIENTS"]
 COOKIE = "gnomon_console_session"
 #: API clients (one channel each) a session keeps, one per namespace it looked at.
 MAX_CLIENTS = 8
+#: Sessions one principal may hold at once; a new sign-in beyond it ends that principal's own
+#: least recently used session (never another user's).
+MAX_SESSIONS_PER_PRINCIPAL = 10
+#: Flash messages kept for the next page.
+MAX_FLASH = 20
 
 
 @dataclass
@@ -59,8 +64,10 @@ class Session:
         return bool(token) and hmac.compare_digest(str(token), self.csrf)
 
     def say(self, kind: str, text: str) -> None:
-        """Queues a message for the next page; ``kind`` is ``"ok"`` or ``"error"``."""
+        """Queues a message for the next page; ``kind`` is ``"ok"`` or ``"error"`` (at most
+        :data:`MAX_FLASH` are kept, the oldest dropped first)."""
         self.flash.append((kind, text))
+        del self.flash[:-MAX_FLASH]
 
     def take_flash(self) -> list[tuple[str, str]]:
         """The queued messages, emptying the queue."""
@@ -80,7 +87,9 @@ class SessionStore:
     Args:
         client_factory: ``(api_key, namespace) -> AsyncClient`` for a session's API calls.
         idle_timeout: seconds without a request after which a session ends.
-        max_sessions: at most this many at once; the least recently used one ends first.
+        max_sessions: at most this many at once; the least recently used one ends first. Each
+            principal holds at most :data:`MAX_SESSIONS_PER_PRINCIPAL` (its own oldest ends first),
+            so one key cannot sign the others out.
     """
 
     def __init__(
@@ -113,6 +122,11 @@ class SessionStore:
     async def create(self, api_key: str, principal: str, kind: str, namespaces: list[str]) -> Session:
         """Starts a session for a user whose key the API accepted; returns it."""
         await self._expire()
+        mine = sorted(
+            (s for s in self._sessions.values() if s.principal == principal), key=lambda s: s.last_seen
+        )
+        while len(mine) >= MAX_SESSIONS_PER_PRINCIPAL:
+            await self.end(mine.pop(0).id)
         while len(self._sessions) >= self._max:
             oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
             await self.end(oldest.id)

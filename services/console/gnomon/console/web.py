@@ -181,23 +181,25 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
             if not session.csrf_ok(token if isinstance(token, str) else None):
                 return HTMLResponse("CSRF token missing or wrong: reload the page and try again", 403)
         namespace = (request.query_params.get("namespace") or "").strip() or _default_ns(session)
+        if "*" not in session.namespaces and namespace not in session.namespaces:
+            # no API client (a channel) for a namespace the user's grants do not name: the API would
+            # refuse every call anyway, and clients per session are a resource (review 2026-12-02)
+            return render(None, "error.html", 403, error=f"your grants do not name namespace {namespace!r}")
         ctx = Ctx(request, session, namespace, await store.client(session, namespace), form)
         try:
             return await handler(ctx)
         except GnomonError as e:
             if e.code == grpc.StatusCode.UNAUTHENTICATED:
                 await store.end(session.id)
-                return RedirectResponse(f"/login?{urlencode({'error': error_text(e)})}", status_code=303)
+                return RedirectResponse("/login?error=session_ended", status_code=303)
             if request.method == "POST":  # show it on the page the form came from
                 session.say("error", error_text(e))
-                back = request.headers.get("referer") or ctx.url(request.url.path)
-                return RedirectResponse(_same_origin(back, request), status_code=303)
+                return RedirectResponse(_back(ctx), status_code=303)
             return render(ctx, "error.html", HTTP_STATUS.get(e.code, 502), error=error_text(e))
-        except (ValueError, TypeError) as e:
+        except (ValueError, TypeError, ArithmeticError) as e:
             if request.method == "POST":
                 session.say("error", f"invalid input: {e}")
-                back = request.headers.get("referer") or ctx.url(request.url.path)
-                return RedirectResponse(_same_origin(back, request), status_code=303)
+                return RedirectResponse(_back(ctx), status_code=303)
             return render(ctx, "error.html", 400, error=f"invalid input: {e}")
 
     return endpoint
@@ -207,9 +209,13 @@ def _default_ns(session: Session) -> str:
     return next((n for n in session.namespaces if n != "*"), "default")
 
 
-def _same_origin(url: str, request: Request) -> str:
-    """``url``'s path and query if it points at this console, else ``/`` (no open redirect)."""
+def _back(ctx: Ctx) -> str:
+    """Where a refused POST returns: the page the form came from (the ``Referer``'s path and query
+    when it is this console's and a plain local path), else the form's own path's page."""
+    request = ctx.request
+    url = request.headers.get("referer") or ""
     base = str(request.base_url).rstrip("/")
-    if url.startswith(base + "/"):
-        return url[len(base) :]
-    return url if url.startswith("/") and not url.startswith("//") else "/"
+    path = url[len(base) :] if url.startswith(base + "/") else ""
+    if path.startswith("/") and not path.startswith("//") and "\\" not in path:
+        return path
+    return ctx.url(request.url.path)
