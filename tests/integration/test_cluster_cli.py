@@ -143,7 +143,11 @@ def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(
         assert out.returncode == 0, out.stderr
         st = json.loads(out.stdout)
         assert st["running"] and st["pid"] == dev.pid and st["api"] == api and st["regions"] == ["eu", "us"]
-        procs = st["processes"]
+        everything = st["processes"]
+        # the web console is one more process of gnomon dev (docs/console.md), not of any region
+        consoles = [p for p in everything if p["role"] == "console"]
+        assert len(consoles) == 1 and consoles[0]["alive"] and consoles[0]["pid"] > 0
+        procs = [p for p in everything if p["role"] != "console"]
         by = collections.Counter((p["region"], p["role"]) for p in procs)
         assert by == {
             (r, role): n
@@ -158,7 +162,7 @@ def test_dev_with_regions_lists_its_processes_and_stops_on_sigint(
             for p in procs
         )
         assert len({p["address"] for p in procs}) == len(procs) == len({p["metrics"] for p in procs})
-        pids = [p["pid"] for p in procs]
+        pids = [p["pid"] for p in everything]
         eu_api = next(p["address"] for p in procs if p["role"] == "api" and p["region"] == "eu")
         us_api = next(p["address"] for p in procs if p["role"] == "api" and p["region"] == "us")
         assert eu_api == api

@@ -184,7 +184,14 @@ def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         if "*" not in session.namespaces and namespace not in session.namespaces:
             # no API client (a channel) for a namespace the user's grants do not name: the API would
             # refuse every call anyway, and clients per session are a resource (review 2026-12-02)
-            return render(None, "error.html", 403, error=f"your grants do not name namespace {namespace!r}")
+            return render(
+                None,
+                "error.html",
+                403,
+                error=f"PERMISSION_DENIED: your grants do not name namespace {namespace!r}",
+                path="/jobs",
+                namespace=_default_ns(session),
+            )
         ctx = Ctx(request, session, namespace, await store.client(session, namespace), form)
         try:
             return await handler(ctx)

@@ -32,7 +32,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common.domain.attempts import Claimed, OccurrenceInfo
 from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
-from gnomon.common.storage import raw
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.fencing import check_fence
 from gnomon.common.storage.predicates import state_is
@@ -270,7 +269,7 @@ async def claim_due(
             "p_breaker_state": breaker_state or "ANY",
             **row_params("t", shard=list(tokens), token=list(tokens.values())),
         }
-        rows += await raw.fetch(conn, CLAIM, params, mappings=True)
+        rows += (await conn.execute(CLAIM, params)).mappings().all()
         if len(rows) >= limit:
             break
     if not rows:
