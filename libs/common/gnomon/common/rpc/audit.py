@@ -72,6 +72,10 @@ class AuditLog:
         self.dropped = 0
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # one flush at a time: two concurrent flushes (the background one and stop() or a caller's)
+        # took the same batch, and the loser's failure left the caller reading before the winner's
+        # commit (a CI run saw an entry missing right after flush() returned)
+        self._flushing = asyncio.Lock()
 
     def record(
         self, *, caller: Caller, method: str, namespace: str | None, request: Any, response: Any, outcome: str
@@ -119,7 +123,12 @@ class AuditLog:
         await self.flush()
 
     async def flush(self) -> None:
-        """Writes every buffered row now; on a database error keeps them for the next flush."""
+        """Writes every buffered row now (after any flush already running); on a database error
+        keeps them for the next flush."""
+        async with self._flushing:
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
         while self.pending:
             batch = self.pending[:_MAX_BATCH]
 
