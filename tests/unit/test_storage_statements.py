@@ -113,3 +113,40 @@ def test_builders_have_docstrings_naming_their_module() -> None:
     for name, entry in REGISTRY.items():
         assert "." in name and not name.startswith("gnomon."), name
         assert len(entry.doc.split()) >= 5, f"{name}: the docstring must say what the statement does"
+
+
+def test_a_new_job_row_binds_exactly_the_raw_insert_columns() -> None:
+    """``INSERT_JOB`` runs on the driver (``storage.raw``), where a column missing from the row is a
+    KeyError, not a default: every key of ``NewJob.row()`` must be one of its bound columns and
+    every bound column a key, for plain, deadline-bearing and idempotent jobs alike."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from gnomon.common.storage.jobs import NEW_JOB_COLUMNS
+    from gnomon_test_support import new_job_spec as new_job
+
+    for job in (
+        new_job(),
+        new_job(deadline=datetime(2030, 1, 1, tzinfo=UTC)),
+        new_job(request_id=uuid.uuid4(), request_hash="h", trace_context="00-ab-cd-01"),
+    ):
+        assert sorted(job.row()) == sorted(NEW_JOB_COLUMNS)
+
+
+def test_only_plain_jobs_insert_in_one_statement() -> None:
+    import uuid
+    from datetime import UTC, datetime, timedelta
+
+    from gnomon.common.storage import jobs as jobs_store
+    from gnomon_test_support import new_job_spec
+
+    assert jobs_store.inserts_in_one_statement(new_job_spec())
+    assert jobs_store.inserts_in_one_statement(
+        new_job_spec(schedule_at=datetime(2030, 1, 1, tzinfo=UTC), deadline=datetime(2030, 1, 2, tzinfo=UTC))
+    )
+    # a request id may need a second statement (read the original); a deadline relative to the
+    # database clock needs one before (read now())
+    assert not jobs_store.inserts_in_one_statement(new_job_spec(request_id=uuid.uuid4(), request_hash="h"))
+    assert not jobs_store.inserts_in_one_statement(
+        new_job_spec(delay=timedelta(seconds=5), deadline=datetime(2030, 1, 2, tzinfo=UTC))
+    )

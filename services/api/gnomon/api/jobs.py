@@ -53,7 +53,11 @@ class JobEngine:
 
     async def create(self, new: NewJob) -> tuple[Row, bool]:
         """Inserts ``new`` (idempotent per request id / idempotency key): ``(row, created)``."""
-        row, created = await run_transaction(self.engine, lambda c: jobs_store.insert_job(c, new))
+        row, created = await run_transaction(
+            self.engine,
+            lambda c: jobs_store.insert_job(c, new),
+            single_statement=jobs_store.inserts_in_one_statement(new),
+        )
         if created:
             self._hint([(row["scheduled_at"], row["created_at"])])
         return row, created

@@ -82,8 +82,14 @@ async def run_transaction(
     max_attempts: int = 10,
     base_delay_s: float = 0.005,
     max_delay_s: float = 0.5,
+    single_statement: bool = False,
 ) -> T:
     """Runs ``fn(conn)`` inside ``BEGIN ... COMMIT``, retrying the whole transaction on 40001/40P01.
+
+    ``single_statement``: ``fn`` runs exactly one statement, through
+    :func:`gnomon.common.storage.raw.fetch`, which then runs it in autocommit (one round trip; a
+    single statement is atomic on its own). ``conn`` is outside any transaction, so a second
+    statement would not be atomic with the first: never use it for more than one.
 
     Backoff before retry k (1-based) is uniform in ``[0, min(max_delay_s, base_delay_s * 2**k)]``
     seconds. After ``max_attempts`` the last error propagates. Connection failures raise
@@ -94,6 +100,9 @@ async def run_transaction(
     while True:
         attempt += 1
         try:
+            if single_statement:
+                async with engine.connect() as conn:
+                    return await fn(conn)
             async with engine.begin() as conn:
                 return await fn(conn)
         except DBAPIError as exc:

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common.domain.jobs import NewJob
 from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
 from gnomon.common.names import job_name
+from gnomon.common.storage import raw
 from gnomon.common.storage.schema import jobs
 from gnomon.common.storage.statements import builder, named
 
@@ -34,13 +35,46 @@ POLICY_COLS = (
 _SCHEDULED_AT = func.coalesce(
     bindparam("p_at", type_=jobs.c.scheduled_at.type), func.now() + bindparam("p_delay", type_=Interval)
 )
+#: The columns of :meth:`NewJob.row` (a job created by a client: no occurrence, no given
+#: ``scheduled_at``), each bound by name in :data:`INSERT_JOB` and :data:`INSERT_JOB_IDEMPOTENT`.
+NEW_JOB_COLUMNS = (
+    "id",
+    "namespace",
+    "region",
+    "shard",
+    "queue",
+    "payload",
+    "state",
+    "version",
+    "attempt",
+    "deadline",
+    "max_attempts",
+    "idempotency_key",
+    "lease_ms",
+    "request_id",
+    "request_hash",
+    "idempotent",
+    "start_to_close_ms",
+    "retry_initial_ms",
+    "retry_max_ms",
+    "retry_multiplier",
+    "retry_jitter",
+    "max_age_ms",
+    "non_retryable_errors",
+    "trace_context",
+)
+_NEW_JOB_VALUES = {
+    **{c: bindparam(c, type_=jobs.c[c].type) for c in NEW_JOB_COLUMNS},
+    "scheduled_at": _SCHEDULED_AT,
+}
 INSERT_JOB = named(
     __name__,
     "INSERT_JOB",
-    """Inserts one ``jobs`` row (the columns of :meth:`NewJob.row`) with ``scheduled_at`` =
-    ``p_at`` (an instant) or, when NULL, ``now() + p_delay`` (an interval, database clock); returns the
-    whole row. Prebuilt: its compiled form and cache key are reused on every call.""",
-    insert(jobs).values(scheduled_at=_SCHEDULED_AT).returning(*jobs.c),
+    """Inserts one ``jobs`` row: the columns :data:`NEW_JOB_COLUMNS` (each a parameter of its name)
+    and ``scheduled_at`` = ``p_at`` (an instant) or, when NULL, ``now() + p_delay`` (an interval,
+    database clock); returns the whole row. Run below SQLAlchemy's execution layer
+    (:func:`gnomon.common.storage.raw.fetch`, prepared): one CreateJob's insert.""",
+    insert(jobs).values(_NEW_JOB_VALUES).returning(*jobs.c),
 )
 INSERT_JOB_IDEMPOTENT = named(
     __name__,
@@ -48,7 +82,7 @@ INSERT_JOB_IDEMPOTENT = named(
     """As ``INSERT_JOB`` for a job with a ``request_id``: a repeat in the namespace inserts nothing
     and returns no row (``ON CONFLICT (namespace, request_id) DO NOTHING``).""",
     pg_insert(jobs)
-    .values(scheduled_at=_SCHEDULED_AT)
+    .values(_NEW_JOB_VALUES)
     .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
     .returning(*jobs.c),
 )
@@ -91,6 +125,13 @@ def job_stmt(namespace: str, job_id: uuid.UUID) -> Select[Any]:
     return select(jobs).where(jobs.c.namespace == namespace, jobs.c.id == job_id)
 
 
+def inserts_in_one_statement(new: NewJob) -> bool:
+    """Whether :func:`insert_job` runs exactly one statement for ``new`` (no ``request_id`` to look
+    up, no deadline to check against the database clock), so it may run as its own transaction
+    (:func:`gnomon.common.storage.engine.run_transaction` ``single_statement``)."""
+    return new.request_id is None and not (new.deadline is not None and new.schedule_at is None)
+
+
 async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict[str, Any], bool]:
     """Inserts a SCHEDULED job; returns ``(row, created)``.
 
@@ -110,9 +151,11 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict[str, Any]
     # scheduled_at is the given instant or now() + delay, by the database clock, in the INSERT itself
     values.update(p_at=new.schedule_at, p_delay=new.delay or timedelta(0))
     stmt = INSERT_JOB if new.request_id is None else INSERT_JOB_IDEMPOTENT
-    row = (await conn.execute(stmt, values)).mappings().first()
-    if row is not None:
-        return dict(row), True
+    # below SQLAlchemy's execution layer, prepared: the one statement of every CreateJob
+    # (bench/README.md, "CreateJob per call")
+    got = await raw.fetch(conn, stmt, values, mappings=True)
+    if got:
+        return got[0], True
     assert new.request_id is not None  # INSERT_JOB always returns its row
     existing = (await conn.execute(job_by_request_stmt(new.namespace, new.request_id))).mappings().one()
     if existing["request_hash"] != new.request_hash:

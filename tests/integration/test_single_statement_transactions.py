@@ -1,0 +1,68 @@
+"""``run_transaction(..., single_statement=True)``: a statement run through ``storage.raw`` on a pooled
+connection outside any transaction is its own autocommit transaction (one round trip, used by
+CreateJob's insert), and the pooled connection goes back to the pool in transaction mode, so the next
+multi-statement transaction on it is still all or nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from gnomon.common.config import DatabaseSettings
+from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage.engine import make_engine, run_transaction
+from gnomon.common.storage.schema import jobs
+from gnomon_test_support import new_job_spec
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture
+async def one_connection(db_url):
+    """An engine whose pool holds exactly one connection, so every transaction reuses it."""
+    eng = make_engine(DatabaseSettings(url=db_url), pool_size=1)
+    eng.pool._max_overflow = 0
+    yield eng
+    await eng.dispose()
+
+
+async def count(engine) -> int:
+    return await run_transaction(engine, lambda c: _scalar(c, select(func.count()).select_from(jobs)))
+
+
+async def _scalar(conn, stmt):
+    return (await conn.execute(stmt)).scalar_one()
+
+
+async def test_a_single_statement_commits_on_its_own_and_leaves_the_connection_transactional(one_connection):
+    new = new_job_spec()
+    assert jobs_store.inserts_in_one_statement(new)
+    row, created = await run_transaction(
+        one_connection, lambda c: jobs_store.insert_job(c, new), single_statement=True
+    )
+    assert created and row["id"] == new.id and row["state"] == "SCHEDULED"
+    assert await count(one_connection) == 1  # committed: another transaction sees it
+
+    # the same pooled connection, now in a two-statement transaction that fails at its second
+    # statement: the first must roll back too (it would stay if the connection were left in autocommit)
+    first, duplicate = new_job_spec(), new_job_spec(id=new.id)
+
+    async def two(conn):
+        await jobs_store.insert_job(conn, first)
+        await jobs_store.insert_job(conn, duplicate)
+
+    with pytest.raises(IntegrityError):
+        await run_transaction(one_connection, two)
+    assert await count(one_connection) == 1
+
+
+async def test_a_failing_single_statement_writes_nothing_and_the_connection_stays_usable(one_connection):
+    new = new_job_spec()
+    await run_transaction(one_connection, lambda c: jobs_store.insert_job(c, new), single_statement=True)
+    with pytest.raises(IntegrityError):
+        await run_transaction(one_connection, lambda c: jobs_store.insert_job(c, new), single_statement=True)
+    other = new_job_spec()
+    await run_transaction(one_connection, lambda c: jobs_store.insert_job(c, other), single_statement=True)
+    assert await count(one_connection) == 2
