@@ -190,3 +190,31 @@ def test_simulate_outage_is_a_read_of_the_namespace_its_name_or_parent_names():
         authorize(reader, rule, one)
     with pytest.raises(PermissionDenied):
         authorize(user(Grant("default", Role.READER)), rule, one)
+
+
+def test_interceptors_wrap_a_method_once_and_rewrap_a_new_handler() -> None:
+    """Both server interceptors keep one wrapper per method (built on its first call) and build a
+    new one when the inner handler object changes."""
+    import asyncio
+
+    import grpc
+
+    from gnomon.common.rpc.errors import ErrorInterceptor
+
+    async def hello(request, context):
+        return request
+
+    first = grpc.unary_unary_rpc_method_handler(hello)
+    second = grpc.unary_unary_rpc_method_handler(hello)
+    details = type("D", (), {"method": "/gnomon.v1.JobService/GetJob"})()
+    interceptor = ErrorInterceptor()
+
+    async def intercept(handler):
+        async def continuation(_):
+            return handler
+
+        return await interceptor.intercept_service(continuation, details)
+
+    a, b, c = (asyncio.run(intercept(h)) for h in (first, first, second))
+    assert a is b and a is not first
+    assert c is not a and c.unary_unary is not a.unary_unary

@@ -35,6 +35,7 @@ from gnomon.common.auth.principals import ALL, Principal
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument, PermissionDenied
 from gnomon.common.names import namespace_of
 from gnomon.common.rpc.errors import check_request
+from gnomon.common.rpc.handlers import HandlerCache
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         reflection: str = "authenticated",
     ) -> None:
         self.authenticator, self.audit, self.reflection = authenticator, audit, reflection
+        self._cache = HandlerCache()
 
     async def intercept_service(
         self,
@@ -203,6 +205,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if handler is None:
             return None
         method = handler_call_details.method
+        return self._cache.wrapped(method, handler, lambda: self._handler(method, handler))
+
+    def _handler(self, method: str, handler: Handler) -> Handler:
+        """``handler`` of ``method`` wrapped as its rule requires (built once per method)."""
         service = method.split("/")[1] if method.count("/") == 2 else ""
         if service in PUBLIC_SERVICES:
             return _checked_only(handler)

@@ -41,6 +41,7 @@ from gnomon.common.errors import (
     QuotaExceeded,
     Unavailable,
 )
+from gnomon.common.rpc.handlers import HandlerCache
 from gnomon.common.rpc.inputs import nul_violations
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
     """Wraps unary and streaming handlers so domain errors abort with a rich status, and request
     bodies that do not parse abort with INVALID_ARGUMENT (``MALFORMED_REQUEST``)."""
 
+    def __init__(self) -> None:
+        self._cache = HandlerCache()
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
@@ -191,6 +195,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return None
+        return self._cache.wrapped(handler_call_details.method, handler, lambda: self._wrap(handler))
+
+    def _wrap(self, handler: Handler) -> Handler:
         if handler.unary_unary:
             inner: Callable[..., Any] = handler.unary_unary  # a coroutine function on an aio server
 
