@@ -4,6 +4,8 @@ hello authorization. Pure logic; the interceptor against real servers is in test
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gnomon._proto.gnomon.internal.v1 import hint_pb2
@@ -204,8 +206,8 @@ def test_interceptors_wrap_a_method_once_and_rewrap_a_new_handler() -> None:
     async def hello(request, context):
         return request
 
-    first = grpc.unary_unary_rpc_method_handler(hello)
-    second = grpc.unary_unary_rpc_method_handler(hello)
+    first: Any = grpc.unary_unary_rpc_method_handler(hello)
+    second: Any = grpc.unary_unary_rpc_method_handler(hello)
     details = type("D", (), {"method": "/gnomon.v1.JobService/GetJob"})()
     interceptor = ErrorInterceptor()
 
