@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from gnomon._proto.gnomon.v1 import failure_class_pb2 as fpb
@@ -252,3 +254,23 @@ def test_list_jobs_request():
         50,
         "tok",
     )
+
+
+@given(
+    seconds=st.integers(min_value=-62135596800, max_value=253402300799),
+    nanos=st.integers(min_value=0, max_value=999_999_999),
+)
+def test_from_timestamp_equals_protobufs_own_conversion(seconds: int, nanos: int) -> None:
+    ts = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+    assert convert.from_timestamp(ts) == ts.ToDatetime(tzinfo=UTC)
+
+
+@given(
+    seconds=st.integers(min_value=-315_576_000_000, max_value=315_576_000_000),
+    nanos=st.integers(min_value=0, max_value=999_999_999),
+    negative=st.booleans(),
+)
+def test_from_duration_equals_protobufs_own_conversion(seconds: int, nanos: int, negative: bool) -> None:
+    # a Duration's seconds and nanos share their sign
+    d = duration_pb2.Duration(seconds=-seconds if negative else seconds, nanos=-nanos if negative else nanos)
+    assert convert.from_duration(d) == d.ToTimedelta()
