@@ -202,3 +202,53 @@ async def test_the_outbox_backlog_is_served_before_new_claims(setup):
     assert relay.delivered == [] and loop.claimed_total == 0
     n, _ = await loop.claim_once()  # backlog empty: claims resume
     assert n == 9 and loop.claimed_total == 9
+
+
+class LosingShards(Shards):
+    """Reports ``token`` for shard 0 (by default :data:`TOKEN`, which may have gone stale) and
+    records the shards the claim loop drops."""
+
+    def __init__(self, token: int = TOKEN) -> None:
+        super().__init__()
+        self.token = token
+        self.dropped: list[int] = []
+
+    def tokens(self) -> dict[int, int]:
+        return {0: self.token}
+
+    def drop(self, shards) -> None:
+        self.dropped += shards
+
+
+async def test_one_fence_check_covers_every_queue_of_a_claim(setup, monkeypatch):
+    """The claim takes jobs of three queues in one transaction and checks the fence of the shards
+    it claimed from once, after the last queue; a token gone stale rolls back every queue's claim."""
+    import gnomon.dispatcher.claims as dispatcher_claims
+    from gnomon.common.errors import StaleFencingToken
+    from gnomon.common.storage import fencing
+
+    engine = setup
+    checks: list[dict[int, int]] = []
+    real = fencing.check_fence
+
+    async def counted(conn, region, tokens):
+        checks.append(dict(tokens))
+        return await real(conn, region, tokens)
+
+    monkeypatch.setattr(dispatcher_claims, "check_fence", counted)
+
+    await own_shards(engine, TOKEN + 1)  # another dispatcher took shard 0: TOKEN is stale now
+    relay, shards = Relay(), LosingShards()
+    with pytest.raises(StaleFencingToken):
+        await loop_on(engine, relay, shards).claim_once()
+    assert checks == [{0: TOKEN}] and shards.dropped == [0] and relay.delivered == []
+    async with engine.connect() as c:
+        states = (await c.execute(text("SELECT state, count(*) FROM jobs GROUP BY state"))).all()
+        attempts = (await c.execute(text("SELECT count(*) FROM attempts"))).scalar_one()
+    assert dict(states) == {"SCHEDULED": 9} and attempts == 0
+
+    # with the current token: one claim of all three queues, one fence check, 9 jobs
+    checks.clear()
+    n, _ = await loop_on(engine, relay, LosingShards(TOKEN + 1)).claim_once()
+    assert n == 9 and checks == [{0: TOKEN + 1}]
+    assert sorted({c.queue for c in relay.delivered}) == ["bad", "good", "other"]

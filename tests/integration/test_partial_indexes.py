@@ -69,6 +69,33 @@ async def test_the_claim_reads_the_due_index_in_a_generic_plan(generic_engine):
     assert await scans(eng, "ix_jobs_due") >= before + 4
 
 
+async def test_the_next_due_time_of_several_queues_reads_the_due_index_once_per_queue(generic_engine):
+    """``NEXT_DUE`` covers every target in one statement (a lateral join); each target's earliest job
+    still comes from the due index, so a backlog of due jobs is never sorted to find it."""
+    from datetime import timedelta
+
+    eng = generic_engine
+    for queue, delay in (("q1", 30), ("q2", 2), ("q2", 3), ("q3", 600)):
+        spec = new_job_spec(id=uuid.uuid4(), queue=queue, delay=timedelta(seconds=delay))
+        await run_transaction(eng, lambda c, spec=spec: jobs_store.insert_job(c, spec))
+    before = await scans(eng, "ix_jobs_due")
+    targets = [("default", "q1"), ("default", "q2"), ("default", "q3"), ("default", "empty")]
+    for _ in range(4):  # the generic plan of the prepared statement is the one measured
+        due = await run_transaction(
+            eng,
+            lambda c: claim_store.next_due_in(c, region="local", shards=[0], targets=targets, horizon_s=60),
+        )
+        assert due is not None and 1.0 < due <= 2.0  # q2's first job; q3's is past the horizon
+    assert await scans(eng, "ix_jobs_due") >= before + 4 * len(targets)
+    none = await run_transaction(
+        eng,
+        lambda c: claim_store.next_due_in(
+            c, region="local", shards=[0], targets=[("default", "q3")], horizon_s=60
+        ),
+    )
+    assert none is None
+
+
 async def test_the_reaper_reads_running_leases_and_finished_jobs_through_their_partial_indexes(
     generic_engine,
 ):

@@ -40,6 +40,7 @@ from gnomon.common.errors import StaleFencingToken, Unavailable
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import regions
 from gnomon.common.storage.engine import RETRYABLE_SQLSTATES, run_transaction, sqlstate
+from gnomon.common.storage.fencing import check_fence
 from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
 from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.breaker import Breakers
@@ -208,6 +209,7 @@ class ClaimLoop:
                 retry_cap=(c.retries if c and mode != HALF_OPEN else None),
                 defer_step_s=c.spacing_s if c else 1.0,
                 breaker_state=mode if self.breakers.enabled else None,
+                fence=False,  # one fence check per claim transaction, below
             )
             if limited and len(got) < n:
                 await rl.give_back(conn, target, n - len(got))
@@ -242,6 +244,8 @@ class ClaimLoop:
                     continue
                 full = full or more
                 out += got
+            # the fence of every shard claimed from, once for all targets, before anything commits
+            await check_fence(conn, self.region, {c.shard: tokens[c.shard] for c in out})
             if out and not self.shards.trusted():
                 # the lease stopped being trusted while this claim ran: roll it back, claim nothing
                 raise LeaseNotTrusted("etcd lease not trusted any more")

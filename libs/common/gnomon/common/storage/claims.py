@@ -24,6 +24,7 @@ from sqlalchemy import (
     insert,
     literal,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -235,6 +236,7 @@ async def claim_due(
     retry_cap: int | None = None,
     defer_step_s: float = 1.0,
     breaker_state: str | None = BreakerState.CLOSED,
+    fence: bool = True,
 ) -> list[Claimed]:
     """Claims up to ``limit`` due jobs of the owned shards, oldest ``scheduled_at`` first.
 
@@ -252,6 +254,11 @@ async def claim_due(
     row counts as CLOSED; ``None``: whatever its state). ``retry_cap`` (None: no cap) bounds the retries (jobs with attempt >= 1)
     taken per target; the due retries beyond it are pushed back by multiples of ``defer_step_s``
     (see :mod:`gnomon.dispatcher.budget`). The first claim of a job sets ``first_dispatched_at``.
+
+    ``fence=False`` leaves the fence check to the caller, who must call
+    :func:`gnomon.common.storage.fencing.check_fence` over the shards of every row claimed before its
+    transaction commits (the dispatcher does once per claim transaction, whatever the number of
+    targets: one statement instead of one per target).
     """
     if not tokens or not targets or limit <= 0:
         return []
@@ -274,30 +281,45 @@ async def claim_due(
             break
     if not rows:
         return []
-    await check_fence(conn, region, {r["shard"]: tokens[r["shard"]] for r in rows})
+    if fence:
+        await check_fence(conn, region, {r["shard"]: tokens[r["shard"]] for r in rows})
     return [
         claimed_of(r, token=r["token"], lease_expires_at=r["lease_expires_at"])
         for r in sorted(rows, key=lambda r: r["scheduled_at"])
     ]
 
 
+def _build_next_due() -> Select[Any]:
+    t = unnest_rows("t", namespace=String, queue=String)
+    # per target, the earliest due job through the due index (region, namespace, queue,
+    # scheduled_at): LIMIT 1 reads one index entry, however large the backlog
+    first = (
+        select(jobs.c.scheduled_at)
+        .where(
+            jobs.c.region == bindparam("p_region"),
+            state_is(jobs.c.state, JobState.SCHEDULED),
+            jobs.c.shard == any_(bindparam("p_shards", type_=ARRAY(Integer))),
+            jobs.c.namespace == t.c.namespace,
+            jobs.c.queue == t.c.queue,
+            jobs.c.scheduled_at <= func.now() + bindparam("p_horizon", type_=Interval),
+        )
+        .order_by(jobs.c.scheduled_at)
+        .limit(1)
+        .lateral("first_due")
+    )
+    return select(func.extract("epoch", func.min(first.c.scheduled_at) - func.now())).select_from(
+        t.join(first, true())
+    )
+
+
 NEXT_DUE = named(
     __name__,
     "NEXT_DUE",
     """Seconds (float, database clock; negative when overdue) until the earliest SCHEDULED job of
-    region ``p_region``, shards ``p_shards`` (int array), ``p_namespace``/``p_queue`` is due, among
-    those due within ``p_horizon`` (an interval); no row when none is.""",
-    select(func.extract("epoch", jobs.c.scheduled_at - func.now()))
-    .where(
-        jobs.c.region == bindparam("p_region"),
-        state_is(jobs.c.state, JobState.SCHEDULED),
-        jobs.c.shard == any_(bindparam("p_shards", type_=ARRAY(Integer))),
-        jobs.c.namespace == bindparam("p_namespace"),
-        jobs.c.queue == bindparam("p_queue"),
-        jobs.c.scheduled_at <= func.now() + bindparam("p_horizon", type_=Interval),
-    )
-    .order_by(jobs.c.scheduled_at)
-    .limit(1),
+    region ``p_region``, shards ``p_shards`` (int array) and any of the targets ``(t_namespace,
+    t_queue)`` (two text arrays) is due, among those due within ``p_horizon`` (an interval); NULL when
+    none is. One statement for every target (a lateral join), where there was one per target.""",
+    _build_next_due(),
 )
 
 
@@ -308,20 +330,15 @@ async def next_due_in(
     if one is due within ``horizon_s``; 0 if one is due already; ``None`` if none is that close."""
     if not shards or not targets:
         return None
-    best: float | None = None
-    for namespace, queue in targets:
-        v = (
-            await conn.execute(
-                NEXT_DUE,
-                {
-                    "p_region": region,
-                    "p_shards": list(shards),
-                    "p_namespace": namespace,
-                    "p_queue": queue,
-                    "p_horizon": timedelta(seconds=horizon_s),
-                },
-            )
-        ).scalar()
-        if v is not None and (best is None or v < best):
-            best = v
+    best = (
+        await conn.execute(
+            NEXT_DUE,
+            {
+                "p_region": region,
+                "p_shards": list(shards),
+                "p_horizon": timedelta(seconds=horizon_s),
+                **row_params("t", namespace=[n for n, _ in targets], queue=[q for _, q in targets]),
+            },
+        )
+    ).scalar()
     return None if best is None else max(0.0, float(best))
