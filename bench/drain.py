@@ -341,8 +341,9 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=200.0,
         help="Jobs created per second in the steady dispatch-lag phase (due now, then due later). "
-        "The issue's goal rate is 500, but one API process takes ~250-330 CreateJob/s on the 2-core "
-        "benchmark machine (bench/README.md), so 500 overloads it; the default stays 200.",
+        "The goal rate is 500, but one API process takes ~350-460 CreateJob/s (64 in flight) on the "
+        "2-core benchmark machine beside the rest of the suite (bench/README.md), so 500 overloads it; "
+        "the default stays 200.",
     )
     ap.add_argument("--lag-seconds", type=float, default=5.0)
     ap.add_argument("--later", type=float, default=5.0)

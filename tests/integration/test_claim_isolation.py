@@ -252,3 +252,40 @@ async def test_one_fence_check_covers_every_queue_of_a_claim(setup, monkeypatch)
     n, _ = await loop_on(engine, relay, LosingShards(TOKEN + 1)).claim_once()
     assert n == 9 and checks == [{0: TOKEN + 1}]
     assert sorted({c.queue for c in relay.delivered}) == ["bad", "good", "other"]
+
+
+async def test_a_stale_token_rolls_back_the_isolated_claim_too(setup, monkeypatch):
+    """One queue fails (the claim retries with a savepoint per queue) and the shard's token has gone
+    stale: the one fence check after the savepoints refuses the whole claim, the queues that
+    succeeded inside their savepoints included."""
+    import gnomon.dispatcher.claims as dispatcher_claims
+    from gnomon.common.errors import StaleFencingToken
+    from gnomon.common.storage import fencing
+
+    engine = setup
+    real = claim_store.claim_due
+
+    async def claim_due(conn, **kw):
+        if kw["targets"] == [BAD]:
+            await conn.execute(text("SELECT 1 / 0"))
+        return await real(conn, **kw)
+
+    checks: list[dict[int, int]] = []
+    real_fence = fencing.check_fence
+
+    async def counted(conn, region, tokens):
+        checks.append(dict(tokens))
+        return await real_fence(conn, region, tokens)
+
+    monkeypatch.setattr(claim_store, "claim_due", claim_due)
+    monkeypatch.setattr(dispatcher_claims, "check_fence", counted)
+    await own_shards(engine, TOKEN + 1)
+    relay, shards = Relay(), LosingShards()
+    with pytest.raises(StaleFencingToken):
+        await loop_on(engine, relay, shards).claim_once()
+    assert checks == [{0: TOKEN}]  # the isolated claim's: the fast one failed before its check
+    assert relay.delivered == [] and shards.dropped == [0]
+    async with engine.connect() as c:
+        states = (await c.execute(text("SELECT state, count(*) FROM jobs GROUP BY state"))).all()
+        attempts = (await c.execute(text("SELECT count(*) FROM attempts"))).scalar_one()
+    assert dict(states) == {"SCHEDULED": 9} and attempts == 0

@@ -67,6 +67,64 @@ async def test_a_failing_single_statement_writes_nothing_and_the_connection_stay
     await run_transaction(one_connection, lambda c: jobs_store.insert_job(c, other), single_statement=True)
     assert await count(one_connection) == 2
 
+    # nor was the connection left in autocommit by the failure: a two-statement transaction on it
+    # that fails at its second statement still rolls back its first
+    first, duplicate = new_job_spec(), new_job_spec(id=new.id)
+
+    async def two(conn):
+        await jobs_store.insert_job(conn, first)
+        await jobs_store.insert_job(conn, duplicate)
+
+    with pytest.raises(IntegrityError):
+        await run_transaction(one_connection, two)
+    assert await count(one_connection) == 2
+
+
+async def test_a_single_statement_after_a_sqlalchemy_one_commits_with_it(one_connection):
+    """``single_statement`` with a function that runs a SQLAlchemy statement first: the raw statement
+    joins that transaction and both commit (nothing is silently rolled back at close)."""
+    new = new_job_spec()
+
+    async def read_then_insert(conn):
+        before = await _scalar(conn, select(func.count()).select_from(jobs))
+        return before, await jobs_store.insert_job(conn, new)
+
+    before, (row, created) = await run_transaction(one_connection, read_then_insert, single_statement=True)
+    assert before == 0 and created and row["id"] == new.id
+    assert await count(one_connection) == 1
+
+
+async def test_a_lost_connection_is_invalidated_and_the_next_transaction_gets_a_fresh_one(
+    one_connection, caplog
+):
+    """The database ends the pooled connection's session (as a restart does): the raw statement fails
+    as UNAVAILABLE, saying the write's fate is unknown, and the next transaction works on a new
+    connection instead of failing on the dead one."""
+    from sqlalchemy import text
+
+    from gnomon.common.errors import Unavailable
+
+    pid = await run_transaction(one_connection, lambda c: _scalar(c, text("SELECT pg_backend_pid()")))
+    killer = make_engine(DatabaseSettings(url=str(one_connection.url)), pool_size=1)
+    try:
+        await run_transaction(killer, lambda c: c.execute(text(f"SELECT pg_terminate_backend({pid})")))
+    finally:
+        await killer.dispose()
+    with (
+        caplog.at_level("ERROR", logger="sqlalchemy.pool"),
+        pytest.raises(Unavailable, match="may or may not have been committed"),
+    ):
+        await run_transaction(
+            one_connection, lambda c: jobs_store.insert_job(c, new_job_spec()), single_statement=True
+        )
+    # invalidated as lost, not found broken by the pool's reset on check-in ("Exception during
+    # reset or similar", logged at ERROR with a traceback for every dead connection)
+    assert not [r for r in caplog.records if r.name.startswith("sqlalchemy.pool")]
+    new = new_job_spec()
+    await run_transaction(one_connection, lambda c: jobs_store.insert_job(c, new), single_statement=True)
+    assert await run_transaction(one_connection, lambda c: _scalar(c, text("SELECT pg_backend_pid()"))) != pid
+    assert await count(one_connection) == 1
+
 
 async def test_a_batch_returns_its_rows_in_request_order_across_pages_and_kinds(one_connection):
     """``insert_jobs``: plain jobs go through one executemany and are read back, jobs with a request

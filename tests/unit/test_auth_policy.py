@@ -196,11 +196,14 @@ def test_simulate_outage_is_a_read_of_the_namespace_its_name_or_parent_names():
 
 def test_interceptors_wrap_a_method_once_and_rewrap_a_new_handler() -> None:
     """Both server interceptors keep one wrapper per method (built on its first call) and build a
-    new one when the inner handler object changes."""
+    new one when the inner handler object changes; the authentication interceptor wraps a served
+    method, a public one (health) and reflection each as its rule says, once."""
     import asyncio
 
     import grpc
 
+    from gnomon.common.auth.authenticator import Authenticator
+    from gnomon.common.rpc.auth import AuthInterceptor
     from gnomon.common.rpc.errors import ErrorInterceptor
 
     async def hello(request, context):
@@ -208,15 +211,24 @@ def test_interceptors_wrap_a_method_once_and_rewrap_a_new_handler() -> None:
 
     first: Any = grpc.unary_unary_rpc_method_handler(hello)
     second: Any = grpc.unary_unary_rpc_method_handler(hello)
-    details = type("D", (), {"method": "/gnomon.v1.JobService/GetJob"})()
-    interceptor = ErrorInterceptor()
 
-    async def intercept(handler):
+    def intercept(interceptor, method: str, handler):
+        details = type("D", (), {"method": method})()
+
         async def continuation(_):
             return handler
 
-        return await interceptor.intercept_service(continuation, details)
+        return asyncio.run(interceptor.intercept_service(continuation, details))
 
-    a, b, c = (asyncio.run(intercept(h)) for h in (first, first, second))
-    assert a is b and a is not first
-    assert c is not a and c.unary_unary is not a.unary_unary
+    get = "/gnomon.v1.JobService/GetJob"
+    for interceptor in (ErrorInterceptor(), AuthInterceptor(Authenticator(None, insecure=True))):
+        a, b, c = (intercept(interceptor, get, h) for h in (first, first, second))
+        assert a is b and a is not first
+        assert c is not a and c.unary_unary is not a.unary_unary
+        assert intercept(interceptor, get, second) is c
+
+    auth = AuthInterceptor(Authenticator(None, insecure=True), reflection="open")
+    health = intercept(auth, "/grpc.health.v1.Health/Check", first)
+    assert health is not first and intercept(auth, "/grpc.health.v1.Health/Check", first) is health
+    reflection = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"
+    assert intercept(auth, reflection, first) is first  # open reflection: served as it is

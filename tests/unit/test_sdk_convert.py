@@ -274,3 +274,15 @@ def test_from_duration_equals_protobufs_own_conversion(seconds: int, nanos: int,
     # a Duration's seconds and nanos share their sign
     d = duration_pb2.Duration(seconds=-seconds if negative else seconds, nanos=-nanos if negative else nanos)
     assert convert.from_duration(d) == d.ToTimedelta()
+
+
+@pytest.mark.parametrize(
+    ("seconds", "nanos"),
+    [(0, -1), (0, 1_000_000_000), (-62_135_596_801, 0), (253_402_300_800, 0)],
+)
+def test_from_timestamp_refuses_what_protobuf_refuses(seconds: int, nanos: int) -> None:
+    ts = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+    with pytest.raises(ValueError):
+        ts.ToDatetime(tzinfo=UTC)
+    with pytest.raises(ValueError):
+        convert.from_timestamp(ts)

@@ -23,6 +23,14 @@ from gnomon.common.errors import Unavailable
 
 T = TypeVar("T")
 
+#: The message of :class:`Unavailable` by ``single_statement``: a statement in autocommit may have
+#: committed before the connection was lost (a request id makes the caller's retry safe).
+_UNAVAILABLE = {
+    False: "database unavailable; nothing was written",
+    True: "database unavailable; the write may or may not have been committed (retry with the same "
+    "request_id to be safe)",
+}
+
 #: SQLSTATEs retried by :func:`run_transaction`: serialization failure and deadlock detected.
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 
@@ -84,12 +92,15 @@ async def run_transaction(
     max_delay_s: float = 0.5,
     single_statement: bool = False,
 ) -> T:
-    """Runs ``fn(conn)`` inside ``BEGIN ... COMMIT``, retrying the whole transaction on 40001/40P01.
+    """Runs ``fn(conn)`` as one transaction, retrying the whole of it on 40001/40P01.
 
-    ``single_statement``: ``fn`` runs exactly one statement, through
-    :func:`gnomon.common.storage.raw.fetch`, which then runs it in autocommit (one round trip; a
-    single statement is atomic on its own). ``conn`` is outside any transaction, so a second
-    statement would not be atomic with the first: never use it for more than one.
+    By default inside ``BEGIN ... COMMIT`` (``engine.begin()``). ``single_statement``: ``fn`` runs one
+    statement through :func:`gnomon.common.storage.raw.fetch` on a connection outside any transaction,
+    which runs it alone in autocommit (one round trip; a single statement is atomic). Should ``fn``
+    run a SQLAlchemy statement first, that one opens a transaction, the raw one joins it and both
+    commit together here: still one transaction, only without the saving. A connection lost during
+    the statement leaves it unknown whether it committed (as a lost ``COMMIT`` does), and the
+    :class:`Unavailable` says so.
 
     Backoff before retry k (1-based) is uniform in ``[0, min(max_delay_s, base_delay_s * 2**k)]``
     seconds. After ``max_attempts`` the last error propagates. Connection failures raise
@@ -102,7 +113,10 @@ async def run_transaction(
         try:
             if single_statement:
                 async with engine.connect() as conn:
-                    return await fn(conn)
+                    out = await fn(conn)
+                    if conn.in_transaction():  # fn ran a SQLAlchemy statement too: commit it all
+                        await conn.commit()
+                    return out
             async with engine.begin() as conn:
                 return await fn(conn)
         except DBAPIError as exc:
@@ -113,7 +127,7 @@ async def run_transaction(
                 isinstance(exc, (OperationalError, InterfaceError))
                 and sqlstate(exc) not in RETRYABLE_SQLSTATES
             ):
-                raise Unavailable("database unavailable; nothing was written") from exc
+                raise Unavailable(_UNAVAILABLE[single_statement]) from exc
             raise
         except OSError as exc:
-            raise Unavailable("database unavailable; nothing was written") from exc
+            raise Unavailable(_UNAVAILABLE[single_statement]) from exc

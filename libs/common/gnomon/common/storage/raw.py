@@ -4,14 +4,15 @@ The drain's limit is the dispatcher's CPU per job (bench/README.md). Executing a
 SQLAlchemy's asyncio layer costs a greenlet switch, its parameter and result processing and a Row
 object per row; for the few statements every job passes through (the claim, the accept, the success
 result) that was ~12% of the dispatcher's CPU under the drain (py-spy, 2026-12-01). Used for the
-accept and the success result. The claim stays on SQLAlchemy: run here, the fault test
+accept and the success result, and for CreateJob's insert, run alone in autocommit (one round trip;
+:func:`fetch`). The claim stays on SQLAlchemy: run here, the fault test
 ``test_sigstop_past_lease_then_sigcont_is_fenced[5-b]`` (a dispatcher paused between its claim
 statement and its fence check) failed 3 of 3 times, its resumed claim neither fenced nor finished
 within 15 s, and passed through SQLAlchemy; the cause is not understood yet.
 These statements stay SQLAlchemy Core objects, registered and compile-checked for PostgreSQL and
 CockroachDB like every other (:mod:`gnomon.common.storage.statements`); :func:`fetch` compiles each
-once per dialect and runs the SQL text on the psycopg connection of the caller's transaction, as a
-server-side prepared statement (psycopg ``prepare=True``).
+once per dialect and runs the SQL text on the psycopg connection of the caller's transaction (or
+alone, see :func:`fetch`), as a server-side prepared statement (psycopg ``prepare=True``).
 
 Only statements whose parameters all bind plainly qualify (arrays, scalars; no expanding ``IN``, no
 ``literal_execute``), and every parameter is passed on each call: SQLAlchemy's bind processors do
@@ -54,19 +55,24 @@ def compiled_sql(stmt: ClauseElement, dialect: Any) -> tuple[str, dict[str, Any]
 async def fetch(
     conn: AsyncConnection, stmt: ClauseElement, params: dict[str, Any], *, mappings: bool = False
 ) -> list[Any]:
-    """Executes ``stmt`` with ``params`` in ``conn``'s transaction on its psycopg connection and
-    returns every row; on a connection outside any transaction (``engine.connect()``, see
-    :func:`gnomon.common.storage.engine.run_transaction` ``single_statement``) the statement runs
-    alone in autocommit, as its own transaction, and (tuples, or dicts by column name with ``mappings``); ``[]`` for a statement
-    without result rows. A driver error is raised as SQLAlchemy's matching ``DBAPIError`` subclass
-    (``OperationalError``, ``DataError``, ...; parameters hidden), so callers and
-    :func:`gnomon.common.storage.engine.run_transaction` treat it as any other statement's."""
+    """Executes ``stmt`` with ``params`` on ``conn``'s psycopg connection and returns every row
+    (tuples, or dicts by column name with ``mappings``; ``[]`` for a statement without result rows).
+
+    Inside ``conn``'s transaction when it has one. On a connection outside any transaction
+    (``engine.connect()``, see :func:`gnomon.common.storage.engine.run_transaction`
+    ``single_statement``) the statement runs alone in autocommit, as its own transaction (one round
+    trip instead of ``BEGIN``, statement, ``COMMIT``); the connection goes back to transaction mode
+    afterwards, or is invalidated if that fails.
+
+    A driver error is raised as SQLAlchemy's matching ``DBAPIError`` subclass (``OperationalError``,
+    ``DataError``, ...; parameters hidden), so callers and ``run_transaction`` treat it as any other
+    statement's. A lost connection (psycopg reports it closed or broken) is invalidated together with
+    every pooled connection opened before it, as SQLAlchemy does for its own statements, so the next
+    transactions after a database restart get fresh connections."""
     sql, defaults = compiled_sql(stmt, conn.dialect)
     raw = (await conn.get_raw_connection()).driver_connection
     assert raw is not None
-    # outside a transaction (run_transaction(..., single_statement=True)) the statement is its own
-    # transaction: one round trip instead of BEGIN, statement, COMMIT
-    single = not conn.in_transaction()
+    single = not conn.in_transaction() and not raw.autocommit
     cur = raw.cursor(row_factory=dict_row) if mappings else raw.cursor()
     try:
         if single:
@@ -77,10 +83,34 @@ async def fetch(
         res = cur.pgresult
         return await cur.fetchall() if res is not None and res.status == TUPLES_OK else []
     except psycopg.Error as exc:
+        lost = raw.closed or raw.broken
+        if lost:
+            await _invalidate(conn, exc)
         raise DBAPIError.instance(
-            sql, None, exc, psycopg.Error, hide_parameters=True, dialect=conn.dialect
+            sql,
+            None,
+            exc,
+            psycopg.Error,
+            hide_parameters=True,
+            connection_invalidated=lost,
+            dialect=conn.dialect,
         ) from exc
     finally:
         await cur.close()
-        if single and not raw.closed:
-            await raw.set_autocommit(False)
+        if single and not conn.invalidated:
+            try:
+                await raw.set_autocommit(False)
+            except psycopg.Error as exc:  # never hand the pool a connection left in autocommit
+                await _invalidate(conn, exc)
+
+
+async def _invalidate(conn: AsyncConnection, exc: BaseException) -> None:
+    """Discards ``conn``'s pooled connection and marks every connection the pool opened before it
+    for replacement at its next checkout: what SQLAlchemy's own disconnect handling does
+    (``Pool._invalidate``, the pool's generation), which a statement run here bypasses."""
+    if conn.invalidated:
+        return
+    fairy = conn.sync_connection.connection if conn.sync_connection is not None else None
+    if fairy is not None:
+        conn.sync_engine.pool._invalidate(fairy, exc, _checkin=False)  # the older ones: replaced later
+    await conn.invalidate(exc)  # this one: now
