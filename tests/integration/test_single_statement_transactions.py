@@ -127,10 +127,9 @@ async def test_a_lost_connection_is_invalidated_and_the_next_transaction_gets_a_
 
 
 async def test_a_batch_returns_its_rows_in_request_order_across_pages_and_kinds(one_connection):
-    """``insert_jobs``: plain jobs go through one executemany and are read back, jobs with a request
-    id one by one; the rows come back in request order, each with its own computed ``scheduled_at``
-    (a multi-row ``INSERT ... RETURNING`` through SQLAlchemy's insertmanyvalues was tried instead and
-    cost 5x the client CPU: 190 ms for 500 rows against 38 ms, bench/README.md)."""
+    """``insert_jobs``: plain jobs go in one INSERT over unnested arrays (its RETURNING order is not
+    promised, so rows are matched by id), jobs with a request id one by one; the rows come back in
+    request order, each with its own computed ``scheduled_at``."""
     import uuid
     from datetime import UTC, datetime, timedelta
 

@@ -18,6 +18,7 @@ from gnomon.common.domain.jobs import NewJob
 from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
 from gnomon.common.names import job_name
 from gnomon.common.storage import raw
+from gnomon.common.storage.batches import unnest_rows
 from gnomon.common.storage.schema import jobs
 from gnomon.common.storage.statements import builder, named
 
@@ -86,18 +87,35 @@ INSERT_JOB_IDEMPOTENT = named(
     .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
     .returning(*jobs.c),
 )
+
+
+def _build_insert_jobs() -> Any:
+    t = unnest_rows(
+        "t",
+        **{c: jobs.c[c].type for c in NEW_JOB_COLUMNS},
+        p_at=jobs.c.scheduled_at.type,
+        p_delay_ms=Integer,
+    )
+    scheduled_at = func.coalesce(t.c.p_at, func.now() + t.c.p_delay_ms * timedelta(milliseconds=1))
+    return (
+        insert(jobs)
+        .from_select(
+            [*NEW_JOB_COLUMNS, "scheduled_at"], select(*[t.c[c] for c in NEW_JOB_COLUMNS], scheduled_at)
+        )
+        .returning(*jobs.c)
+    )
+
+
 INSERT_JOBS = named(
     __name__,
     "INSERT_JOBS",
-    """Inserts many ``jobs`` rows (executemany; the columns of :meth:`NewJob.row`) with
-    ``scheduled_at`` = ``p_at`` (an instant) or, when NULL, ``now() + p_delay_ms`` milliseconds
-    (database clock).""",
-    insert(jobs).values(
-        scheduled_at=func.coalesce(
-            bindparam("p_at", type_=jobs.c.scheduled_at.type),
-            func.now() + bindparam("p_delay_ms", type_=Integer) * timedelta(milliseconds=1),
-        )
-    ),
+    """Inserts a batch of ``jobs`` rows in one statement: one array parameter per column of
+    :data:`NEW_JOB_COLUMNS` (``t_<column>``) plus ``t_p_at`` (instants or NULLs) and ``t_p_delay_ms``
+    (ints), ``scheduled_at`` = ``p_at`` or, when NULL, ``now() + p_delay_ms`` milliseconds (database
+    clock); returns the whole rows. Run below SQLAlchemy's execution layer
+    (:func:`gnomon.common.storage.raw.fetch`): ~16 ms of client CPU for 500 jobs, against ~38 ms for
+    an executemany of one INSERT per row plus a query reading them back (bench/README.md).""",
+    _build_insert_jobs(),
 )
 
 
@@ -111,12 +129,6 @@ def due_at_stmt(delay: timedelta) -> Select[tuple[datetime]]:
 def job_by_request_stmt(namespace: str, request_id: uuid.UUID) -> Select[Any]:
     """The ``jobs`` row created in ``namespace`` with ``request_id``."""
     return select(jobs).where(jobs.c.namespace == namespace, jobs.c.request_id == request_id)
-
-
-@builder(ids=[uuid.UUID(int=1)])
-def jobs_by_id_stmt(ids: list[uuid.UUID]) -> Select[Any]:
-    """The ``jobs`` rows whose id is in ``ids`` (UUIDs), every column."""
-    return select(jobs).where(jobs.c.id.in_(ids))
 
 
 @builder(namespace="ns", job_id=uuid.UUID(int=1))
@@ -169,8 +181,8 @@ async def insert_job(conn: AsyncConnection, new: NewJob) -> tuple[dict[str, Any]
 async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict[str, Any]]:
     """Inserts a batch atomically; returns the rows in input order.
 
-    Plain jobs go in one multi-row INSERT whose ``scheduled_at`` is the given instant or
-    ``now() + delay`` (database clock). Jobs with a ``request_id`` (idempotent) or with a deadline
+    Plain jobs go in one statement (:data:`INSERT_JOBS`, arrays unnested) whose ``scheduled_at`` is
+    the given instant or ``now() + delay`` (database clock), returning their rows. Jobs with a ``request_id`` (idempotent) or with a deadline
     relative to the database clock go through :func:`insert_job`, so a reused ``request_id`` with a
     different request raises :class:`AlreadyExists` and the caller's transaction rolls back the batch.
     """
@@ -182,17 +194,13 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict[s
         else:
             plain.append(i)
     if plain:
-        rows = [
-            {
-                **n.row(),
-                "p_at": n.schedule_at,
-                "p_delay_ms": int((n.delay or timedelta(0)).total_seconds() * 1000),
-            }
-            for n in (batch[i] for i in plain)
-        ]
-        await conn.execute(INSERT_JOBS, rows)
-        got = (await conn.execute(jobs_by_id_stmt([batch[i].id for i in plain]))).mappings().all()
-        by_id = {r["id"]: dict(r) for r in got}
+        news = [batch[i] for i in plain]
+        rows = [n.row() for n in news]
+        params: dict[str, list[Any]] = {f"t_{c}": [r[c] for r in rows] for c in NEW_JOB_COLUMNS}  # type: ignore[literal-required]
+        params["t_p_at"] = [n.schedule_at for n in news]
+        params["t_p_delay_ms"] = [int((n.delay or timedelta(0)).total_seconds() * 1000) for n in news]
+        # RETURNING order is not promised for INSERT ... SELECT: match the rows by id
+        by_id = {r["id"]: r for r in await raw.fetch(conn, INSERT_JOBS, params, mappings=True)}
         for i in plain:
             out[i] = by_id[batch[i].id]
     return [out[i] for i in range(len(batch))]
