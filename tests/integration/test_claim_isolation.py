@@ -220,14 +220,12 @@ class LosingShards(Shards):
         self.dropped += shards
 
 
-async def test_one_fence_check_covers_every_queue_of_a_claim(setup, monkeypatch):
-    """The claim takes jobs of three queues in one transaction and checks the fence of the shards
-    it claimed from once, after the last queue; a token gone stale rolls back every queue's claim."""
+@pytest.fixture
+def fence_checks(monkeypatch) -> list[dict[int, int]]:
+    """The ``tokens`` of every fence check the claim loop runs, in order (the real check runs)."""
     import gnomon.dispatcher.claims as dispatcher_claims
-    from gnomon.common.errors import StaleFencingToken
     from gnomon.common.storage import fencing
 
-    engine = setup
     checks: list[dict[int, int]] = []
     real = fencing.check_fence
 
@@ -236,16 +234,29 @@ async def test_one_fence_check_covers_every_queue_of_a_claim(setup, monkeypatch)
         return await real(conn, region, tokens)
 
     monkeypatch.setattr(dispatcher_claims, "check_fence", counted)
+    return checks
 
+
+async def assert_nothing_claimed(engine) -> None:
+    """All 9 jobs of :func:`setup` still SCHEDULED and no attempt row written."""
+    async with engine.connect() as c:
+        states = (await c.execute(text("SELECT state, count(*) FROM jobs GROUP BY state"))).all()
+        attempts = (await c.execute(text("SELECT count(*) FROM attempts"))).scalar_one()
+    assert dict(states) == {"SCHEDULED": 9} and attempts == 0
+
+
+async def test_one_fence_check_covers_every_queue_of_a_claim(setup, fence_checks):
+    """The claim takes jobs of three queues in one transaction and checks the fence of the shards
+    it claimed from once, after the last queue; a token gone stale rolls back every queue's claim."""
+    from gnomon.common.errors import StaleFencingToken
+
+    engine, checks = setup, fence_checks
     await own_shards(engine, TOKEN + 1)  # another dispatcher took shard 0: TOKEN is stale now
     relay, shards = Relay(), LosingShards()
     with pytest.raises(StaleFencingToken):
         await loop_on(engine, relay, shards).claim_once()
     assert checks == [{0: TOKEN}] and shards.dropped == [0] and relay.delivered == []
-    async with engine.connect() as c:
-        states = (await c.execute(text("SELECT state, count(*) FROM jobs GROUP BY state"))).all()
-        attempts = (await c.execute(text("SELECT count(*) FROM attempts"))).scalar_one()
-    assert dict(states) == {"SCHEDULED": 9} and attempts == 0
+    await assert_nothing_claimed(engine)
 
     # with the current token: one claim of all three queues, one fence check, 9 jobs
     checks.clear()
@@ -254,15 +265,13 @@ async def test_one_fence_check_covers_every_queue_of_a_claim(setup, monkeypatch)
     assert sorted({c.queue for c in relay.delivered}) == ["bad", "good", "other"]
 
 
-async def test_a_stale_token_rolls_back_the_isolated_claim_too(setup, monkeypatch):
+async def test_a_stale_token_rolls_back_the_isolated_claim_too(setup, monkeypatch, fence_checks):
     """One queue fails (the claim retries with a savepoint per queue) and the shard's token has gone
     stale: the one fence check after the savepoints refuses the whole claim, the queues that
     succeeded inside their savepoints included."""
-    import gnomon.dispatcher.claims as dispatcher_claims
     from gnomon.common.errors import StaleFencingToken
-    from gnomon.common.storage import fencing
 
-    engine = setup
+    engine, checks = setup, fence_checks
     real = claim_store.claim_due
 
     async def claim_due(conn, **kw):
@@ -270,22 +279,11 @@ async def test_a_stale_token_rolls_back_the_isolated_claim_too(setup, monkeypatc
             await conn.execute(text("SELECT 1 / 0"))
         return await real(conn, **kw)
 
-    checks: list[dict[int, int]] = []
-    real_fence = fencing.check_fence
-
-    async def counted(conn, region, tokens):
-        checks.append(dict(tokens))
-        return await real_fence(conn, region, tokens)
-
     monkeypatch.setattr(claim_store, "claim_due", claim_due)
-    monkeypatch.setattr(dispatcher_claims, "check_fence", counted)
     await own_shards(engine, TOKEN + 1)
     relay, shards = Relay(), LosingShards()
     with pytest.raises(StaleFencingToken):
         await loop_on(engine, relay, shards).claim_once()
     assert checks == [{0: TOKEN}]  # the isolated claim's: the fast one failed before its check
     assert relay.delivered == [] and shards.dropped == [0]
-    async with engine.connect() as c:
-        states = (await c.execute(text("SELECT state, count(*) FROM jobs GROUP BY state"))).all()
-        attempts = (await c.execute(text("SELECT count(*) FROM attempts"))).scalar_one()
-    assert dict(states) == {"SCHEDULED": 9} and attempts == 0
+    await assert_nothing_claimed(engine)

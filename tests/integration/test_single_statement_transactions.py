@@ -36,6 +36,21 @@ async def _scalar(conn, stmt):
     return (await conn.execute(stmt)).scalar_one()
 
 
+async def assert_still_transactional(engine, *, existing) -> None:
+    """A two-statement transaction whose second insert reuses the job id ``existing`` fails, and its
+    first insert is rolled back with it (it would stay on a connection left in autocommit)."""
+    before = await count(engine)
+    first, duplicate = new_job_spec(), new_job_spec(id=existing)
+
+    async def two(conn):
+        await jobs_store.insert_job(conn, first)
+        await jobs_store.insert_job(conn, duplicate)
+
+    with pytest.raises(IntegrityError):
+        await run_transaction(engine, two)
+    assert await count(engine) == before
+
+
 async def test_a_single_statement_commits_on_its_own_and_leaves_the_connection_transactional(one_connection):
     new = new_job_spec()
     assert jobs_store.inserts_in_one_statement(new)
@@ -47,15 +62,7 @@ async def test_a_single_statement_commits_on_its_own_and_leaves_the_connection_t
 
     # the same pooled connection, now in a two-statement transaction that fails at its second
     # statement: the first must roll back too (it would stay if the connection were left in autocommit)
-    first, duplicate = new_job_spec(), new_job_spec(id=new.id)
-
-    async def two(conn):
-        await jobs_store.insert_job(conn, first)
-        await jobs_store.insert_job(conn, duplicate)
-
-    with pytest.raises(IntegrityError):
-        await run_transaction(one_connection, two)
-    assert await count(one_connection) == 1
+    await assert_still_transactional(one_connection, existing=new.id)
 
 
 async def test_a_failing_single_statement_writes_nothing_and_the_connection_stays_usable(one_connection):
@@ -67,17 +74,8 @@ async def test_a_failing_single_statement_writes_nothing_and_the_connection_stay
     await run_transaction(one_connection, lambda c: jobs_store.insert_job(c, other), single_statement=True)
     assert await count(one_connection) == 2
 
-    # nor was the connection left in autocommit by the failure: a two-statement transaction on it
-    # that fails at its second statement still rolls back its first
-    first, duplicate = new_job_spec(), new_job_spec(id=new.id)
-
-    async def two(conn):
-        await jobs_store.insert_job(conn, first)
-        await jobs_store.insert_job(conn, duplicate)
-
-    with pytest.raises(IntegrityError):
-        await run_transaction(one_connection, two)
-    assert await count(one_connection) == 2
+    # nor was the connection left in autocommit by the failure
+    await assert_still_transactional(one_connection, existing=new.id)
 
 
 async def test_a_single_statement_after_a_sqlalchemy_one_commits_with_it(one_connection):
