@@ -151,3 +151,24 @@ async def test_a_batch_returns_its_rows_in_request_order_across_pages_and_kinds(
         if i % 500 and i != 1234
     )
     assert await count(one_connection) == 2_100
+
+
+async def test_get_job_reads_alone_and_refuses_a_missing_job(one_connection):
+    """GetJob's read runs alone too: the row of an existing job, NOT_FOUND for another namespace's or
+    a missing one, and the connection is still transactional afterwards."""
+    from gnomon.common.errors import NotFound
+
+    new = new_job_spec()
+    await run_transaction(one_connection, lambda c: jobs_store.insert_job(c, new), single_statement=True)
+    row = await run_transaction(
+        one_connection, lambda c: jobs_store.get_job(c, "default", new.id), single_statement=True
+    )
+    assert row["id"] == new.id and row["namespace"] == "default" and row["state"] == "SCHEDULED"
+    for namespace, job_id in (("other", new.id), ("default", new_job_spec().id)):
+        with pytest.raises(NotFound):
+            await run_transaction(
+                one_connection,
+                lambda c, n=namespace, j=job_id: jobs_store.get_job(c, n, j),
+                single_statement=True,
+            )
+    await assert_still_transactional(one_connection, existing=new.id)

@@ -70,7 +70,9 @@ class JobEngine:
 
     async def get(self, namespace: str, job_id: uuid.UUID) -> Row:
         """The job's row."""
-        return await run_transaction(self.engine, lambda c: jobs_store.get_job(c, namespace, job_id))
+        return await run_transaction(
+            self.engine, lambda c: jobs_store.get_job(c, namespace, job_id), single_statement=True
+        )
 
     async def list_jobs(
         self,

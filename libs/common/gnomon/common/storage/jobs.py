@@ -131,10 +131,14 @@ def job_by_request_stmt(namespace: str, request_id: uuid.UUID) -> Select[Any]:
     return select(jobs).where(jobs.c.namespace == namespace, jobs.c.request_id == request_id)
 
 
-@builder(namespace="ns", job_id=uuid.UUID(int=1))
-def job_stmt(namespace: str, job_id: uuid.UUID) -> Select[Any]:
-    """The ``jobs`` row ``job_id`` (a UUID) if it is in ``namespace``, every column."""
-    return select(jobs).where(jobs.c.namespace == namespace, jobs.c.id == job_id)
+GET_JOB = named(
+    __name__,
+    "GET_JOB",
+    """The ``jobs`` row ``p_id`` (a UUID) if it is in namespace ``p_namespace``, every column. Run below
+    SQLAlchemy's execution layer (:func:`gnomon.common.storage.raw.fetch`, prepared); GetJob runs it
+    alone in autocommit.""",
+    select(jobs).where(jobs.c.namespace == bindparam("p_namespace"), jobs.c.id == bindparam("p_id")),
+)
 
 
 def inserts_in_one_statement(new: NewJob) -> bool:
@@ -208,10 +212,11 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict[s
 
 async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> dict[str, Any]:
     """The job row; raises :class:`NotFound` (JOB_NOT_FOUND) if absent from that namespace."""
-    row = (await conn.execute(job_stmt(namespace, job_id))).mappings().first()
-    if row is None:
+    rows = await raw.fetch(conn, GET_JOB, {"p_namespace": namespace, "p_id": job_id}, mappings=True)
+    if not rows:
         raise NotFound(f"job namespaces/{namespace}/jobs/{job_id} not found")
-    return dict(row)
+    row: dict[str, Any] = rows[0]
+    return row
 
 
 @builder(namespace="ns", state="SCHEDULED", queue="q", limit=10, after=None)
