@@ -193,7 +193,7 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict[s
     out: dict[int, dict[str, Any]] = {}
     plain = []
     for i, n in enumerate(batch):
-        if n.request_id is not None or (n.deadline is not None and n.schedule_at is None):
+        if not inserts_in_one_statement(n):  # needs its own statements (see insert_job)
             out[i], _ = await insert_job(conn, n)
         else:
             plain.append(i)
