@@ -12,12 +12,18 @@ Per run (a fresh database each run; the embedded PostgreSQL is started **durable
 synchronous_commit on, unless ``--dsn`` points elsewhere):
 
 1. the suite starts (api, dispatcher, planner, reaper processes; etcd);
-2. enqueue, with no worker connected (so nothing is claimed yet): ``--single-jobs`` CreateJob calls
-   (``--enqueue-concurrency`` in flight, on a queue nobody drains) -> ``enqueue_single_jobs_per_s``;
-   then the ``--jobs`` drain jobs through BatchCreateJobs (``--batch-size`` each) -> ``enqueue_jobs_per_s``;
-3. drain: W worker processes start (``gnomon worker``, or the TypeScript no-op worker); the drain window runs from the first claim
-   (min ``dispatched_at``, the start signal) to the last ``finished_at``, both by the database clock
-   -> ``drain_jobs_per_s``;
+2. enqueue, with no worker connected: ``--single-jobs`` CreateJob calls (``--enqueue-concurrency``
+   in flight, on a queue nobody drains) -> ``enqueue_single_jobs_per_s``;
+3. drain, with a start signal like the peer's (``peers/peer_pgqueuer.py`` starts its clock once every
+   worker process is connected): W worker processes start (``gnomon worker``, or the TypeScript
+   no-op worker) and the bench waits until each has logged its connection to every dispatcher
+   (``worker_start_s``); only then are the ``--jobs`` drain jobs created through BatchCreateJobs
+   (``--batch-size`` each) -> ``enqueue_jobs_per_s``, all with ``schedule_time`` = T, the start
+   signal, ``--gate-lead`` s after the enqueue began (default 2 s + 1 s per 2,000 jobs). The drain
+   window runs from T to the last ``finished_at`` (database clock) -> ``drain_jobs_per_s``; CPU per
+   job (``drain_cpu_us_per_job``) is counted over the same window, so neither includes the workers'
+   start-up. ``gate_missed`` = the enqueue ended after T (the window then includes part of it: a
+   slower figure, never a faster one);
 4. steady lag: with the workers connected, jobs are created at ``--rate`` per second (default 200) for
    ``--lag-seconds`` s, due now, then the same due ``--later`` s later -> dispatch lag
    (``dispatched_at - scheduled_at``) p50/p99 for each (``dispatch_lag_*`` = due now);
@@ -34,6 +40,7 @@ import os
 import sys
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import psutil
 import psycopg
@@ -113,20 +120,23 @@ async def enqueue(api: str, queue: str, n: int, concurrency: int, delay_s: float
         return n / (time.perf_counter() - t0)
 
 
-async def enqueue_batched(api: str, queue: str, n: int, batch: int, concurrency: int = 4) -> float:
-    """Creates ``n`` jobs with ``BatchCreateJobs`` of ``batch`` each, ``concurrency`` in flight; jobs/s."""
+async def enqueue_batched(
+    api: str, queue: str, n: int, batch: int, concurrency: int = 4, due: datetime | None = None
+) -> float:
+    """Creates ``n`` jobs with ``BatchCreateJobs`` of ``batch`` each, ``concurrency`` in flight, due
+    now or at ``due`` (``schedule_time``); returns jobs/s."""
     async with aio_channel(api, unary_only=True) as ch:
         stub = jg.JobServiceStub(ch)
         sizes = [min(batch, n - i) for i in range(0, n, batch)]
+        one = js.CreateJobRequest(queue=queue)
+        if due is not None:
+            one.schedule_time.FromDatetime(due)
         t0 = time.perf_counter()
 
         async def one_worker():
             while sizes:
                 k = sizes.pop()
-                await stub.BatchCreateJobs(
-                    js.BatchCreateJobsRequest(requests=[js.CreateJobRequest(queue=queue) for _ in range(k)]),
-                    timeout=60,
-                )
+                await stub.BatchCreateJobs(js.BatchCreateJobsRequest(requests=[one] * k), timeout=60)
 
         await asyncio.gather(*[one_worker() for _ in range(concurrency)])
         return n / (time.perf_counter() - t0)
@@ -162,6 +172,25 @@ async def paced(api: str, queue: str, rate: float, seconds: float, delay_s: floa
 
 def q(conn, sql: str, *args):
     return conn.execute(sql, args).fetchall()
+
+
+def wait_connected(workers, dispatchers: int, timeout_s: float = 60.0) -> None:
+    """Waits until every worker process has logged ``...: connected, N credit(s) ...`` (both SDKs log
+    it when a dispatcher's welcome arrives) ``dispatchers`` times. Raises ``SystemExit`` after
+    ``timeout_s`` or when a worker has exited."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        seen = []
+        for w in workers:
+            if w.popen.poll() is not None:
+                raise SystemExit(f"worker exited with {w.popen.returncode}; see {w.log_path}")
+            with open(w.log_path, errors="replace") as f:
+                seen.append(f.read().count("): connected, "))
+        if min(seen) >= dispatchers:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"workers not connected after {timeout_s:.0f} s (connections seen: {seen})")
+        time.sleep(0.05)
 
 
 def wait_done(conn, queue: str, n: int, timeout_s: float) -> bool:
@@ -218,16 +247,23 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         )
         conn = psycopg.connect(plain, autocommit=True)
         single = asyncio.run(enqueue(api, "single", args.single_jobs, args.enqueue_concurrency))
-        enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size))
-        cpu0 = cpu_snapshot(suite, [], pg)
+        t_start = time.perf_counter()
         workers = [start_worker(suite, args) for _ in range(args.workers)]
+        wait_connected(workers, args.dispatchers)
+        worker_start_s = time.perf_counter() - t_start
+        lead = args.gate_lead if args.gate_lead is not None else 2.0 + args.jobs / 2000
+        due = datetime.now(UTC) + timedelta(seconds=lead)
+        enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size, due=due))
+        gate_missed = datetime.now(UTC) >= due
+        time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
+        cpu0 = cpu_snapshot(suite, workers, pg)
         ok = wait_done(conn, "drain", args.jobs, args.timeout)
         cpu1 = cpu_snapshot(suite, workers, pg)
         # CPU per drained job, microseconds, per role: stable under a loaded machine (unlike jobs/s),
-        # so before/after comparisons of one change do not need a quiet box (workers include their start)
+        # so before/after comparisons of one change do not need a quiet box
         cpu_us = {k: round(1e6 * (v - cpu0.get(k, 0.0)) / args.jobs, 1) for k, v in cpu1.items()}
         t_first, t_last = q(
-            conn, "SELECT min(dispatched_at), max(finished_at) FROM jobs WHERE queue = 'drain'"
+            conn, "SELECT min(scheduled_at), max(finished_at) FROM jobs WHERE queue = 'drain'"
         )[0]
         drain_s = (t_last - t_first).total_seconds() if ok else float("nan")
         drain_lag = lag_ms(conn, "drain")
@@ -259,6 +295,8 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
             "enqueue_jobs_per_s": round(enq, 1),
             "enqueue_single_jobs_per_s": round(single, 1),
             "drain_jobs_per_s": round(args.jobs / drain_s, 1) if ok else None,
+            "worker_start_s": round(worker_start_s, 2),
+            "gate_missed": gate_missed,
             "dispatch_lag_p50_ms": now_lag[0],
             "dispatch_lag_p99_ms": now_lag[1],
             "dispatch_lag_due_later_p50_ms": later_lag[0],
@@ -334,6 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-size", type=int, default=500, help="Jobs per BatchCreateJobs for the drain jobs."
     )
     ap.add_argument("--claim-batch", type=int, default=500)
+    ap.add_argument(
+        "--gate-lead",
+        type=float,
+        default=None,
+        help="Seconds from the start of the drain jobs' enqueue to their common due time, the drain's "
+        "start signal (default: 2 + jobs / 2000).",
+    )
     ap.add_argument(
         "--rate",
         "--lag-rate",

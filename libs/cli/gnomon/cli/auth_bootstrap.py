@@ -15,8 +15,6 @@ from gnomon.common.auth import keys
 from gnomon.common.auth.principals import ALL, Role
 from gnomon.common.config import DatabaseSettings
 from gnomon.common.names import PRINCIPAL_ID_RE
-from gnomon.common.storage import audit, tenancy
-from gnomon.common.storage.engine import make_engine, run_transaction
 
 
 async def create_admin(database_url: str, principal: str, *, worker: bool) -> str:
@@ -24,6 +22,11 @@ async def create_admin(database_url: str, principal: str, *, worker: bool) -> st
     ``worker``), adds a new API key for it and an audit entry (namespace ``*``, action
     ``Bootstrap``), in one transaction; returns the key (``gnk_…``), which is stored only hashed.
     Raises ``sqlalchemy.exc.DBAPIError`` when the database refuses (e.g. not migrated)."""
+    # Imported here, not at module level: every ``gnomon`` command (a worker too) loads this module
+    # through the CLI, and SQLAlchemy with the storage modules is ~0.27 s of its start-up.
+    from gnomon.common.storage import audit, tenancy
+    from gnomon.common.storage.engine import make_engine, run_transaction
+
     key = keys.generate()
 
     async def tx(conn) -> None:

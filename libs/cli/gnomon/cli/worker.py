@@ -34,8 +34,13 @@ def worker(
     worker_id: str | None = typer.Option(None, "--worker-id"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Print each attempt as it starts and ends."),
 ) -> None:
-    """Run a worker: discovers the dispatchers through the API and serves the queues until SIGTERM."""
+    """Run a worker: discovers the dispatchers through the API and serves the queues until SIGTERM.
+    Logs at INFO (each dispatcher connection, session ends, draining) unless ``GNOMON_LOG_LEVEL``
+    says otherwise."""
+    from gnomon.common.rpc.runner import configure_logging
     from gnomon.sdk import Worker
+
+    configure_logging("worker")
 
     fn = load_handler(handler)
 
