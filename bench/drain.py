@@ -221,7 +221,10 @@ def start_worker(suite: Suite, args):
             raise SystemExit(f"{TS_WORKER} is missing: run scripts/bootstrap (it builds libs/sdk-ts)")
         return suite.start_worker_command(["node", TS_WORKER, str(args.concurrency), *queues])
     return suite.start_worker(
-        queues, "bench.handlers:noop", concurrency=args.concurrency, env={"PYTHONPATH": ROOT}
+        queues,
+        "bench.handlers:noop",
+        concurrency=args.concurrency,
+        env={"PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)},
     )
 
 

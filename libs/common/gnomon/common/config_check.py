@@ -36,6 +36,7 @@ from gnomon.common.config import (
     ServerSettings,
     TelemetrySettings,
 )
+from gnomon.common.event_loop import EventLoopSettings
 from gnomon.common.tracing_settings import TracesSettings
 
 SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
@@ -49,6 +50,7 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     BreakerSettings,
     PlannerSettings,
     LogSettings,
+    EventLoopSettings,
     TelemetrySettings,
     TracesSettings,
     MetricsSettings,

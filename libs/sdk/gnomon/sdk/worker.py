@@ -198,9 +198,10 @@ class Worker:
 
     # -- public -------------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self, loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
         """Runs the worker until stopped (blocking): ``asyncio.run(self.run_async())`` with
-        SIGTERM and SIGINT triggering :meth:`stop` (when called from the main thread).
+        SIGTERM and SIGINT triggering :meth:`stop` (when called from the main thread), on a loop
+        from ``loop_factory`` (e.g. ``uvloop.new_event_loop``; ``None``: the standard library's).
 
         Raises:
             GnomonError: a dispatcher rejected the worker for good (e.g. ``INVALID_ARGUMENT``
@@ -222,7 +223,8 @@ class Worker:
                 for sig in installed:
                     loop.remove_signal_handler(sig)
 
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(main())
 
     async def run_async(self) -> None:
         """Runs the worker on the current event loop until :meth:`stop`, then drains:

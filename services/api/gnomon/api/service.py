@@ -52,6 +52,7 @@ from gnomon.common.config import (
 )
 from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
+from gnomon.common.event_loop import run
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
@@ -205,4 +206,4 @@ def main() -> None:
     """Entry point of ``gnomon api``."""
     configure_logging("api")
     tracing.setup("api")  # GNOMON_TRACES_EXPORTER; off by default (docs/tracing.md)
-    asyncio.run(serve())
+    run(serve())  # GNOMON_EVENT_LOOP: uvloop unless set to asyncio

@@ -30,6 +30,7 @@ from gnomon.common.config import (
     ServerSettings,
 )
 from gnomon.common.coordination.etcd import EtcdClient
+from gnomon.common.event_loop import run
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.quotas import NamespaceCache
 from gnomon.common.rpc.health import HealthWatch
@@ -233,4 +234,4 @@ def main() -> None:
     """Entry point of ``gnomon dispatcher``."""
     configure_logging("dispatcher")
     tracing.setup("dispatcher")  # GNOMON_TRACES_EXPORTER; off by default (docs/tracing.md)
-    asyncio.run(serve())
+    run(serve())  # GNOMON_EVENT_LOOP: uvloop unless set to asyncio

@@ -32,6 +32,7 @@ from gnomon.common.coordination.etcd_types import EtcdError
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.coordination.lease_keeper import LeaseKeeper
 from gnomon.common.coordination.registry import planners_prefix
+from gnomon.common.event_loop import run
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
@@ -193,4 +194,4 @@ def main() -> None:
     """Entry point of ``gnomon planner``."""
     configure_logging("planner")
     tracing.setup("planner")  # GNOMON_TRACES_EXPORTER; off by default (docs/tracing.md)
-    asyncio.run(serve())
+    run(serve())  # GNOMON_EVENT_LOOP: uvloop unless set to asyncio

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common import tracing
 from gnomon.common.config import ClusterSettings, DatabaseSettings, ReaperSettings, ServerSettings
+from gnomon.common.event_loop import run
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
@@ -81,4 +82,4 @@ def main() -> None:
     """Entry point of ``gnomon reaper``."""
     configure_logging("reaper")
     tracing.setup("reaper")  # GNOMON_TRACES_EXPORTER; off by default (docs/tracing.md)
-    asyncio.run(serve())
+    run(serve())  # GNOMON_EVENT_LOOP: uvloop unless set to asyncio
