@@ -65,7 +65,7 @@ def test_job_due_in_one_second_is_not_dispatched_early_and_finishes(suite):
         # GNOMON_EVENT_LOOP unset: every service process and the worker run on uvloop
         for p in [*suite.procs]:
             with open(p.log_path, errors="replace") as f:
-                assert "event loop: uvloop" in f.read(), f"{p.role}: {p.log_path}"
+                assert "event loop: uvloop)" in f.read(), f"{p.role}: {p.log_path}"
     finally:
         for w in workers:
             suite.stop_proc(w)

@@ -37,7 +37,7 @@ def worker(
     """Run a worker: discovers the dispatchers through the API and serves the queues until SIGTERM.
     Logs at INFO (each dispatcher connection, session ends, draining) unless ``GNOMON_LOG_LEVEL``
     says otherwise."""
-    from gnomon.common.event_loop import announce, loop_factory
+    from gnomon.common.event_loop import loop_factory
     from gnomon.common.rpc.runner import configure_logging
     from gnomon.sdk import Worker
 
@@ -62,6 +62,4 @@ def worker(
     except (ValueError, OSError) as e:
         usage(str(e))
     typer.echo(f"worker serving {', '.join(queue)} via {w.api} (concurrency {concurrency})")
-    factory = loop_factory()  # GNOMON_EVENT_LOOP: uvloop unless set to asyncio
-    announce(factory)
-    w.run(loop_factory=factory)
+    w.run(loop_factory=loop_factory())  # GNOMON_EVENT_LOOP: uvloop unless set to asyncio

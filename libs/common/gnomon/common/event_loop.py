@@ -9,14 +9,11 @@ connections run on any asyncio loop. The SDK does not depend on it: ``Worker.run
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-log = logging.getLogger(__name__)
 
 
 class EventLoopSettings(BaseSettings):
@@ -42,17 +39,14 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def announce(factory: Callable[[], asyncio.AbstractEventLoop] | None) -> None:
-    """Logs at INFO which loop ``factory`` (from :func:`loop_factory`) makes: ``event loop: uvloop``
-    or ``event loop: asyncio``."""
-    log.info("event loop: %s", "asyncio" if factory is None else "uvloop")
+def running_loop_name() -> str:
+    """``uvloop`` or ``asyncio``: the implementation of the running event loop (for start-up logs).
+    Raises ``RuntimeError`` outside a running loop."""
+    return "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:
     """Runs ``main`` to completion on a new loop from :func:`loop_factory` (``asyncio.run``'s
-    semantics: remaining tasks cancelled, async generators and the default executor shut down); logs
-    ``event loop: uvloop`` (or ``asyncio``) at INFO first."""
-    factory = loop_factory()
-    announce(factory)
-    with asyncio.Runner(loop_factory=factory) as runner:
+    semantics: remaining tasks cancelled, async generators and the default executor shut down)."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main)

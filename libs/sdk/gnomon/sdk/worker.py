@@ -266,11 +266,12 @@ class Worker:
         else:
             discovery = loop.create_task(self._discovery(), name="gnomon-discovery")
         log.info(
-            "worker %s serving %s in %s (concurrency %d)",
+            "worker %s serving %s in %s (concurrency %d, event loop: %s)",
             self.worker_id,
             ",".join(self.queues),
             self._namespace_parent,
             self.concurrency,
+            "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio",
         )
         try:
             await sig.stop.wait()

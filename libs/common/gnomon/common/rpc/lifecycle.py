@@ -23,9 +23,13 @@ transactional); draining only makes a planned stop quick and quiet.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Protocol
 
+from gnomon.common.event_loop import running_loop_name
 from gnomon.common.rpc.runner import wait_for_signal
+
+log = logging.getLogger(__name__)
 
 
 class Service(Protocol):
@@ -48,11 +52,12 @@ async def run_service(
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Starts ``service``, sets ``ready``, waits for SIGTERM/SIGINT or ``stop`` (whichever first),
+    """Starts ``service`` (then logs ``started (event loop: uvloop)`` or ``asyncio``), sets ``ready``, waits for SIGTERM/SIGINT or ``stop`` (whichever first),
     then drains it for at most ``grace_s`` seconds and stops it. ``stop`` is set on the way out, so a
     caller waiting on it learns that the service is going down."""
     stop = stop or asyncio.Event()
     await service.start()
+    log.info("started (event loop: %s)", running_loop_name())
     try:
         if ready is not None:
             ready.set()
