@@ -254,7 +254,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         workers = [start_worker(suite, args) for _ in range(args.workers)]
         wait_connected(workers, args.dispatchers)
         worker_start_s = time.perf_counter() - t_start
-        lead = args.gate_lead if args.gate_lead is not None else 2.0 + args.jobs / 2000
+        lead = args.gate_lead if args.gate_lead is not None else 2.0 + args.jobs / 4000
         due = datetime.now(UTC) + timedelta(seconds=lead)
         enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size, due=due))
         gate_missed = datetime.now(UTC) >= due
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=None,
         help="Seconds from the start of the drain jobs' enqueue to their common due time, the drain's "
-        "start signal (default: 2 + jobs / 2000).",
+        "start signal (default: 2 + jobs / 4000).",
     )
     ap.add_argument(
         "--rate",
