@@ -362,10 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--concurrency",
         type=int,
-        default=512,
-        help="Credits per worker process (attempts it holds at once). 512: with 256, the drain ran "
-        "~15 %% slower at more CPU per job (smaller batches; bench/README.md). The pgqueuer peer's "
-        "workers have no limit on tasks in flight.",
+        default=1024,
+        help="Credits per worker process (attempts it holds at once). 1024: with 512 the drain ran "
+        "~8 %% slower, with 2048 no faster; with 256 ~15 %% slower than 512 (bench/README.md). The "
+        "pgqueuer peer's workers have no limit on tasks in flight.",
     )
     ap.add_argument("--enqueue-concurrency", type=int, default=64, help="CreateJob calls in flight.")
     ap.add_argument(
