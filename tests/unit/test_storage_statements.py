@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 from typing import Any, cast
 
@@ -150,3 +151,20 @@ def test_only_plain_jobs_insert_in_one_statement() -> None:
     assert not jobs_store.inserts_in_one_statement(
         new_job_spec(delay=timedelta(seconds=5), deadline=datetime(2030, 1, 2, tzinfo=UTC))
     )
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+def test_statements_run_below_sqlalchemy_bind_every_parameter_in_binary(dialect: str) -> None:
+    from sqlalchemy import literal_column, select
+
+    from gnomon.common.storage import jobs, leases, raw, results
+
+    hot = [jobs.INSERT_JOB, jobs.INSERT_JOB_IDEMPOTENT, jobs.INSERT_JOBS, jobs.GET_JOB]
+    hot += [leases.ACCEPT_JOBS, leases.ACCEPT_ATTEMPTS, results.FINISH_ATTEMPTS, results.SUCCEED_JOBS]
+    for stmt in hot:
+        sql, _ = raw.compiled_sql(stmt, DIALECTS[dialect])
+        assert re.search(r"%\(\w+\)b", sql) and not re.search(r"(?<!%)%\(\w+\)s", sql), sql
+    # a literal percent sign (compiled as %%) is not a placeholder and stays as it is
+    pct = select(literal_column("'50%'").label("x"))
+    sql, _ = raw.compiled_sql(pct, DIALECTS[dialect])
+    assert "'50%%'" in sql and "%(" not in sql
