@@ -154,17 +154,39 @@ def test_only_plain_jobs_insert_in_one_statement() -> None:
 
 
 @pytest.mark.parametrize("dialect", sorted(DIALECTS))
-def test_statements_run_below_sqlalchemy_bind_every_parameter_in_binary(dialect: str) -> None:
+def test_statements_run_below_sqlalchemy_are_binary_on_postgresql_only(dialect: str) -> None:
     from sqlalchemy import literal_column, select
 
     from gnomon.common.storage import jobs, leases, raw, results
 
+    binary = dialect == "postgresql"  # CockroachDB keeps the text format (raw.binary_format)
+    assert raw.binary_format(DIALECTS[dialect]) is binary
     hot = [jobs.INSERT_JOB, jobs.INSERT_JOB_IDEMPOTENT, jobs.INSERT_JOBS, jobs.GET_JOB]
     hot += [leases.ACCEPT_JOBS, leases.ACCEPT_ATTEMPTS, results.FINISH_ATTEMPTS, results.SUCCEED_JOBS]
     for stmt in hot:
         sql, _ = raw.compiled_sql(stmt, DIALECTS[dialect])
-        assert re.search(r"%\(\w+\)b", sql) and not re.search(r"(?<!%)%\(\w+\)s", sql), sql
-    # a literal percent sign (compiled as %%) is not a placeholder and stays as it is
-    pct = select(literal_column("'50%'").label("x"))
+        binds = re.findall(r"(?<!%)%\(\w+\)([bs])", sql)
+        assert binds and set(binds) == ({"b"} if binary else {"s"}), sql
+    # a literal percent sign (compiled as %%), even one that reads like a placeholder, stays literal
+    pct: Any = select(literal_column("'50%'").label("x"), literal_column("'%(x)s'").label("y"))
     sql, _ = raw.compiled_sql(pct, DIALECTS[dialect])
-    assert "'50%%'" in sql and "%(" not in sql
+    assert "'50%%'" in sql and "'%%(x)s'" in sql and ")b" not in sql
+
+
+def test_every_column_raw_statements_return_has_a_binary_loader() -> None:
+    """Binary results (raw.binary_format): a column type without a psycopg binary loader would come
+    back as bytes instead of the value SQLAlchemy returns."""
+    import psycopg
+    from psycopg import pq
+
+    from gnomon.common.storage.schema import attempts, jobs
+
+    aliases = {"timestamp with time zone": "timestamptz", "double precision": "float8"}
+    missing = []
+    for table in (jobs, attempts):
+        for col in table.c:
+            name = col.type.compile(dialect=DIALECTS["postgresql"]).split("(")[0].lower()
+            info = psycopg.adapters.types.get(aliases.get(name, name))
+            if info is None or psycopg.adapters.get_loader(info.oid, pq.Format.BINARY) is None:
+                missing.append(f"{table.name}.{col.name} ({name})")
+    assert not missing

@@ -41,9 +41,8 @@ def worker(
     from gnomon.common.rpc.runner import configure_logging
     from gnomon.sdk import Worker
 
-    configure_logging("worker")
-
     fn = load_handler(handler)
+    configure_logging("worker")  # after the handler's module: a logging setup of its own wins
 
     def on_event(kind: str, ctx: JobContext) -> None:
         if verbose:

@@ -1,7 +1,7 @@
 """The event loop of a service process or of ``gnomon worker``: uvloop by default, the standard
 library's loop with ``GNOMON_EVENT_LOOP=asyncio``.
 
-uvloop (libuv under the asyncio API) cut a drain's CPU per job by ~20-30 % in the dispatcher and the
+uvloop (libuv under the asyncio API) cut a drain's CPU per job by 12-32 % in the dispatcher and the
 workers on the benchmark machine (bench/README.md, "uvloop"); grpc.aio and psycopg's async
 connections run on any asyncio loop. The SDK does not depend on it: ``Worker.run(loop_factory=...)``.
 """
@@ -9,11 +9,14 @@ connections run on any asyncio loop. The SDK does not depend on it: ``Worker.run
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+log = logging.getLogger(__name__)
 
 
 class EventLoopSettings(BaseSettings):
@@ -30,12 +33,16 @@ class EventLoopSettings(BaseSettings):
 
 def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event-loop factory ``GNOMON_EVENT_LOOP`` names: ``uvloop.new_event_loop`` for ``uvloop``
-    (the default), ``None`` (the standard library's loop) for ``asyncio``. Raises pydantic's
+    (the default; ``None`` with a warning when uvloop is not installed), ``None`` (the standard
+    library's loop) for ``asyncio``. Raises pydantic's
     ``ValidationError`` for another value (``gnomon`` refuses it at start, with one line)."""
     if EventLoopSettings().event_loop == "asyncio":
         return None
-    import uvloop
-
+    try:
+        import uvloop
+    except ImportError:  # not installed (e.g. Windows, where it does not exist): the standard loop
+        log.warning("GNOMON_EVENT_LOOP=uvloop but uvloop is not installed; using asyncio's loop")
+        return None
     return uvloop.new_event_loop
 
 

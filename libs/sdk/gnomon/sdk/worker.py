@@ -199,9 +199,10 @@ class Worker:
     # -- public -------------------------------------------------------------------------------
 
     def run(self, loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
-        """Runs the worker until stopped (blocking): ``asyncio.run(self.run_async())`` with
-        SIGTERM and SIGINT triggering :meth:`stop` (when called from the main thread), on a loop
-        from ``loop_factory`` (e.g. ``uvloop.new_event_loop``; ``None``: the standard library's).
+        """Runs the worker until stopped (blocking): :meth:`run_async` on a new event loop from
+        ``loop_factory`` (e.g. ``uvloop.new_event_loop``; ``None``: the standard library's, as
+        ``asyncio.run``), with SIGTERM and SIGINT triggering :meth:`stop` (when called from the main
+        thread).
 
         Raises:
             GnomonError: a dispatcher rejected the worker for good (e.g. ``INVALID_ARGUMENT``

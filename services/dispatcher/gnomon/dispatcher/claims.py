@@ -59,6 +59,10 @@ Target = tuple[str, str]  # (namespace, queue)
 TARGET_BACKOFF_MIN_S = 1.0
 #: Longest back-off of a failing target, seconds.
 TARGET_BACKOFF_MAX_S = 60.0
+#: Added to a timer armed for the next due job, seconds: uvloop's timers count whole milliseconds
+#: and can fire up to ~1 ms early, and a claim that starts before the job is due by the database
+#: clock finds nothing and must query again.
+TIMER_SLACK_S = 0.001
 
 
 class LeaseNotTrusted(Exception):
@@ -350,7 +354,7 @@ class ClaimLoop:
                 elif delay <= 0:
                     await self._sleep(0.005)  # due but locked by another claimer, or no credits left
                 else:
-                    await self._sleep(min(delay, s.max_idle_poll_s))
+                    await self._sleep(min(delay + TIMER_SLACK_S, s.max_idle_poll_s))
             except StaleFencingToken:
                 continue
             except Unavailable as e:

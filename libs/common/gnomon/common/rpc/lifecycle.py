@@ -52,7 +52,8 @@ async def run_service(
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Starts ``service`` (then logs ``started (event loop: uvloop)`` or ``asyncio``), sets ``ready``, waits for SIGTERM/SIGINT or ``stop`` (whichever first),
+    """Starts ``service`` (then logs ``started (event loop: uvloop)``, or ``asyncio``), sets
+    ``ready``, waits for SIGTERM/SIGINT or ``stop`` (whichever first),
     then drains it for at most ``grace_s`` seconds and stops it. ``stop`` is set on the way out, so a
     caller waiting on it learns that the service is going down."""
     stop = stop or asyncio.Event()

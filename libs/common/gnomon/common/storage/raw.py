@@ -17,7 +17,10 @@ alone, see :func:`fetch`), as a server-side prepared statement (psycopg ``prepar
 Only statements whose parameters all bind plainly qualify (arrays, scalars; no expanding ``IN``, no
 ``literal_execute``), and every parameter is passed on each call: SQLAlchemy's bind processors do
 not run, so values must be what psycopg adapts natively (``uuid.UUID``, ``int``, ``str``,
-``datetime``, lists of those).
+``datetime``, ``bytes``, lists of those). On PostgreSQL parameters and results travel in binary
+format (:func:`binary_format`): a result column must have a psycopg binary loader (every column of
+``jobs`` and ``attempts`` has: uuid, text, integers, float8, bytea, timestamptz, bool), or it would
+come back as ``bytes`` instead of what SQLAlchemy returns.
 """
 
 from __future__ import annotations
@@ -39,10 +42,17 @@ _PLACEHOLDER = re.compile(r"(?<!%)%\((\w+)\)s")
 TUPLES_OK = ExecStatus.TUPLES_OK
 
 
+def binary_format(dialect: Any) -> bool:
+    """Whether statements run here use the binary format (parameters and results) on ``dialect``:
+    on PostgreSQL only. CockroachDB keeps the text format until these statements have run against a
+    real CockroachDB (CI has none; its pgwire binary encodings of these array types are unverified)."""
+    return bool(dialect.name == "postgresql")
+
+
 def compiled_sql(stmt: ClauseElement, dialect: Any) -> tuple[str, dict[str, Any]]:
-    """``(sql, defaults)`` of ``stmt`` for ``dialect`` (placeholders ``%(name)b``: parameters are sent in
-    binary format), cached per
-    statement object, which must live as long as the process (a module constant). ``defaults`` are
+    """``(sql, defaults)`` of ``stmt`` for ``dialect``, cached per
+    statement object, which must live as long as the process (a module constant); placeholders are
+    ``%(name)b`` (binary parameters) where :func:`binary_format`, else ``%(name)s``. ``defaults`` are
     the values of the parameters the statement itself binds (``literal(...)``)."""
     key = (id(stmt), dialect.name)
     got = _SQL.get(key)
@@ -52,10 +62,13 @@ def compiled_sql(stmt: ClauseElement, dialect: Any) -> tuple[str, dict[str, Any]
         # parameters are the caller's
         required = {name for name, bind in compiled.binds.items() if bind.required}
         defaults = {k: v for k, v in compiled.construct_params(_check=False).items() if k not in required}
-        # every parameter in binary format (``%(name)b``): psycopg's text dumping of arrays costs
-        # ~5x more CPU (three 200-element arrays of uuid, int, uuid: 807 us as text, 152 us binary,
-        # measured 2026-12-02), and bytea payloads skip the hex encoding; ``%%`` stays a literal %
-        sql = _PLACEHOLDER.sub(r"%(\1)b", compiled.string)
+        sql = compiled.string
+        if binary_format(dialect):
+            # every parameter in binary format (``%(name)b``): psycopg's text dumping of arrays costs
+            # ~5x more CPU (three 200-element arrays of uuid, int, uuid: 807 us as text, 152 us
+            # binary, measured 2026-12-02), and bytea payloads skip the hex encoding; ``%%`` stays a
+            # literal %
+            sql = _PLACEHOLDER.sub(r"%(\1)b", sql)
         got = _SQL[key] = (sql, defaults)
     return got
 
@@ -85,7 +98,12 @@ async def fetch(
     try:
         if single:
             await raw.set_autocommit(True)
-        await cur.execute(sql, {**defaults, **params} if defaults else params, prepare=True, binary=True)
+        await cur.execute(
+            sql,
+            {**defaults, **params} if defaults else params,
+            prepare=True,
+            binary=binary_format(conn.dialect),
+        )
         # not ``cur.description``: it builds a Column object per column of every result (~0.2 ms
         # for the 42 columns of a ``jobs`` row, measured with yappi under 64 concurrent CreateJob)
         res = cur.pgresult
