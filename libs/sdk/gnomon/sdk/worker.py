@@ -199,10 +199,8 @@ class Worker:
     # -- public -------------------------------------------------------------------------------
 
     def run(self, loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
-        """Runs the worker until stopped (blocking): :meth:`run_async` on a new event loop from
-        ``loop_factory`` (e.g. ``uvloop.new_event_loop``; ``None``: the standard library's, as
-        ``asyncio.run``), with SIGTERM and SIGINT triggering :meth:`stop` (when called from the main
-        thread).
+        """Runs :meth:`run_async` until stopped (blocking) on a new loop from ``loop_factory`` (e.g.
+        ``uvloop.new_event_loop``; ``None``: as ``asyncio.run``), SIGTERM/SIGINT calling :meth:`stop`.
 
         Raises:
             GnomonError: a dispatcher rejected the worker for good (e.g. ``INVALID_ARGUMENT``
@@ -268,10 +266,7 @@ class Worker:
             discovery = loop.create_task(self._discovery(), name="gnomon-discovery")
         log.info(
             "worker %s serving %s in %s (concurrency %d, event loop: %s)",
-            self.worker_id,
-            ",".join(self.queues),
-            self._namespace_parent,
-            self.concurrency,
+            *(self.worker_id, ",".join(self.queues), self._namespace_parent, self.concurrency),
             "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio",
         )
         try:
