@@ -12,15 +12,6 @@ from gnomon.common.config import DispatcherSettings
 from gnomon.common.config_check import SETTINGS_CLASSES, ConfigError, check_environment, known_variables
 
 
-@pytest.fixture
-def env(monkeypatch):
-    """A clean slate: no ``GNOMON_*`` variable from the caller's environment."""
-    for k in list(os.environ):
-        if k.upper().startswith("GNOMON_"):
-            monkeypatch.delenv(k)
-    return monkeypatch
-
-
 def test_a_typo_is_refused_with_a_did_you_mean(env):
     env.setenv("GNOMON_DISPATCHER_HEARTBEAT_INTERVALS", "1")
     with pytest.raises(ConfigError) as e:

@@ -14,14 +14,6 @@ from gnomon.common.config_check import ConfigError, check_environment
 from gnomon.common.event_loop import loop_factory, run, running_loop_name
 
 
-@pytest.fixture
-def env(monkeypatch):
-    for k in list(os.environ):
-        if k.upper().startswith("GNOMON_"):
-            monkeypatch.delenv(k)
-    return monkeypatch
-
-
 def test_uvloop_is_the_default(env):
     assert loop_factory() is uvloop.new_event_loop
 
