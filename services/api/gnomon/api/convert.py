@@ -8,7 +8,7 @@ from datetime import timedelta
 from google.protobuf import duration_pb2
 
 from gnomon._proto.gnomon.v1 import job_pb2, retry_pb2, schedule_pb2, schedule_service_pb2
-from gnomon.common.domain.jobs import policy_of
+from gnomon.common.domain.jobs import RetryColumns, policy_of
 from gnomon.common.failure_wire import failure_class_to_wire
 from gnomon.common.names import attempt_name, job_name, occurrence_name, schedule_name
 from gnomon.common.retry import RetryPolicy
@@ -68,15 +68,9 @@ _JOB_TIMES = (
 )
 
 
-#: The retry-policy columns of a ``jobs`` row, in :func:`_row_policy`'s argument order.
-_POLICY_COLUMNS = (
-    "retry_initial_ms",
-    "retry_max_ms",
-    "retry_multiplier",
-    "retry_jitter",
-    "max_age_ms",
-    "non_retryable_errors",
-)
+#: The retry-policy columns of a ``jobs`` row (:class:`RetryColumns`), in :func:`_row_policy`'s
+#: argument order.
+_POLICY_COLUMNS = tuple(RetryColumns.__annotations__)
 
 
 @functools.lru_cache(maxsize=256)
