@@ -37,22 +37,25 @@ def to_timestamp(dt: datetime | None) -> timestamp_pb2.Timestamp | None:
     """A UTC-aware (or naive = UTC) datetime -> Timestamp; ``None`` -> ``None``."""
     if dt is None:
         return None
+    seconds, nanos = _seconds_nanos(dt)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+
+
+def _seconds_nanos(dt: datetime) -> tuple[int, int]:
+    """``(seconds, nanos)`` since the epoch of a UTC-aware (or naive = UTC) ``dt``; nanos in [0, 1e9).
+    Integer arithmetic: exact to the microsecond, and cheaper than ``Timestamp.FromDatetime`` (which
+    goes through a time tuple) on the dispatcher's and the API's hot paths."""
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    # integer arithmetic: exact to the microsecond, and cheaper than Timestamp.FromDatetime (which
-    # goes through a time tuple) on the dispatcher's hot path (two per assignment)
     seconds, micros = divmod((dt - _EPOCH) // _MICROSECOND, 1_000_000)
-    return timestamp_pb2.Timestamp(seconds=seconds, nanos=micros * 1000)
+    return seconds, micros * 1000
 
 
 def set_timestamp(field: timestamp_pb2.Timestamp, dt: datetime) -> None:
     """Sets the Timestamp ``field`` of a message in place to the UTC-aware (or naive = UTC) ``dt``,
     exactly as :func:`to_timestamp` would, without building and copying a second message (the API's
     hot path: several per job in every response)."""
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    seconds, micros = divmod((dt - _EPOCH) // _MICROSECOND, 1_000_000)
-    field.seconds, field.nanos = seconds, micros * 1000
+    field.seconds, field.nanos = _seconds_nanos(dt)
 
 
 def to_duration(td: timedelta) -> duration_pb2.Duration:

@@ -43,9 +43,9 @@ def job_to_proto(row: dict) -> job_pb2.Job:
             ("coalesced_first_time", "coalesced_first"),
             ("coalesced_last_time", "coalesced_last"),
         ):
-            ts = to_timestamp(row.get(col))
-            if ts is not None:
-                getattr(j, field).CopyFrom(ts)
+            dt = row.get(col)
+            if dt is not None:
+                set_timestamp(getattr(j, field), dt)
     if "retry_initial_ms" in row:
         j.retry_policy.CopyFrom(_row_policy(*(row[c] for c in _POLICY_COLUMNS)))
     if row.get("start_to_close_ms") is not None:
