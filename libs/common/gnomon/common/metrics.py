@@ -94,6 +94,16 @@ THROTTLED_RESULTS = _METER.create_counter(
     description="Results with failure class THROTTLED applied (workers' throttling signals).",
 )  # attrs: namespace, queue
 
+STREAM_WRITE_ITEMS = _METER.create_counter(
+    "gnomon_stream_write_items",
+    description="Accepts, heartbeats, checkpoints and results of worker streams handed to the write batcher.",
+)  # attrs: namespace, kind
+STREAM_REFUSED_REFS = _METER.create_counter(
+    "gnomon_stream_refused_refs",
+    description="Attempt references of worker streams refused at the edge without a database write "
+    "(STALE_ATTEMPT: not delivered to the stream, not its worker identity's).",
+)  # attrs: namespace, kind
+
 # --- dispatcher: brakes ------------------------------------------------------------------------------
 
 BREAKER_STATE = _METER.create_gauge(

@@ -16,6 +16,7 @@ a worker starts a handler only after its accept is acknowledged.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -32,7 +33,8 @@ from gnomon.common.storage import outbox as outbox_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.timeconv import to_duration, to_timestamp
 from gnomon.dispatcher import tracing as dispatch_tracing
-from gnomon.dispatcher.sessions import SessionRegistry
+from gnomon.dispatcher.flow import KEEP_PAYLOAD_BYTES, assignment_bytes, assignment_messages
+from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.shards import ShardOwnership
 
 log = logging.getLogger(__name__)
@@ -100,24 +102,35 @@ class Relay:
         self._task: asyncio.Task | None = None
 
     def deliver(self, claimed: list[Claimed]) -> int:
-        """Hands attempts to sessions with credits; returns how many were delivered. The rest stay
-        QUEUED in the outbox for the recovery scan."""
-        per_session = defaultdict(list)
+        """Hands attempts to sessions with credits and room under their queued-bytes cap (each
+        assignment counted by :func:`assignment_bytes`; a session's messages cut at
+        :data:`~gnomon.dispatcher.flow.MAX_ASSIGNMENTS_MESSAGE_BYTES`); returns how many were
+        delivered. The rest stay QUEUED in the outbox for the recovery scan. A large payload is not
+        kept in the session's ``held`` record once its assignment is built."""
+        per_session: dict[WorkerSession, list[Claimed]] = defaultdict(list)
+        sizes: dict[WorkerSession, list[int]] = defaultdict(list)
+        reserved: dict[WorkerSession, int] = {}
         now = time.monotonic()
         for c in claimed:
-            s = self.registry.pick(c.namespace, c.queue)
+            s = self.registry.pick(c.namespace, c.queue, reserved)
             if s is None:
                 continue
+            n = assignment_bytes(c)
+            reserved[s] = reserved.get(s, 0) + n
             s.credits -= 1
-            key = (c.job_id, c.attempt)
-            s.held[key] = c
-            s.delivered_at[key] = now
             per_session[s].append(c)
+            sizes[s].append(n)
         for s, items in per_session.items():
             batch = [assignment(c) for c in items]
             if tracing.ENABLED:  # the deliver spans; their contexts go in the assignments
                 dispatch_tracing.delivered(items, batch, s.worker_id)
-            s.out.put_nowait(wpb.LeaseResponse(assignments=wpb.Assignments(assignments=batch)))
+            for c in items:
+                key = (c.job_id, c.attempt)
+                big = len(c.payload) + len(c.checkpoint or b"") > KEEP_PAYLOAD_BYTES
+                s.held[key] = dataclasses.replace(c, payload=b"", checkpoint=None) if big else c
+                s.delivered_at[key] = now
+            for msg, nbytes in assignment_messages(batch, sizes[s]):
+                s.out.put_nowait(msg, nbytes)
             self.delivered += len(items)
         return sum(len(v) for v in per_session.values())
 

@@ -39,10 +39,12 @@ from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer, secure_server
 from gnomon.common.storage import namespaces as namespaces_store
 from gnomon.common.storage.engine import make_engine
+from gnomon.common.stream_settings import StreamSettings
 from gnomon.dispatcher.cancels import CancelPusher
 from gnomon.dispatcher.failover import Standby
+from gnomon.dispatcher.hints import HintServicer
 from gnomon.dispatcher.region import DispatcherContext, RegionStack
-from gnomon.dispatcher.servicer import HintServicer, WorkerServicer
+from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.writes import WriteBatcher
 
@@ -133,15 +135,18 @@ def build(
     budget: RetryBudgetSettings,
     breaker: BreakerSettings,
     dispatcher_id: str,
+    stream: StreamSettings | None = None,
 ) -> DispatcherService:
-    """Constructs a dispatcher from its settings (nothing starts yet)."""
+    """Constructs a dispatcher from its settings (``stream``: the per-stream budgets, default
+    :class:`StreamSettings` from the environment); nothing starts yet."""
     # A dispatcher stopped inside a transaction (SIGSTOP, a long pause) must not hold shard or region
     # row locks past its lease: the database ends such a session, so a hand-over never waits on it.
     engine = make_engine(
         db, session_options={"idle_in_transaction_session_timeout": settings.idle_in_transaction_timeout_ms}
     )
     etcd = EtcdClient.from_settings(etcd_s)
-    registry = SessionRegistry()
+    stream = stream or StreamSettings()
+    registry = SessionRegistry(max_queued_bytes=stream.max_queued_response_bytes)
     writes = WriteBatcher(engine, settings.write_batch)
     wake = asyncio.Event()  # new credits, hints, gained shards, a breaker letting claims resume
     worker_servicer = WorkerServicer(
@@ -155,6 +160,7 @@ def build(
         max_streams=settings.max_streams,
         recheck_s=max(1.0, AuthSettings().cache_s),
         quotas=NamespaceCache(namespaces_store.quotas_loader(engine)),
+        stream=stream,
     )
     server = secure_server(
         srv.listen,
@@ -226,6 +232,7 @@ async def serve(ready: asyncio.Event | None = None, stop: asyncio.Event | None =
         budget=RetryBudgetSettings(),
         breaker=BreakerSettings(),
         dispatcher_id=dispatcher_id,
+        stream=StreamSettings(),
     )
     await run_service(service, grace_s=srv.drain_timeout_s, ready=ready, stop=stop)
 

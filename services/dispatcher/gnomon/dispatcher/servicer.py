@@ -1,4 +1,4 @@
-"""gRPC adapters of the dispatcher: the worker lease stream and the wake-up hint."""
+"""gRPC adapters of the dispatcher: the worker lease stream (and, from :mod:`.hints`, the wake-up hint)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import logging
 import time
 from typing import Any
 
-from gnomon._proto.gnomon.internal.v1 import hint_pb2, hint_pb2_grpc
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2_grpc
 from gnomon.common import metrics, tracing
-from gnomon.common.domain.attempts import AttemptKey, Result
+from gnomon.common.domain.attempts import Result
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import (
@@ -26,11 +25,13 @@ from gnomon.common.failure_wire import failure_class_from_wire
 from gnomon.common.quotas import NamespaceCache, check_hello_quota
 from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
+from gnomon.common.stream_settings import StreamSettings
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
 from gnomon.dispatcher import tracing as dispatch_tracing
+from gnomon.dispatcher.acks import AckTasks, known_key, malformed, releases, send
+from gnomon.dispatcher.flow import OwnershipGate, StreamEdge
 from gnomon.dispatcher.hello import (
     MAX_CREDITS,
-    MAX_QUEUED_RESPONSES,
     Hello,
     attempt_key,
     authorize_hello,
@@ -38,27 +39,13 @@ from gnomon.dispatcher.hello import (
     oversized,
     validate_hello,
 )
+from gnomon.dispatcher.hints import HintServicer
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
-from gnomon.dispatcher.writes import InvalidItem, WriteBatcher
+from gnomon.dispatcher.writes import WriteBatcher
 
 log = logging.getLogger(__name__)
 
-
-def _known_key(ref: wpb.AttemptRef) -> AttemptKey:
-    """The key of a reference :func:`_key` already accepted (acks are built only for those)."""
-    k = attempt_key(ref)
-    assert k is not None
-    return k
-
-
-def _malformed(ref: wpb.AttemptRef, kind: wpb.AckKind) -> wpb.Ack:
-    """The ack refusing one item whose attempt reference does not parse (the others go on)."""
-    return wpb.Ack(attempt=ref, kind=kind, ok=False, reason=ErrorReason.INVALID_FIELD)
-
-
-def _send(s: WorkerSession, acks: list[wpb.Ack]) -> None:
-    if acks and not s.closed:
-        s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
+__all__ = ["HintServicer", "WorkerServicer"]
 
 
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
@@ -77,6 +64,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         quotas: NamespaceCache | None = None,
         max_streams: int = 10_000,
         recheck_s: float = 5.0,
+        stream: StreamSettings | None = None,
     ):
         self.registry, self.writes = registry, writes
         self.dispatcher_id, self.region, self.heartbeat_interval_s = (
@@ -93,9 +81,20 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         #: how often an open stream's credential and grants are checked again, seconds
         self.recheck_s = recheck_s
         self.draining = False
-        # The event loop holds tasks only weakly: pending ack tasks are kept here until they finish,
-        # or one could be garbage-collected before its acks are sent.
-        self._ack_tasks: set[asyncio.Task[None]] = set()
+        stream = stream or StreamSettings()
+        #: most write items of one stream in flight (GNOMON_STREAM_MAX_INFLIGHT_WRITES)
+        self.max_inflight = stream.max_inflight_writes
+        #: unknown attempt references go through this bounded, rate-limited ownership check
+        self.edge = StreamEdge(
+            OwnershipGate(
+                writes.engine if writes is not None else None,
+                rate_per_s=stream.unknown_refs_per_s,
+                burst=stream.unknown_refs_burst,
+                concurrency=stream.ownership_checks,
+            )
+        )
+        self.acks = AckTasks()
+        self._ack_tasks = self.acks.tasks  # the pending ack tasks (one set, named for the tests)
 
     async def Lease(self, request_iterator, context):
         """One worker session: the first message opens it (worker id, namespace, queues, credits),
@@ -163,10 +162,14 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     ),
                 )
             )
+            out, cap = session.out, self.registry.max_queued_bytes
             while True:
-                msg = await session.out.get()
+                msg = await out.get()
                 if msg is None:
                     break
+                session.flow.set()  # the reader may wait for the queue to shrink
+                if out.bytes < cap <= out.bytes + out.last_bytes:
+                    self.on_credits()  # back under its byte cap: it has capacity again
                 yield msg
             if session.refused is not None:  # e.g. a later message that does not parse
                 raise session.refused
@@ -214,14 +217,6 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             async for msg in it:
                 if (too_many := oversized(msg)) is not None:
                     raise too_many
-                if s.out.qsize() > MAX_QUEUED_RESPONSES:
-                    raise QuotaExceeded(
-                        f"more than {MAX_QUEUED_RESPONSES} responses wait for this worker to read them",
-                        quota="queued_responses",
-                        limit=MAX_QUEUED_RESPONSES,
-                        namespace=s.namespace,
-                        retry_after_s=1.0,
-                    )
                 kind = msg.WhichOneof("kind")
                 if kind == "credits":
                     if msg.credits.credits > 0 and self.registry.add_credits(
@@ -238,6 +233,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     self._results(s, msg.results.results)
                 elif kind == "releases":
                     self._releases(s, msg.releases.attempts)
+                await self._flow(s)
         except asyncio.CancelledError:
             raise
         except GnomonError as e:  # the stream's own input was refused: end it with that status
@@ -247,49 +243,35 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         finally:
             s.out.put_nowait(None)
 
-    def _ack_later(
-        self, s: WorkerSession, refs: list, outcomes: asyncio.Future[list[Any]] | None, kind, build
-    ) -> None:
-        """Once the write batcher has resolved ``outcomes`` (one entry per ref of ``refs``, see
-        :meth:`WriteBatcher.submit_group`), sends one Acks message: ``build(ref, outcome)`` per item,
-        INVALID_ITEM for an item refused for its content, DATABASE_UNAVAILABLE for one whose batch
-        failed."""
-        if outcomes is None:
-            return
+    async def _flow(self, s: WorkerSession) -> None:
+        """Waits until stream ``s`` may be read again (flow control: meanwhile the worker's sends
+        block): its writes in flight under ``max_inflight``, no ownership check of its running, its
+        queued responses under the registry's byte cap."""
+        cap = self.registry.max_queued_bytes
+        while not s.closed and (s.inflight >= self.max_inflight or s.checking or s.out.bytes >= cap):
+            s.flow.clear()
+            await s.flow.wait()
 
-        async def wait() -> None:
-            acks = []
-            for ref, res in zip(refs, await outcomes, strict=True):
-                if isinstance(res, BaseException):
-                    reason = (
-                        ErrorReason.INVALID_ITEM
-                        if isinstance(res, InvalidItem)
-                        else ErrorReason.DATABASE_UNAVAILABLE
-                    )
-                    acks.append(wpb.Ack(attempt=ref, kind=kind, ok=False, reason=reason))
-                else:
-                    acks.append(build(ref, res))
-            if acks and not s.closed:
-                s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
-
-        task = asyncio.create_task(wait())
-        self._ack_tasks.add(task)
-        task.add_done_callback(self._ack_tasks.discard)
+    def _ack_later(self, s: WorkerSession, refs: list, outcomes, kind, build) -> None:
+        """See :meth:`gnomon.dispatcher.acks.AckTasks.later`."""
+        self.acks.later(s, refs, outcomes, kind, build)
 
     def _accepts(self, s: WorkerSession, refs) -> None:
         t0 = time.time_ns() if tracing.ENABLED else 0
-        good, keys, fresh, bad = [], [], [], []
-        held = s.held
+        good, keys, bad = [], [], []
         for ref in refs:
             k = attempt_key(ref)
             if k is None:
-                bad.append(_malformed(ref, wpb.ACK_KIND_ACCEPT))
+                bad.append(malformed(ref, wpb.ACK_KIND_ACCEPT))
                 continue
             good.append(ref)
             keys.append(k)
-            # an attempt not delivered to this stream may only be re-accepted by its owner (reconnect)
-            fresh.append((k.job_id, k.attempt) in held)
-        _send(s, bad)
+        send(s, bad)
+        good, keys = self.edge.split(
+            s, wpb.ACK_KIND_ACCEPT, good, keys, good, lambda again: self._accepts(s, again)
+        )
+        # an attempt not delivered to this stream may only be re-accepted by its owner (reconnect)
+        fresh = [(k.job_id, k.attempt) in s.held for k in keys]
         outcomes = (
             self.writes.submit_group("accept", keys, s.worker_id, owner=s.owner, fresh=fresh)
             if keys
@@ -297,7 +279,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         )
 
         def build(ref, lease_end):
-            k = _known_key(ref)
+            k = known_key(ref)
             ok = lease_end is not None
             if tracing.ENABLED:
                 dispatch_tracing.accepted(s.held.get((k.job_id, k.attempt)), s.worker_id, t0, ok)
@@ -311,7 +293,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     )
                 s.accepted.add((k.job_id, k.attempt))
             else:
-                s.held.pop((k.job_id, k.attempt), None)
+                s.forget((k.job_id, k.attempt))
             a = wpb.Ack(
                 attempt=ref, kind=wpb.ACK_KIND_ACCEPT, ok=ok, reason="" if ok else ErrorReason.STALE_ATTEMPT
             )
@@ -326,11 +308,14 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         for ref in refs:
             k = attempt_key(ref)
             if k is None:
-                bad.append(_malformed(ref, wpb.ACK_KIND_HEARTBEAT))
+                bad.append(malformed(ref, wpb.ACK_KIND_HEARTBEAT))
             else:
                 good.append(ref)
                 keys.append(k)
-        _send(s, bad)
+        send(s, bad)
+        good, keys = self.edge.split(
+            s, wpb.ACK_KIND_HEARTBEAT, good, keys, good, lambda again: self._heartbeats(s, again)
+        )
         outcomes = (
             self.writes.submit_group(
                 "heartbeat",
@@ -360,11 +345,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         once (``CHECKPOINT_TOO_LARGE``; never truncated, nothing written); the others are saved by
         the write batcher if their attempt is still the job's RUNNING attempt under that token
         (else ``STALE_ATTEMPT``). Each is answered by an ack of kind CHECKPOINT."""
-        good, items, refused = [], [], []
+        valid, keys, refused = [], [], []
         for cp in checkpoints:
             k = attempt_key(cp.attempt)
             if k is None:
-                refused.append(_malformed(cp.attempt, wpb.ACK_KIND_CHECKPOINT))
+                refused.append(malformed(cp.attempt, wpb.ACK_KIND_CHECKPOINT))
                 continue
             if len(cp.data) > MAX_CHECKPOINT_BYTES:
                 refused.append(
@@ -376,6 +361,20 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                     )
                 )
                 continue
+            valid.append(cp)
+            keys.append(k)
+        if refused:
+            s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=refused)))
+        valid, keys = self.edge.split(
+            s,
+            wpb.ACK_KIND_CHECKPOINT,
+            valid,
+            keys,
+            [cp.attempt for cp in valid],
+            lambda again: self._checkpoints(s, again),
+        )
+        good, items = [], []
+        for cp, k in zip(valid, keys, strict=True):
             item = CheckpointWrite(
                 k.job_id,
                 k.attempt,
@@ -387,13 +386,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             )
             good.append(cp.attempt)
             items.append(item)
-        if refused:
-            s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=refused)))
         if items:
             self._ack_later(
                 s,
                 good,
-                self.writes.submit_group("checkpoint", items),
+                self.writes.submit_group("checkpoint", items, principal=s.owner),
                 wpb.ACK_KIND_CHECKPOINT,
                 lambda ref, saved: wpb.Ack(
                     attempt=ref,
@@ -405,12 +402,25 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
 
     def _results(self, s: WorkerSession, results) -> None:
         t0 = time.time_ns() if tracing.ENABLED else 0
-        good, items, bad, traced = [], [], [], {}
+        valid, keys, bad = [], [], []
         for r in results:
             k = attempt_key(r.attempt)
             if k is None or "\x00" in r.error:  # PostgreSQL text cannot hold NUL: refused here, alone
-                bad.append(_malformed(r.attempt, wpb.ACK_KIND_RESULT))
+                bad.append(malformed(r.attempt, wpb.ACK_KIND_RESULT))
                 continue
+            valid.append(r)
+            keys.append(k)
+        send(s, bad)
+        valid, keys = self.edge.split(
+            s,
+            wpb.ACK_KIND_RESULT,
+            valid,
+            keys,
+            [r.attempt for r in valid],
+            lambda again: self._results(s, again),
+        )
+        good, items, traced = [], [], {}
+        for r, k in zip(valid, keys, strict=True):
             res = Result(
                 key=k,
                 succeeded=r.outcome == wpb.OUTCOME_SUCCEEDED,
@@ -424,19 +434,18 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             items.append(res)
             if tracing.ENABLED:
                 traced[(k.job_id, k.attempt)] = res
-        _send(s, bad)
 
         throttled = {
             (k.job_id, k.attempt)
-            for r in results
+            for r, k in zip(valid, keys, strict=True)
             if failure_class_from_wire(r.failure_class) is FailureClass.THROTTLED
             and r.outcome != wpb.OUTCOME_SUCCEEDED
-            and (k := attempt_key(r.attempt)) is not None
         }
 
         def build(ref, reason):
-            k = _known_key(ref)
-            c = s.held.pop((k.job_id, k.attempt), None)
+            k = known_key(ref)
+            c = s.held.get((k.job_id, k.attempt))
+            s.forget((k.job_id, k.attempt))
             if tracing.ENABLED:
                 dispatch_tracing.finished(c, traced.get((k.job_id, k.attempt)), s.worker_id, t0, reason)
             if not reason and (k.job_id, k.attempt) in throttled:
@@ -447,49 +456,17 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self._ack_later(
             s,
             good,
-            self.writes.submit_group("result", items, s.worker_id) if items else None,
+            self.writes.submit_group("result", items, s.worker_id, principal=s.owner) if items else None,
             wpb.ACK_KIND_RESULT,
             build,
         )
 
     def _releases(self, s: WorkerSession, refs) -> None:
-        """Unstarted attempts handed back: forget them here; their attempts are still QUEUED, so
-        the relay's recovery scan re-delivers them (to any worker). Only attempts delivered to this
-        stream and not accepted can be released; any other is refused (STALE_ATTEMPT) and unchanged."""
-        acks = []
-        for ref in refs:
-            k = attempt_key(ref)
-            if k is None:
-                acks.append(_malformed(ref, wpb.ACK_KIND_RELEASE))
-                continue
-            mine = (k.job_id, k.attempt) in s.held and (k.job_id, k.attempt) not in s.accepted
-            if mine:
-                s.held.pop((k.job_id, k.attempt), None)
-            acks.append(
-                wpb.Ack(
-                    attempt=ref,
-                    kind=wpb.ACK_KIND_RELEASE,
-                    ok=mine,
-                    reason="" if mine else ErrorReason.STALE_ATTEMPT,
-                )
-            )
-        if acks:
-            s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
+        """See :func:`gnomon.dispatcher.acks.releases`."""
+        releases(s, refs)
 
     def close_all(self) -> None:
         """Ends every stream (drain)."""
         self.draining = True
         for s in list(self.registry.sessions.values()):
             s.out.put_nowait(None)
-
-
-class HintServicer(hint_pb2_grpc.HintServiceServicer):
-    """``gnomon.internal.v1.HintService``: wakes the claim loop."""
-
-    def __init__(self, wake: asyncio.Event):
-        self.wake = wake
-
-    async def WakeDispatcher(self, request, context):
-        """A hint that a job is due soon: wakes the claim loop now (correctness never depends on it)."""
-        self.wake.set()
-        return hint_pb2.WakeDispatcherResponse()

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 
 from gnomon.common.domain.attempts import Claimed
 from gnomon.common.errors import GnomonError
+from gnomon.dispatcher.flow import ResponseQueue
 
 Key = tuple[uuid.UUID, int]
+#: Most attempts one stream remembers as adopted (owned by its worker identity, not delivered to it).
+MAX_ADOPTED = 10_000
 
 
 @dataclass(eq=False)
@@ -19,14 +22,20 @@ class WorkerSession:
     """One worker's lease stream. ``credits`` = attempts it can still take; ``held`` = attempts
     delivered to it and not finished; ``accepted`` = the subset it started; ``delivered_at`` = when
     each held attempt was (last) delivered, monotonic seconds; ``owner`` = the authenticated
-    principal of the stream (the owner of every attempt it accepts)."""
+    principal of the stream (the owner of every attempt it accepts).
+
+    Flow control (:mod:`gnomon.dispatcher.flow`): ``out`` counts the bytes it holds; ``inflight`` =
+    items submitted to the write batcher and not yet resolved; ``checking`` = ownership checks
+    running for it; ``flow`` is set whenever one of them drops (the reader waits on it);
+    ``adopted`` = attempts not delivered to this stream that its worker identity was found to own
+    (after a reconnect), oldest first, at most :data:`MAX_ADOPTED`."""
 
     session_id: int
     worker_id: str
     namespace: str
     queues: frozenset[str]
     credits: int
-    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    out: ResponseQueue = field(default_factory=ResponseQueue)
     held: dict[Key, Claimed] = field(default_factory=dict)
     accepted: set[Key] = field(default_factory=set)
     delivered_at: dict[Key, float] = field(default_factory=dict)
@@ -35,12 +44,35 @@ class WorkerSession:
     #: set when the stream's input was refused (e.g. a message that does not parse): the stream ends
     #: with this error's status instead of OK
     refused: GnomonError | None = None
+    inflight: int = 0
+    checking: int = 0
+    flow: asyncio.Event = field(default_factory=asyncio.Event)
+    adopted: dict[Key, None] = field(default_factory=dict)
+
+    def knows(self, key: Key) -> bool:
+        """True when attempt ``key`` was delivered to this stream or found to be its identity's."""
+        return key in self.held or key in self.adopted
+
+    def adopt(self, key: Key) -> None:
+        """Records ``key`` as its worker identity's (checked by the ownership gate); forgets the
+        oldest adopted one past :data:`MAX_ADOPTED`."""
+        self.adopted[key] = None
+        if len(self.adopted) > MAX_ADOPTED:
+            del self.adopted[next(iter(self.adopted))]
+
+    def forget(self, key: Key) -> None:
+        """Forgets attempt ``key`` (its result was acknowledged)."""
+        self.held.pop(key, None)
+        self.adopted.pop(key, None)
 
 
 class SessionRegistry:
-    """All live sessions of this dispatcher; picks sessions with credits for a (namespace, queue)."""
+    """All live sessions of this dispatcher; picks sessions with credits for a (namespace, queue).
+    A session whose queued responses hold ``max_queued_bytes`` or more (its worker does not read) is
+    not picked and has no capacity, whatever its credits."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_queued_bytes: int = 4 * 1024 * 1024) -> None:
+        self.max_queued_bytes = max_queued_bytes
         self.sessions: dict[int, WorkerSession] = {}
         self._ids = itertools.count(1)
         self._rr = itertools.count()
@@ -71,10 +103,12 @@ class SessionRegistry:
         return added
 
     def capacity(self) -> dict[tuple[str, str], int]:
-        """(namespace, queue) -> total credits of the streams that serve it (only > 0)."""
+        """(namespace, queue) -> total credits of the streams that serve it (only > 0), streams at
+        their queued-bytes cap left out."""
         cap: dict[tuple[str, str], int] = {}
+        full = self.max_queued_bytes
         for s in self.sessions.values():
-            if s.credits > 0:
+            if s.credits > 0 and s.out.bytes < full:
                 for q in s.queues:
                     cap[(s.namespace, q)] = cap.get((s.namespace, q), 0) + s.credits
         return cap
@@ -110,12 +144,20 @@ class SessionRegistry:
                     gone.append(k)
         return gone
 
-    def pick(self, namespace: str, queue: str) -> WorkerSession | None:
-        """A session with a free credit for the queue (round robin), or None."""
+    def pick(
+        self, namespace: str, queue: str, reserved: dict[WorkerSession, int] | None = None
+    ) -> WorkerSession | None:
+        """A session with a free credit for the queue and room under its queued-bytes cap (counting
+        ``reserved`` bytes about to be queued for it), round robin, or None."""
+        full = self.max_queued_bytes
+        r = reserved or {}
         cands = [
             s
             for s in self.sessions.values()
-            if s.credits > 0 and s.namespace == namespace and queue in s.queues
+            if s.credits > 0
+            and s.namespace == namespace
+            and queue in s.queues
+            and s.out.bytes + r.get(s, 0) < full
         ]
         if not cands:
             return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +119,13 @@ class WriteBatcher:
     """Queues operations; ``flushers`` background tasks commit them in batches, each taking what is
     pending when it becomes free (so a slow commit does not stall the next batch).
 
+    Fairness: operations wait in one queue per principal (``pending``: principal -> operations, in
+    order); a batch takes an equal share of ``max_batch`` from every principal with operations
+    pending (what one leaves unused goes to the others), starting from a rotating principal. So one
+    principal's backlog delays another's operations by at most the batches already being committed:
+    they go into the next batch. Each stream's backlog is bounded by its in-flight write budget
+    (``GNOMON_STREAM_MAX_INFLIGHT_WRITES``), so ``pending`` is bounded too.
+
     Ordering: operations on one attempt never race, because the protocol orders them (a worker
     sends a result only after its accept was acknowledged, i.e. committed). Two flushes touching the
     same rows in different orders may deadlock; :func:`run_transaction` retries 40P01.
@@ -126,7 +133,7 @@ class WriteBatcher:
 
     def __init__(self, engine: AsyncEngine, max_batch: int = 500, flushers: int = 2):
         self.engine, self.max_batch, self.flushers = engine, max_batch, flushers
-        self.pending: list[Op] = []
+        self.pending: dict[str | None, deque[Op]] = {}
         self.wakeup = asyncio.Event()
         self.tasks: list[asyncio.Task] = []
 
@@ -158,9 +165,15 @@ class WriteBatcher:
         lease had ended: nothing renewed) or None (stale); result, "" (applied) or the refusal reason
         (:func:`gnomon.common.storage.results.complete`); checkpoint, whether it was saved."""
         fut = asyncio.get_running_loop().create_future() if want_result else None
-        self.pending.append(Op(kind, item, worker_id, fut, owner, fresh, held))
+        self._queue(owner).append(Op(kind, item, worker_id, fut, owner, fresh, held))
         self.wakeup.set()
         return fut
+
+    def _queue(self, principal: str | None) -> deque[Op]:
+        q = self.pending.get(principal)
+        if q is None:
+            q = self.pending[principal] = deque()
+        return q
 
     def submit_group(
         self,
@@ -171,14 +184,17 @@ class WriteBatcher:
         owner: str | None = None,
         fresh: list[bool] | None = None,
         held: list[bool] | None = None,
+        principal: str | None = None,
     ) -> asyncio.Future[list[Any]]:
         """Queues one operation per item of ``items`` (non-empty; ``fresh``/``held`` per item, default
-        True) and returns one future resolved, once all are committed or refused, with the list of
-        their outcomes in order (as :meth:`submit` describes) or exceptions (:class:`InvalidItem` for
-        an item refused for its content, the transient error of a failed batch otherwise)."""
+        True) in the queue of ``principal`` (default ``owner``: whose stream sent them) and returns
+        one future resolved, once all are committed or refused, with the list of their outcomes in
+        order (as :meth:`submit` describes) or exceptions (:class:`InvalidItem` for an item refused
+        for its content, the transient error of a failed batch otherwise)."""
         group = Group(len(items))
+        q = self._queue(owner if principal is None else principal)
         for i, item in enumerate(items):
-            self.pending.append(
+            q.append(
                 Op(
                     kind,
                     item,
@@ -211,9 +227,28 @@ class WriteBatcher:
                     log.warning("batched write failed", exc_info=True)
                     await asyncio.sleep(0.2)
 
+    def _take(self) -> list[Op]:
+        """The next batch: a fair share of ``max_batch`` from each principal's queue (class
+        docstring); the principal served first moves to the back."""
+        batch: list[Op] = []
+        pending = self.pending
+        while pending and len(batch) < self.max_batch:
+            share = max(1, (self.max_batch - len(batch)) // len(pending))
+            for principal in list(pending):
+                q = pending[principal]
+                for _ in range(min(share, len(q), self.max_batch - len(batch))):
+                    batch.append(q.popleft())
+                if not q:
+                    del pending[principal]
+                if len(batch) >= self.max_batch:
+                    break
+        if len(pending) > 1:  # rotate: the next batch starts with another principal
+            first = next(iter(pending))
+            pending[first] = pending.pop(first)
+        return batch
+
     async def _flush(self) -> None:
-        batch, self.pending = self.pending[: self.max_batch], self.pending[self.max_batch :]
-        await self._commit_isolated(batch)
+        await self._commit_isolated(self._take())
 
     async def _commit_isolated(self, batch: list[Op]) -> None:
         """Commits ``batch`` in one transaction; when the database refuses it because of what one item

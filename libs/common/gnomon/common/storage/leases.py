@@ -251,3 +251,34 @@ async def expired_heartbeats(
     params = key_params("v", keys, with_version=True, owners=owners if owners is not None else unchecked)
     params["v_held"] = list(held) if held is not None else [True] * len(keys)
     return {AttemptId(r[0], r[1]) for r in (await conn.execute(EXPIRED_HEARTBEATS, params)).all()}
+
+
+OWNED_ATTEMPTS = named(
+    __name__,
+    "OWNED_ATTEMPTS",
+    """Of the attempts ``(p_job_id, p_attempt)`` (arrays), those accepted by worker ``p_worker_id`` of
+    principal ``p_owner`` (any state, token or version: the write that follows checks those):
+    ``(job_id, attempt)``. A read by primary key, one row per reference at most.""",
+    select(attempts.c.job_id, attempts.c.attempt).where(
+        attempts.c.job_id == _P.c.job_id,
+        attempts.c.attempt == _P.c.attempt,
+        attempts.c.owner == bindparam("p_owner", type_=String),
+        attempts.c.worker_id == bindparam("p_worker_id", type_=String),
+    ),
+)
+
+
+async def owned_attempts(
+    conn: AsyncConnection, keys: Sequence[AttemptId], owner: str, worker_id: str
+) -> set[AttemptId]:
+    """The attempts of ``keys`` (``(job_id, attempt)``) that worker ``worker_id`` of principal
+    ``owner`` accepted (the worker identity that may heartbeat, checkpoint, finish or re-accept them
+    from any stream, docs/protocol.md section 7). Reads only; at most ``len(keys)`` rows."""
+    if not keys:
+        return set()
+    params = {
+        "p_owner": owner,
+        "p_worker_id": worker_id,
+        **row_params("p", job_id=[k[0] for k in keys], attempt=[k[1] for k in keys]),
+    }
+    return {AttemptId(r[0], r[1]) for r in (await conn.execute(OWNED_ATTEMPTS, params)).all()}

@@ -186,10 +186,16 @@ def _finish_params(results: list[Result]) -> dict[str, list[Any]]:
 
 @builder(keys=[_SAMPLE])
 def current_attempts_stmt(keys: list[AttemptId]) -> Select[tuple[Any, ...]]:
-    """``(job_id, attempt, token, state)`` of the attempts ``keys`` (why a result was not applied)."""
-    return select(attempts.c.job_id, attempts.c.attempt, attempts.c.token, attempts.c.state).where(
-        tuple_(attempts.c.job_id, attempts.c.attempt).in_(keys)
-    )
+    """``(job_id, attempt, token, state, owner, worker_id)`` of the attempts ``keys`` (why a result
+    was not applied)."""
+    return select(
+        attempts.c.job_id,
+        attempts.c.attempt,
+        attempts.c.token,
+        attempts.c.state,
+        attempts.c.owner,
+        attempts.c.worker_id,
+    ).where(tuple_(attempts.c.job_id, attempts.c.attempt).in_(keys))
 
 
 async def complete(
@@ -201,7 +207,9 @@ async def complete(
 ) -> dict[AttemptId, str]:
     """Applies results; returns ``(job_id, attempt) -> ""`` when applied (or already applied with the
     same token: completion is idempotent per (job, attempt, token)) or the refusal reason
-    (STALE_FENCING_TOKEN, STALE_ATTEMPT).
+    (STALE_FENCING_TOKEN, STALE_ATTEMPT). A result whose ``owner`` is set and is not the attempt's
+    accepting worker identity (``owner`` and ``worker_id``) is refused STALE_ATTEMPT whatever the
+    attempt's token or state, like a result for no attempt at all.
 
     Success: attempt and job -> SUCCEEDED. Failure: attempt -> FAILED; the after-failure transition
     (:func:`gnomon.common.domain.transitions.after_failure`: failure class, non-retryable error types,
@@ -258,12 +266,14 @@ async def complete(
     missing = [k for k in by_key if k not in applied]
     if missing:
         rows = (await conn.execute(current_attempts_stmt(missing))).all()
-        cur = {AttemptId(r[0], r[1]): (r[2], r[3]) for r in rows}
+        cur = {AttemptId(r[0], r[1]): (r[2], r[3], r[4], r[5]) for r in rows}
         for k in missing:
             r = by_key[k]
             c = cur.get(k)
             want = AttemptState.SUCCEEDED if r.succeeded else AttemptState.FAILED
-            if c is None:
+            if c is None or (r.owner is not None and (c[2], c[3]) != (r.owner, r.worker_id)):
+                # not the caller's attempt: one answer whether it exists, and in whatever state (no
+                # oracle for another worker's attempts)
                 out[k] = ErrorReason.STALE_ATTEMPT
             elif c[0] != r.key.token:
                 out[k] = ErrorReason.STALE_FENCING_TOKEN
