@@ -127,7 +127,9 @@ def flood(suite, key: str, seconds: float, report: dict) -> None:
     channel = resolve(dispatcher(suite).address, api_key=key).channel()
     try:
         call = wgrpc.WorkerServiceStub(channel).Lease(requests(), timeout=seconds + 120)
+        t0 = time.monotonic()
         for msg in call:
+            report["last_ack_s"] = time.monotonic() - t0
             if msg.WhichOneof("kind") == "acks":
                 for a in msg.acks.acks:
                     acks[(a.ok, a.reason)] += 1
@@ -156,7 +158,9 @@ def test_a_flood_of_unknown_attempts_is_refused_at_the_edge_and_acme_keeps_its_b
     refused = counters(suite, "gnomon_stream_refused_refs")
     written = counters(suite, "gnomon_stream_write_items")
     print(
-        f"\nflood: {report.get('sent', 0)} unknown refs sent, acks {dict(acks)}, ended {report.get('ended')}"
+        f"\nflood: {report.get('sent', 0)} unknown refs sent, acks {dict(acks)} within "
+        f"{report.get('last_ack_s', 0):.1f} s, ended {report.get('ended')}; refused at the edge "
+        f"{total(refused, namespace='evil'):.0f}, written {total(written, namespace='evil'):.0f}"
         f"\ndispatcher RSS {before:.0f} -> peak {peak:.0f} -> {after:.0f} MiB (+{peak - before:.0f})"
         f"\n{acme.report}"
     )
