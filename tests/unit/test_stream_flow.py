@@ -64,6 +64,10 @@ async def test_a_stream_at_its_byte_cap_is_not_picked_and_has_no_capacity() -> N
     assert reg.pick("evil", "big") is None and reg.capacity() == {}  # credits notwithstanding
     await deaf.out.get()
     assert reg.pick("evil", "big") is deaf
+    reg.note_bytes(("evil", "big"), 300_000)  # its assignments are large: claim what fits, not its credits
+    assert reg.capacity() == {("evil", "big"): 1 + 1_000_000 // 300_000}
+    deaf.out.put_nowait(wpb.LeaseResponse(), 900_000)
+    assert reg.capacity() == {("evil", "big"): 1}  # at least one while under the cap
 
 
 def test_assignments_are_cut_into_messages_by_bytes() -> None:

@@ -112,10 +112,11 @@ class Relay:
         reserved: dict[WorkerSession, int] = {}
         now = time.monotonic()
         for c in claimed:
+            n = assignment_bytes(c)
+            self.registry.note_bytes((c.namespace, c.queue), n)
             s = self.registry.pick(c.namespace, c.queue, reserved)
             if s is None:
                 continue
-            n = assignment_bytes(c)
             reserved[s] = reserved.get(s, 0) + n
             s.credits -= 1
             per_session[s].append(c)

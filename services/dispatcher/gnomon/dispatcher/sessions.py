@@ -73,6 +73,8 @@ class SessionRegistry:
 
     def __init__(self, max_queued_bytes: int = 4 * 1024 * 1024) -> None:
         self.max_queued_bytes = max_queued_bytes
+        #: (namespace, queue) -> moving average of its assignments' counted bytes (:meth:`note_bytes`)
+        self.assignment_bytes: dict[tuple[str, str], float] = {}
         self.sessions: dict[int, WorkerSession] = {}
         self._ids = itertools.count(1)
         self._rr = itertools.count()
@@ -104,14 +106,28 @@ class SessionRegistry:
 
     def capacity(self) -> dict[tuple[str, str], int]:
         """(namespace, queue) -> total credits of the streams that serve it (only > 0), streams at
-        their queued-bytes cap left out."""
+        their queued-bytes cap left out, and each stream's credits for a queue cut to what its room
+        under the cap holds of that queue's assignments (by their average size, at least one): so a
+        claim takes about what the relay can deliver, not what stays in the outbox for lack of room."""
         cap: dict[tuple[str, str], int] = {}
-        full = self.max_queued_bytes
+        full, sizes = self.max_queued_bytes, self.assignment_bytes
         for s in self.sessions.values():
             if s.credits > 0 and s.out.bytes < full:
+                room = full - s.out.bytes
                 for q in s.queues:
-                    cap[(s.namespace, q)] = cap.get((s.namespace, q), 0) + s.credits
+                    t = (s.namespace, q)
+                    avg = sizes.get(t)
+                    n = s.credits if avg is None else min(s.credits, 1 + int(room // avg))
+                    cap[t] = cap.get(t, 0) + n
         return cap
+
+    def note_bytes(self, target: tuple[str, str], nbytes: int) -> None:
+        """Records an assignment of ``target`` (namespace, queue) counting ``nbytes`` bytes in its
+        moving average (weight 1/5; at most 10,000 targets remembered, then forgotten at once)."""
+        avg = self.assignment_bytes.get(target)
+        if avg is None and len(self.assignment_bytes) >= 10_000:
+            self.assignment_bytes.clear()
+        self.assignment_bytes[target] = nbytes if avg is None else avg + (nbytes - avg) / 5
 
     def targets(self) -> set[tuple[str, str]]:
         """Every (namespace, queue) some live stream serves (with or without credits)."""
