@@ -1,5 +1,5 @@
-"""One worker stream cannot stall or bloat the dispatcher for other tenants (issue 19, items 2, 6b and
-10b; docs/security.md "limits and quotas"), against a real secure suite (processes, PostgreSQL, etcd):
+"""One worker stream cannot stall or bloat the dispatcher for other tenants (docs/security.md;
+docs/protocol.md section 12), against a real secure suite (processes, PostgreSQL, etcd):
 
 * a worker of namespace ``evil`` flooding accepts, heartbeats and results of attempts it was never
   given is refused at the edge (``STALE_ATTEMPT``, no database write), its stream is read no faster
@@ -14,6 +14,7 @@ Each test prints its figures (honest lag, dispatcher RSS growth) for the record.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -58,6 +59,13 @@ def rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmRSS for {pid}")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def counters(suite, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -148,11 +156,13 @@ def test_a_flood_of_unknown_attempts_is_refused_at_the_edge_and_acme_keeps_its_b
     report: dict = {}
     peak = before
     with honest_tenant(suite, namespace="acme") as acme:
+        cpu0, t0 = cpu_s(pid), time.monotonic()
         t = threading.Thread(target=flood, args=(suite, key, 15.0, report), daemon=True)
         t.start()
         while t.is_alive():
             peak = max(peak, rss_mb(pid))
             t.join(0.5)
+        cpu = (cpu_s(pid) - cpu0) / (time.monotonic() - t0)
     after = rss_mb(pid)
     acks = report.get("acks", Counter())
     refused = counters(suite, "gnomon_stream_refused_refs")
@@ -161,8 +171,8 @@ def test_a_flood_of_unknown_attempts_is_refused_at_the_edge_and_acme_keeps_its_b
         f"\nflood: {report.get('sent', 0)} unknown refs sent, acks {dict(acks)} within "
         f"{report.get('last_ack_s', 0):.1f} s, ended {report.get('ended')}; refused at the edge "
         f"{total(refused, namespace='evil'):.0f}, written {total(written, namespace='evil'):.0f}"
-        f"\ndispatcher RSS {before:.0f} -> peak {peak:.0f} -> {after:.0f} MiB (+{peak - before:.0f})"
-        f"\n{acme.report}"
+        f"\ndispatcher RSS {before:.0f} -> peak {peak:.0f} -> {after:.0f} MiB (+{peak - before:.0f}); "
+        f"dispatcher CPU {cpu * 100:.0f} % of a core during the flood\n{acme.report}"
     )
     acme.report.assert_within(p99_s=1.0)
     assert acks[(False, "STALE_ATTEMPT")] >= 1000, "the flood was answered, item by item"

@@ -1,7 +1,7 @@
 """Per-stream budgets of the worker lease stream (``GNOMON_STREAM_*``), read by the dispatcher.
 
 One worker stream must not cost the dispatcher unbounded memory or stall other tenants' writes
-(docs/security.md, "limits and quotas"). Each bound below is enforced by flow control: the dispatcher
+(docs/security.md; docs/protocol.md section 12). Each bound below is enforced by flow control: the dispatcher
 stops reading a stream (gRPC's own backpressure: the worker's sends block) or stops assigning to it,
 it does not end it.
 """

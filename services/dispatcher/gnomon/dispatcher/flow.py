@@ -1,4 +1,4 @@
-"""Flow control of one worker stream (issue 19; docs/security.md, "limits and quotas"): what one stream
+"""Flow control of one worker stream (docs/security.md, docs/protocol.md section 12): what one stream
 may cost the dispatcher, in memory and in database work, whatever it sends or fails to read.
 
 * :class:`ResponseQueue`: the stream's outgoing queue, counting the bytes it holds, so the relay stops
