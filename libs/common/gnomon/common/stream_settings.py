@@ -40,7 +40,7 @@ class StreamSettings(BaseSettings):
         "cap by itself) and stops reading it, until the worker reads.",
     )
     unknown_refs_per_s: float = Field(
-        default=2_000.0,
+        default=1_000.0,
         gt=0,
         le=1_000_000,
         description="Attempt references not delivered to the sending stream (after a reconnect, or from "
@@ -50,7 +50,7 @@ class StreamSettings(BaseSettings):
         "are refused STALE_ATTEMPT with no write.",
     )
     unknown_refs_burst: int = Field(
-        default=10_000,
+        default=5_000,
         ge=_MAX_ITEMS_PER_MESSAGE,
         le=10_000_000,
         description="Bucket size of unknown_refs_per_s: references a principal's streams may have "
