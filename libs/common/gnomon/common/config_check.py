@@ -37,6 +37,7 @@ from gnomon.common.config import (
     TelemetrySettings,
 )
 from gnomon.common.event_loop import EventLoopSettings
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.tracing_settings import TracesSettings
 
 SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
@@ -45,6 +46,7 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     ClusterSettings,
     ServerSettings,
     DispatcherSettings,
+    StreamQuotaSettings,
     ReaperSettings,
     RetryBudgetSettings,
     BreakerSettings,

@@ -141,6 +141,12 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "A namespace quota would be exceeded; nothing was written. RetryInfo says when to retry; "
         "ErrorInfo metadata names the quota, its limit and the namespace.",
     ),
+    ErrorReason.STREAM_FAIR_SHARE: (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "The dispatcher's worker streams are nearly all taken and the namespace already holds its fair "
+        "share of them; the stream was not opened. RetryInfo says when to retry (or connect to another "
+        "dispatcher); ErrorInfo metadata names the share (limit), the namespace and its open streams.",
+    ),
     ErrorReason.INTERNAL: (
         grpc.StatusCode.INTERNAL,
         "An unexpected server fault; details are in the server log.",
@@ -238,13 +244,26 @@ class Unauthenticated(GnomonError):
 class QuotaExceeded(GnomonError):
     """A namespace quota would be exceeded (RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED); nothing was
     written. ``retry_after_s`` (seconds, >= 0) becomes the status's ``google.rpc.RetryInfo``; the
-    metadata names the ``quota``, its ``limit`` and the ``namespace``."""
+    metadata names the ``quota``, its ``limit`` and the ``namespace``, plus ``extra`` entries.
+    ``reason`` overrides QUOTA_EXCEEDED with another RESOURCE_EXHAUSTED reason (e.g.
+    STREAM_FAIR_SHARE)."""
 
     reason: str = ErrorReason.QUOTA_EXCEEDED
 
-    def __init__(self, message: str, *, quota: str, limit: float, namespace: str, retry_after_s: float):
+    def __init__(
+        self,
+        message: str,
+        *,
+        quota: str,
+        limit: float,
+        namespace: str,
+        retry_after_s: float,
+        extra: dict[str, str] | None = None,
+        reason: str | None = None,
+    ):
         self.retry_after_s = max(0.0, retry_after_s)
-        super().__init__(message, metadata={"quota": quota, "limit": f"{limit:g}", "namespace": namespace})
+        metadata = {"quota": quota, "limit": f"{limit:g}", "namespace": namespace, **(extra or {})}
+        super().__init__(message, reason=reason, metadata=metadata)
 
 
 class Unavailable(GnomonError):

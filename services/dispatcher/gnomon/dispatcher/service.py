@@ -33,6 +33,7 @@ from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.event_loop import run
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.quotas import NamespaceCache
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
@@ -153,6 +154,7 @@ def build(
         on_credits=wake.set,
         hello_timeout_s=settings.hello_timeout_s,
         max_streams=settings.max_streams,
+        stream_defaults=StreamQuotaSettings(),
         recheck_s=max(1.0, AuthSettings().cache_s),
         quotas=NamespaceCache(namespaces_store.quotas_loader(engine)),
     )
