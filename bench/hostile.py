@@ -24,11 +24,12 @@ what the attack class adds (audit rows written meanwhile, limit kept, ...). Atta
 - ``slow_reader``: ``evil-op`` makes 200 jobs of 256 KiB due now; an ``evil-worker`` stream with
   1,000 credits never reads (item 6).
 - ``big_lists``: 8 concurrent ``ListJobs`` (page size 1,000) over 300 jobs of 256 KiB (item 6).
-- ``limit_flood``: ``evil-op`` sets rate limits on up to 25,000 queues, then the probe's
-  ``limited`` queue (1/s, burst 1) gets 30 due jobs: ``limited_dispatched_in_10s`` (<= 11 holds) (item 7).
 - ``bad_tokens``: anonymous callers with malformed bearer tokens (item 8): ``api_log_bytes`` grown.
 - ``refused_flood``: ``evil-op`` sends ``CreateJob`` to namespace ``probe`` (PERMISSION_DENIED, item 9);
   ``audit_rows_evil`` counts the audit rows it caused.
+- ``limit_flood`` (last, its limits stay): ``evil-op`` sets rate limits on up to 25,000 queues, then
+  the probe's ``limited`` queue (1/s, burst 1) gets 30 due jobs: ``limited_dispatched_in_10s``
+  (<= 11 holds) (item 7).
 """
 
 from __future__ import annotations
@@ -359,9 +360,9 @@ ATTACKS: dict[str, Callable[[Ctx], Awaitable[dict[str, Any]]]] = {
         many_streams,
         slow_reader,
         big_lists,
-        limit_flood,
         bad_tokens,
         refused_flood,
+        limit_flood,  # last: the limits it leaves behind would weigh on the classes after it
     )
 }
 
