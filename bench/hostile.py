@@ -15,21 +15,21 @@ the database clock), ``rss_mb`` (the largest VmRSS of every suite process sample
 during the attack, and its value before), the attack's own outcome counts by gRPC status code, and
 what the attack class adds (audit rows written meanwhile, limit kept, ...). Attack classes:
 
-- ``refused_nul``: ``nobody`` sends ``CreateJob(parent="namespaces/probe\\x00")`` (refused input, audit log);
+- ``refused_nul``: ``nobody`` sends ``CreateJob(parent="namespaces/probe\\x00")`` ;
   ``audit_rows`` counts the audit rows written during the attack (the probe's creates are audited).
 - ``unknown_writes``: one ``evil-worker`` stream sends accepts, heartbeats and results of attempts
-  it was never given, 100 refs a message .
-- ``many_targets``: ``evil-worker`` opens 50 streams of 100 queue names each with credits .
-- ``many_streams``: ``evil-worker`` opens up to 3,000 streams .
+  it was never given, 100 refs a message.
+- ``many_targets``: ``evil-worker`` opens 50 streams of 100 queue names each with credits.
+- ``many_streams``: ``evil-worker`` opens up to 3,000 streams.
 - ``slow_reader``: ``evil-op`` makes 200 jobs of 256 KiB due now; an ``evil-worker`` stream with
-  1,000 credits never reads .
-- ``big_lists``: 8 concurrent ``ListJobs`` (page size 1,000) over 300 jobs of 256 KiB .
-- ``bad_tokens``: anonymous callers with malformed bearer tokens : ``api_log_bytes`` grown.
+  1,000 credits never reads.
+- ``big_lists``: 8 concurrent ``ListJobs`` (page size 1,000) over 300 jobs of 256 KiB.
+- ``bad_tokens``: anonymous callers with malformed bearer tokens: ``api_log_bytes`` grown.
 - ``refused_flood``: ``evil-op`` sends ``CreateJob`` to namespace ``probe`` (PERMISSION_DENIED);
   ``audit_rows_evil`` counts the audit rows it caused.
 - ``limit_flood`` (last, its limits stay): ``evil-op`` sets rate limits on up to 25,000 queues, then
   the probe's ``limited`` queue (1/s, burst 1) gets 30 due jobs: ``limited_dispatched_in_10s``
-  (<= 11 holds) .
+  (<= 11 holds).
 """
 
 from __future__ import annotations
