@@ -35,7 +35,9 @@ def suite(pg_server, migrated_template, tmp_path_factory, idp):
 
 def tls_channel(address: str) -> grpc.Channel:
     """TLS with the suite's CA; credentials go per call."""
-    with open(resolve(address).ca_file, "rb") as f:
+    ca = resolve(address).ca_file
+    assert ca, "the test session's profile names the suite CA"
+    with open(ca, "rb") as f:
         return grpc.secure_channel(address, grpc.ssl_channel_credentials(f.read()))
 
 
@@ -84,7 +86,9 @@ def test_a_hint_method_a_service_does_not_implement_is_unimplemented(suite):
     with tls_channel(roles["dispatcher"]) as ch:
         hints = hint_pb2_grpc.HintServiceStub(ch)
         hints.WakeDispatcher(hint_pb2.WakeDispatcherRequest(), metadata=service, timeout=10)  # served
-        got = failure(hints.WakePlanner, hint_pb2.WakePlannerRequest(schedule="x"), metadata=service, timeout=10)
+        got = failure(
+            hints.WakePlanner, hint_pb2.WakePlannerRequest(schedule="x"), metadata=service, timeout=10
+        )
         assert got[:2] == (grpc.StatusCode.UNIMPLEMENTED, "METHOD_NOT_IMPLEMENTED")
     with tls_channel(roles["planner"]) as ch:
         hints = hint_pb2_grpc.HintServiceStub(ch)
@@ -101,8 +105,15 @@ def test_principal_ids_of_other_callers_actors_are_reserved(suite, principal_id)
     with tls_channel(suite.api_address) as ch:
         access = agrpc.AccessServiceStub(ch)
         got = failure(
-            access.CreatePrincipal, apb.CreatePrincipalRequest(principal_id=principal_id), metadata=admin, timeout=10
+            access.CreatePrincipal,
+            apb.CreatePrincipalRequest(principal_id=principal_id),
+            metadata=admin,
+            timeout=10,
         )
         assert got == (grpc.StatusCode.INVALID_ARGUMENT, "INVALID_FIELD", ["principal_id"])
-        ok = access.CreatePrincipal(apb.CreatePrincipalRequest(principal_id=f"ok-{principal_id.replace(':', '-')}"), metadata=admin, timeout=10)
+        ok = access.CreatePrincipal(
+            apb.CreatePrincipalRequest(principal_id=f"ok-{principal_id.replace(':', '-')}"),
+            metadata=admin,
+            timeout=10,
+        )
         assert ok.principal.name.startswith("principals/ok-")

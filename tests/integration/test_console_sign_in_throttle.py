@@ -43,8 +43,10 @@ class Browser:
         self.conn.request("GET", "/login", headers=self.headers)
         r = self.conn.getresponse()
         body = r.read().decode()
-        self.csrf = re.search(r'name="csrf" value="([^"]+)"', body).group(1)
-        cookie = r.getheader("set-cookie").split(";")[0]
+        found = re.search(r'name="csrf" value="([^"]+)"', body)
+        assert found is not None and r.getheader("set-cookie"), body[:500]
+        self.csrf = found.group(1)
+        cookie = str(r.getheader("set-cookie")).split(";")[0]
         self.headers = {**self.headers, "Cookie": cookie}
 
     def sign_in(self, key: str) -> tuple[int, str | None]:
@@ -69,7 +71,9 @@ def test_failed_sign_ins_are_throttled_per_address_then_answered_429_with_retry_
     good = suite.credentials.admin_key
     b = Browser(console, "198.51.100.7")
     try:
-        assert [b.sign_in(wrong_key())[0] for _ in range(DEFAULTS.address_burst)] == [401] * DEFAULTS.address_burst
+        assert [b.sign_in(wrong_key())[0] for _ in range(DEFAULTS.address_burst)] == [
+            401
+        ] * DEFAULTS.address_burst
         t0 = time.monotonic()
         refused = [b.sign_in(wrong_key()) for _ in range(300)]
         elapsed = time.monotonic() - t0

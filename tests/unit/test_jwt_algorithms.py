@@ -15,6 +15,7 @@ from gnomon.common.auth.jwt_verifier import JwtVerifier, key_algorithms
 from gnomon.common.auth.settings import AuthSettings
 from gnomon.common.errors import Unauthenticated
 from gnomon_jwt_support import AUDIENCE, ISSUER, Issuer, claims, jwk_of
+
 CONFIGURED = ["RS256", "RS384", "PS256", "ES256", "ES384", "EdDSA", "HS256", "none"]
 
 

@@ -61,8 +61,9 @@ def test_interval_zero_lets_every_line_through():
 
 
 def _fault(i: int) -> BaseException:
+    table: dict[str, int] = {}
     try:
-        {}[f"client-chosen-{i}"]
+        table[f"client-chosen-{i}"]
     except KeyError as exc:
         return exc
     raise AssertionError

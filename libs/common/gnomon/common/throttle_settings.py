@@ -35,7 +35,10 @@ class ConsoleSignInSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GNOMON_CONSOLE_SIGNIN_", extra="forbid")
 
     address_burst: int = Field(
-        default=10, ge=1, le=10_000, description="Failed sign-ins one client address may make at once (tokens)."
+        default=10,
+        ge=1,
+        le=10_000,
+        description="Failed sign-ins one client address may make at once (tokens).",
     )
     address_per_minute: float = Field(
         default=6.0, gt=0, le=60_000, description="Tokens per minute an address's bucket regains."

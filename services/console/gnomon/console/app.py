@@ -172,7 +172,7 @@ def create_app(
             return again("Enter an API key.")
         ticket = throttle.admit(request.client.host if request.client else "unknown", key)
         if not isinstance(ticket, Ticket):
-            response = render(
+            throttled = render(
                 None,
                 "login.html",
                 429,
@@ -180,8 +180,8 @@ def create_app(
                 next=target,
                 login_csrf=expected,
             )
-            response.headers["Retry-After"] = str(ticket)
-            return response
+            throttled.headers["Retry-After"] = str(ticket)
+            return throttled
         client = sessions.new_client(key, "default")
         try:
             me = await client.whoami()

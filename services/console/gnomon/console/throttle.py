@@ -40,7 +40,12 @@ class Buckets:
         max_buckets: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.burst, self.rate, self.max_buckets, self._clock = float(burst), per_minute / 60.0, max_buckets, clock
+        self.burst, self.rate, self.max_buckets, self._clock = (
+            float(burst),
+            per_minute / 60.0,
+            max_buckets,
+            clock,
+        )
         self._b: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (tokens, at)
 
     def _level(self, key: str, now: float) -> float:

@@ -148,7 +148,9 @@ class JwtVerifier:
             raise Unauthenticated(f"JWT refused: claim {s.jwt_principal_claim!r} missing or malformed")
         perms = claims.get(s.jwt_permissions_claim) or []
         return Principal(
-            f"{JWT_ACTOR_PREFIX}{sub}", PrincipalKind.JWT, map_permissions(perms if isinstance(perms, list) else [])
+            f"{JWT_ACTOR_PREFIX}{sub}",
+            PrincipalKind.JWT,
+            map_permissions(perms if isinstance(perms, list) else []),
         )
 
     async def verify(self, token: str) -> Principal:

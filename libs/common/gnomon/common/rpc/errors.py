@@ -128,9 +128,16 @@ def classify(exc: BaseException) -> GnomonError:
     if isinstance(exc, NotImplementedError):
         # a generated servicer base's method the service does not implement (grpc's own stubs raise
         # NotImplementedError after setting UNIMPLEMENTED, which an aio server would answer UNKNOWN)
-        return GnomonError("method not implemented by this service", reason=ErrorReason.METHOD_NOT_IMPLEMENTED)
+        return GnomonError(
+            "method not implemented by this service", reason=ErrorReason.METHOD_NOT_IMPLEMENTED
+        )
     lograte.shared().log(
-        log, logging.ERROR, fault_key(exc), "unexpected error in RPC handler: %s", type(exc).__name__, exc_info=exc
+        log,
+        logging.ERROR,
+        fault_key(exc),
+        "unexpected error in RPC handler: %s",
+        type(exc).__name__,
+        exc_info=exc,
     )
     return GnomonError("internal error", reason=ErrorReason.INTERNAL)
 
