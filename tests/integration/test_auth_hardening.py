@@ -1,4 +1,4 @@
-"""Issue 19, authentication: against a real secure suite (TLS, API keys, JWTs from a JWKS file; api,
+"""Authentication under attack: against a real secure suite (TLS, API keys, JWTs from a JWKS file; api,
 dispatcher, planner and reaper processes) an unauthenticated caller with a hostile JWT gets
 UNAUTHENTICATED, never INTERNAL, and cannot grow the API's log by a traceback per call; a HintService
 method a service does not implement is UNIMPLEMENTED; a principal cannot be created with an id

@@ -1,4 +1,4 @@
-"""Issue 19, the console's sign-in: against a real suite and a real ``gnomon console`` process, failed
+"""The console's sign-in under attack: against a real suite and a real ``gnomon console`` process, failed
 sign-ins are throttled per client address and per API key id (429 with ``Retry-After``, the API not
 asked), and a 16-thread sign-in flood does not hurt the honest tenant ``acme``."""
 
