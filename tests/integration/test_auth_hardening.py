@@ -74,6 +74,7 @@ def test_hostile_jwts_are_unauthenticated_and_do_not_fill_the_log(suite, idp):
     assert codes == {w: {(grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED")} for w in codes}, codes
     grown = log_of(suite, "api")[len(before) :]
     calls = CALLS_PER_TOKEN * len(codes)
+    print(f"{calls} calls with hostile JWTs: {len(grown)} bytes, {len(grown.splitlines())} lines of API log")
     assert "Traceback" not in grown, grown[:2000]
     # at most one line per kind of verifier fault per interval, not one (or a traceback) per call
     assert len(grown.splitlines()) <= len(codes), f"{calls} refused calls wrote:\n{grown[:2000]}"
