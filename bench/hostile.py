@@ -15,7 +15,7 @@ the database clock), ``rss_mb`` (the largest VmRSS of every suite process sample
 during the attack, and its value before), the attack's own outcome counts by gRPC status code, and
 what the attack class adds (audit rows written meanwhile, limit kept, ...). Attack classes:
 
-- ``refused_nul``: ``nobody`` sends ``CreateJob(parent="namespaces/probe\\x00")`` ;
+- ``refused_nul``: ``nobody`` sends ``CreateJob(parent="namespaces/probe\\x00")``;
   ``audit_rows`` counts the audit rows written during the attack (the probe's creates are audited).
 - ``unknown_writes``: one ``evil-worker`` stream sends accepts, heartbeats and results of attempts
   it was never given, 100 refs a message.
