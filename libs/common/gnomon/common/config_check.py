@@ -38,6 +38,7 @@ from gnomon.common.config import (
 )
 from gnomon.common.event_loop import EventLoopSettings
 from gnomon.common.stream_quota_settings import StreamQuotaSettings
+from gnomon.common.throttle_settings import ConsoleSignInSettings, LogRepeatSettings
 from gnomon.common.tracing_settings import TracesSettings
 
 SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
@@ -63,6 +64,8 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     InsecureSettings,
     TlsSettings,
     AuthSettings,
+    LogRepeatSettings,
+    ConsoleSignInSettings,
 )
 """Every settings class; together their fields are all the ``GNOMON_*`` variables there are."""
 

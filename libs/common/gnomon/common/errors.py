@@ -147,6 +147,10 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "share of them; the stream was not opened. RetryInfo says when to retry (or connect to another "
         "dispatcher); ErrorInfo metadata names the share (limit), the namespace and its open streams.",
     ),
+    ErrorReason.METHOD_NOT_IMPLEMENTED: (
+        grpc.StatusCode.UNIMPLEMENTED,
+        "The service does not implement this method (e.g. a HintService method of another service).",
+    ),
     ErrorReason.INTERNAL: (
         grpc.StatusCode.INTERNAL,
         "An unexpected server fault; details are in the server log.",
