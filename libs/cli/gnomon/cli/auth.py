@@ -49,7 +49,7 @@ STREAMS = typer.Option(
     None, "--max-worker-streams", help="Worker streams per dispatcher at once (0 = the default, 256)."
 )
 QUEUES = typer.Option(
-    None, "--max-queues-per-hello", help="Queues one worker stream may name (0 = the default, 100)."
+    None, "--max-queues-per-hello", help="Queues one worker stream may name (0 = the default, 64)."
 )
 P_STREAMS = typer.Option(
     None,
@@ -59,12 +59,12 @@ P_STREAMS = typer.Option(
 P_QUEUES = typer.Option(
     None,
     "--max-queues-per-principal",
-    help="Distinct queues one principal's streams serve per dispatcher (0 = the default, 100).",
+    help="Distinct queues one principal's streams serve per dispatcher (0 = the default, 64).",
 )
 NS_QUEUES = typer.Option(
     None,
     "--max-streamed-queues",
-    help="Distinct queues the namespace's streams serve per dispatcher (0 = the default, 200).",
+    help="Distinct queues the namespace's streams serve per dispatcher (0 = the default, 64).",
 )
 
 

@@ -19,13 +19,13 @@ class NamespaceQuotas:
         max_pending_jobs: jobs SCHEDULED or QUEUED at once.
         max_schedules: schedules at once.
         max_worker_streams: worker streams of the namespace on one dispatcher at once (default 256).
-        max_queues_per_hello: queues one worker stream may name (default and most 100).
+        max_queues_per_hello: queues one worker stream may name (default 64, at most 100).
         max_worker_streams_per_principal: worker streams of one principal in the namespace on one
             dispatcher at once (default 64).
         max_queues_per_principal: distinct queues one principal's streams serve together on one
-            dispatcher (default 100).
+            dispatcher (default 64).
         max_streamed_queues: distinct queues the namespace's streams serve together on one
-            dispatcher (default 200).
+            dispatcher (default 64).
     """
 
     max_create_rate: float = 0.0
