@@ -10,19 +10,19 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from gnomon.common.errors import QuotaExceeded
-from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.quotas import (
+    STREAM_QUOTAS,
     UNLIMITED,
     NamespaceCache,
     Quota,
     Quotas,
+    StreamUsage,
     TokenBucket,
     burst_of,
-    STREAM_QUOTAS,
-    StreamUsage,
     check_hello_quota,
 )
 from gnomon.common.rpc.errors import to_status
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 
 
 class Clock:

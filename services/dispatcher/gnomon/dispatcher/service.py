@@ -33,13 +33,13 @@ from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.event_loop import run
 from gnomon.common.metrics import serve_metrics
 from gnomon.common.quotas import NamespaceCache
-from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer, secure_server
 from gnomon.common.storage import namespaces as namespaces_store
 from gnomon.common.storage.engine import make_engine
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.dispatcher.cancels import CancelPusher
 from gnomon.dispatcher.failover import Standby
 from gnomon.dispatcher.region import DispatcherContext, RegionStack

@@ -24,9 +24,9 @@ from gnomon.common.errors import (
 )
 from gnomon.common.failure_wire import failure_class_from_wire
 from gnomon.common.quotas import UNLIMITED, NamespaceCache
-from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
 from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.admission import admit, refuse_if_full
