@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from gnomon.common.auth.settings import AuthSettings, InsecureSettings, TlsSettings
+from gnomon.common.auth.settings import AuditSettings, AuthSettings, InsecureSettings, TlsSettings
 from gnomon.common.config import (
     BreakerSettings,
     ClientSettings,
@@ -61,6 +61,7 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     InsecureSettings,
     TlsSettings,
     AuthSettings,
+    AuditSettings,
 )
 """Every settings class; together their fields are all the ``GNOMON_*`` variables there are."""
 
