@@ -94,6 +94,12 @@ def audited(suite, names: list[str]) -> bool:
     return set(names) <= got
 
 
+def execute(suite, statement: str) -> None:
+    """Runs one statement that returns no rows (DDL) on the suite's database."""
+    with psycopg.connect(suite.database_url.replace("postgresql+psycopg://", "postgresql://")) as c:
+        c.execute(statement)
+
+
 def api_proc(suite):
     return next(p for p in suite.procs if p.role == "api")
 
@@ -132,10 +138,7 @@ def test_a_nul_parent_refusal_is_audited_escaped_and_the_log_keeps_going(suite):
     # a row the database refuses (here a CHECK constraint against one actor) is isolated and counted
     doomed = principal(suite, "doomed", ("client", "beta"))
     before = failed_rows(suite, "refused")
-    sql(
-        suite.database_url,
-        "ALTER TABLE audit_log ADD CONSTRAINT t_refuse CHECK (actor <> 'doomed') NOT VALID",
-    )
+    execute(suite, "ALTER TABLE audit_log ADD CONSTRAINT t_refuse CHECK (actor <> 'doomed') NOT VALID")
     try:
         with (
             resolve(suite.api_address, api_key=doomed).channel() as dch,
@@ -146,7 +149,7 @@ def test_a_nul_parent_refusal_is_audited_escaped_and_the_log_keeps_going(suite):
         wait_for(lambda: audited(suite, after) or None, 10, "the rows batched with the refused one")
         wait_for(lambda: failed_rows(suite, "refused") >= before + 1 or None, 10, "the failure counter")
     finally:
-        sql(suite.database_url, "ALTER TABLE audit_log DROP CONSTRAINT t_refuse")
+        execute(suite, "ALTER TABLE audit_log DROP CONSTRAINT t_refuse")
     assert failed_rows(suite, "refused") == before + 1
     assert not audited(suite, [doomed_job])
     with open(api_proc(suite).log_path, encoding="utf-8", errors="replace") as f:
