@@ -1,4 +1,4 @@
-"""The audit log nothing can stop (issue 19, items 1 and 9; docs/security.md "Audit"), against real
+"""The audit log nothing can stop (docs/security.md, "Audit"), against real
 ``gnomon api/dispatcher/planner/reaper`` processes, PostgreSQL and etcd:
 
 (a) a refused call with a NUL in its ``parent`` is audited escaped and does not stop the log; a row the

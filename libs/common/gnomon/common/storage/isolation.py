@@ -1,4 +1,5 @@
-"""Batched writes where one bad item must not fail its neighbours (DESIGN.md invariant 10).
+"""Batched writes where one bad item must not fail its neighbours (docs/security.md: one client's
+input cannot stop another's work).
 
 A batch the database refuses because of what one item holds (a NUL in a text, a value out of range,
 a constraint) is split in halves and retried until the bad items stand alone: :func:`commit_isolated`.

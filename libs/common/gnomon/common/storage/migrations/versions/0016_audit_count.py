@@ -1,8 +1,8 @@
 """schema: audit_log.count, how many calls an audit entry stands for
 
-1 for every entry but refused calls coalesced by the API's audit writer (issue 19: a flood of
-refused calls of one principal, namespace, method and outcome within GNOMON_AUDIT_COALESCE_S is one
-entry with a count). A constant default: adding it rewrites nothing on PostgreSQL 11+ or CockroachDB.
+1 for every entry but refused calls coalesced by the API's audit writer (docs/security.md, "Audit":
+a flood of refused calls of one principal, namespace, method and outcome within
+GNOMON_AUDIT_COALESCE_S is one entry with a count). A constant default: adding it rewrites nothing on PostgreSQL 11+ or CockroachDB.
 
 Revision ID: 0016
 Revises: 0015
