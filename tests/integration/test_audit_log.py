@@ -6,7 +6,7 @@
 (b) a full audit buffer refuses calls with UNAVAILABLE (AUDIT_UNAVAILABLE) instead of running them
     unaudited (the writer stalled by a lock on ``audit_log`` held from a test connection);
 (c) SIGTERM right after calls: the drain writes every buffered row, the coalesced ones included;
-(d) a flood of refused calls is coalesced into a few rows with counts, visible to an admin through
+(d) a flood of refused calls (at least 500, for at least 5 s) is coalesced into a few rows with counts, visible to an admin through
     ListAuditEntries and ``gnomon dlq audit``, while the honest tenant's dispatch lag stays bounded.
 """
 
@@ -158,34 +158,36 @@ def test_a_nul_parent_refusal_is_audited_escaped_and_the_log_keeps_going(suite):
 
 def test_d_a_flood_of_refusals_is_coalesced_and_the_honest_tenant_keeps_its_bound(suite):
     mallory = principal(suite, "mallory", ("client", "evil"))
-    t0 = time.monotonic()
+    sent = 0
     with honest_tenant(suite, namespace="acme", queue="honest") as acme:
+        t0 = time.monotonic()
         with resolve(suite.api_address, api_key=mallory).channel() as ch:
             stub = jgrpc.JobServiceStub(ch)
-            for _ in range(500):
+            # at least 500 refused calls, and for at least 5 s (the honest tenant's measuring window)
+            while sent < 500 or time.monotonic() - t0 < 5:
                 assert refused(create, stub, "namespaces/acme") == (
                     grpc.StatusCode.PERMISSION_DENIED,
                     "NAMESPACE_NOT_ALLOWED",
                 )
+                sent += 1
         attack_s = time.monotonic() - t0
-    print(f"500 refused calls in {attack_s:.1f} s; {acme.report}")
+    print(f"{sent} refused calls in {attack_s:.1f} s ({sent / attack_s:.0f}/s); {acme.report}")
     acme.report.assert_within(p99_s=1.0)
 
     def coalesced():
         rows = rows_of(suite, "mallory")
-        return rows if sum(r[4] for r in rows) == 500 else None
+        return rows if sum(r[4] for r in rows) == sent else None
 
     rows = wait_for(coalesced, 20, "every refused call counted in the audit log")
     assert {r[:4] for r in rows} == {("acme", "CreateJob", "namespaces/acme", "PERMISSION_DENIED")}
     # at most two rows per 2 s window (the first at once, the rest as one row with a count)
     assert len(rows) <= 2 * (attack_s / 2 + 2), rows
-    assert len(rows) < 100, rows
-    print(f"audit rows for the 500 refused calls: {len(rows)}, counts {[r[4] for r in rows]}")
+    print(f"audit rows for the {sent} refused calls: {len(rows)}, counts {[r[4] for r in rows]}")
 
     # an admin sees the counts: ListAuditEntries ...
     with Client(api=suite.api_address, namespace="acme") as admin:
         entries = [e for e in admin.list_audit_entries(page_size=1000) if e.actor == "mallory"]
-    assert sum(e.count for e in entries) == 500 and len(entries) == len(rows)
+    assert sum(e.count for e in entries) == sent and len(entries) == len(rows)
     # ... and the CLI
     out = subprocess.run(
         [sys.executable, "-m", "gnomon.cli.main", "dlq", "audit", "--json", "--all", "--namespace", "acme"],
@@ -196,7 +198,7 @@ def test_d_a_flood_of_refusals_is_coalesced_and_the_honest_tenant_keeps_its_boun
         check=True,
     ).stdout
     cli = [json.loads(line) for line in out.splitlines() if line.strip()]
-    assert sum(d["count"] for d in cli if d["actor"] == "mallory") == 500
+    assert sum(d["count"] for d in cli if d["actor"] == "mallory") == sent
 
 
 def test_b_a_full_audit_buffer_refuses_calls_with_unavailable(pg_server, migrated_template, tmp_path):
