@@ -37,6 +37,7 @@ from gnomon.common.config import (
     TelemetrySettings,
 )
 from gnomon.common.event_loop import EventLoopSettings
+from gnomon.common.throttle_settings import ConsoleSignInSettings, LogRepeatSettings
 from gnomon.common.tracing_settings import TracesSettings
 
 SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
@@ -61,6 +62,8 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     InsecureSettings,
     TlsSettings,
     AuthSettings,
+    LogRepeatSettings,
+    ConsoleSignInSettings,
     AuditSettings,
 )
 """Every settings class; together their fields are all the ``GNOMON_*`` variables there are."""

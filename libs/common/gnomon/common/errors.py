@@ -146,6 +146,10 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "A namespace quota would be exceeded; nothing was written. RetryInfo says when to retry; "
         "ErrorInfo metadata names the quota, its limit and the namespace.",
     ),
+    ErrorReason.METHOD_NOT_IMPLEMENTED: (
+        grpc.StatusCode.UNIMPLEMENTED,
+        "The service does not implement this method (e.g. a HintService method of another service).",
+    ),
     ErrorReason.INTERNAL: (
         grpc.StatusCode.INTERNAL,
         "An unexpected server fault; details are in the server log.",
