@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from gnomon.common.auth.settings import AuthSettings, InsecureSettings, TlsSettings
+from gnomon.common.auth.settings import AuditSettings, AuthSettings, InsecureSettings, TlsSettings
 from gnomon.common.config import (
     BreakerSettings,
     ClientSettings,
@@ -66,6 +66,7 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     AuthSettings,
     LogRepeatSettings,
     ConsoleSignInSettings,
+    AuditSettings,
 )
 """Every settings class; together their fields are all the ``GNOMON_*`` variables there are."""
 

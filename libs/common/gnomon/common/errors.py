@@ -59,6 +59,11 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "etcd cannot be reached; retry later.",
     ),
     ErrorReason.SHUTTING_DOWN: (grpc.StatusCode.UNAVAILABLE, "The server is draining; reconnect elsewhere."),
+    ErrorReason.AUDIT_UNAVAILABLE: (
+        grpc.StatusCode.UNAVAILABLE,
+        "The server's audit log buffer is full (`GNOMON_AUDIT_BUFFER_ROWS`: the database cannot keep up): "
+        "the call was not run, since it could not be audited; retry later.",
+    ),
     ErrorReason.PROTOCOL_VIOLATION: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "A stream message came out of protocol order.",
@@ -274,6 +279,13 @@ class Unavailable(GnomonError):
     """A dependency is down (UNAVAILABLE); the caller may retry. Nothing was written."""
 
     reason: str = ErrorReason.DATABASE_UNAVAILABLE
+
+
+class AuditUnavailable(Unavailable):
+    """An audited call refused before it ran because the audit buffer is full (UNAVAILABLE, reason
+    ``AUDIT_UNAVAILABLE``): it could not be audited, so it is not served. Nothing was written."""
+
+    reason: str = ErrorReason.AUDIT_UNAVAILABLE
 
 
 class Validator:
