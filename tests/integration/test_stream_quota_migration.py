@@ -4,10 +4,11 @@ created before gets the dispatcher's default stream quotas; a quota a namespace 
 
 from __future__ import annotations
 
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
 
 from gnomon.common.quotas import STREAM_QUOTAS
-from gnomon.common.storage.migrations import upgrade
+from gnomon.common.storage.migrations import config, upgrade
 
 _INSERT = (
     "INSERT INTO namespaces (name, description, retention_s, max_create_rate, max_pending_jobs, "
@@ -19,7 +20,8 @@ _INSERT = (
 def test_existing_namespaces_get_the_default_stream_quotas(pg_server):
     url = pg_server.create_database("migrate_stream_quotas")
     try:
-        upgrade(url, "0015")
+        before = ScriptDirectory.from_config(config(url)).get_revision("0018").down_revision
+        upgrade(url, str(before))  # the revision before 0018, wherever it is chained
         engine = create_engine(url)
         with engine.begin() as c:
             c.execute(text(_INSERT), [{"n": "old", "s": 0, "q": 0}, {"n": "set", "s": 7, "q": 3}])

@@ -7,13 +7,13 @@ quotas (NULL = the default): ``max_worker_streams_per_principal``, ``max_queues_
 ``max_streamed_queues``. docs/security.md, "Limits and quotas".
 
 Revision ID: 0018
-Revises: 0015
+Revises: 0016
 """
 from alembic import op
 import sqlalchemy as sa
 
 revision = '0018'
-down_revision = '0015'
+down_revision = '0016'
 branch_labels = None
 depends_on = None
 
