@@ -1,4 +1,4 @@
-"""The honest tenant of the isolation tests (issue 19, docs/security.md "limits and quotas").
+"""The honest tenant of the isolation tests (docs/security.md "Limits and quotas").
 
 :func:`honest_tenant` runs an honest tenant beside an attack: a principal of its own with client,
 worker and reader grants on ``namespace``, a real ``gnomon worker`` process serving ``queue`` with a

@@ -87,8 +87,14 @@ async def test_namespace_commands(address):
             "7d",
             "--max-pending-jobs",
             "100",
+            "--max-streamed-queues",
+            "30",
             "--json",
         )
+    )
+    assert (made["quotas"]["max_streamed_queues"], made["quotas"]["max_worker_streams_per_principal"]) == (
+        30,
+        0,
     )
     assert (made["name"], made["retention_s"], made["quotas"]["max_pending_jobs"], made["etag"]) == (
         "namespaces/shop",
@@ -100,6 +106,28 @@ async def test_namespace_commands(address):
         await ok(address, "namespace", "update", "shop", "--max-create-rate", "5", "--etag", "1", "--json")
     )
     assert (upd["quotas"]["max_create_rate"], upd["quotas"]["max_pending_jobs"], upd["etag"]) == (5, 100, "2")
+    upd = json.loads(
+        await ok(
+            address,
+            "namespace",
+            "update",
+            "shop",
+            "--max-worker-streams-per-principal",
+            "8",
+            "--max-queues-per-principal",
+            "9",
+            "--max-streamed-queues",
+            "0",
+            "--json",
+        )
+    )
+    q = upd["quotas"]
+    # 0 = back to the dispatcher's default
+    assert (
+        q["max_worker_streams_per_principal"],
+        q["max_queues_per_principal"],
+        q["max_streamed_queues"],
+    ) == (8, 9, 0)
     rc, _, err = await gnomon(address, "namespace", "update", "shop", "--description", "x", "--etag", "1")
     assert rc == 1 and "FAILED_PRECONDITION" in err and "STALE_VERSION" in err
     listed = await ok(address, "namespace", "list")

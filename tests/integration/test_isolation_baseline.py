@@ -1,5 +1,5 @@
 """The honest tenant's quiet baseline (tests/gnomon_isolation_support.py), against which the
-isolation tests of issue 19 state their bounds: with no attacker, every honest job runs and its
+tenant-isolation tests state their bounds: with no attacker, every honest job runs and its
 dispatch lag stays far under the 1 s bound the attack tests assert."""
 
 from __future__ import annotations

@@ -11,15 +11,18 @@ from google.rpc import error_details_pb2, status_pb2
 
 from gnomon.common.errors import QuotaExceeded
 from gnomon.common.quotas import (
+    STREAM_QUOTAS,
     UNLIMITED,
     NamespaceCache,
     Quota,
     Quotas,
+    StreamUsage,
     TokenBucket,
     burst_of,
     check_hello_quota,
 )
 from gnomon.common.rpc.errors import to_status
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 
 
 class Clock:
@@ -49,16 +52,53 @@ def test_bucket_refuses_for_ever_a_batch_larger_than_its_burst():
     assert b.take(1) == 0.0
 
 
+def _usage(streams=1, principal_streams=1, hello=1, principal_queues=1, namespace_queues=1) -> StreamUsage:
+    return StreamUsage(streams, principal_streams, hello, principal_queues, namespace_queues)
+
+
 def test_hello_check_names_the_quota():
     q = Quotas(max_worker_streams=2, max_queues_per_hello=1)
-    check_hello_quota("ns", q, ["a"], 1)
+    check_hello_quota("ns", "p", q, _usage(streams=2))
     with pytest.raises(QuotaExceeded) as e:
-        check_hello_quota("ns", q, ["a", "b"], 0)
+        check_hello_quota("ns", "p", q, _usage(hello=2))
     assert e.value.metadata == {"quota": Quota.MAX_QUEUES_PER_HELLO, "limit": "1", "namespace": "ns"}
     with pytest.raises(QuotaExceeded) as e:
-        check_hello_quota("ns", q, ["a"], 2)
+        check_hello_quota("ns", "p", q, _usage(streams=3))
     assert e.value.metadata["quota"] == Quota.MAX_WORKER_STREAMS and e.value.retry_after_s == 1.0
-    check_hello_quota("ns", UNLIMITED, ["q"] * 100, 10_000)
+    check_hello_quota("ns", "p", UNLIMITED, _usage(10_000, 10_000, 100, 10_000, 10_000))
+
+
+@pytest.mark.parametrize(
+    ("quota", "usage", "principal_named"),
+    [
+        (Quota.MAX_WORKER_STREAMS_PER_PRINCIPAL, _usage(principal_streams=4), True),
+        (Quota.MAX_QUEUES_PER_PRINCIPAL, _usage(principal_queues=4), True),
+        (Quota.MAX_STREAMED_QUEUES, _usage(namespace_queues=4), False),
+    ],
+)
+def test_hello_check_counts_per_principal_and_distinct_queues(quota, usage, principal_named):
+    q = Quotas(**{quota: 3})
+    check_hello_quota("ns", "p", q, _usage(3, 3, 1, 3, 3))
+    with pytest.raises(QuotaExceeded) as e:
+        check_hello_quota("ns", "p", q, usage)
+    assert (e.value.metadata["quota"], e.value.metadata["limit"], e.value.reason) == (
+        quota,
+        "3",
+        "QUOTA_EXCEEDED",
+    )
+    assert ("principal" in e.value.metadata) is principal_named
+
+
+def test_stream_quotas_default_from_settings_unless_the_namespace_sets_them():
+    d = StreamQuotaSettings.model_construct()
+    got = Quotas(max_pending_jobs=7, max_worker_streams=5).with_defaults(d)
+    assert got.max_pending_jobs == 7 and got.max_create_rate == 0.0  # job quotas untouched
+    assert (got.max_worker_streams, got.max_worker_streams_per_principal, got.max_queues_per_hello) == (
+        5,
+        d.max_worker_streams_per_principal,
+        d.max_queues_per_hello,
+    )
+    assert all(getattr(UNLIMITED.with_defaults(d), f) == getattr(d, f) for f in STREAM_QUOTAS)
 
 
 async def test_namespace_cache_reloads_after_its_ttl_and_on_forget():

@@ -46,10 +46,25 @@ RATE = typer.Option(None, "--max-create-rate", help="Jobs created per second per
 PENDING = typer.Option(None, "--max-pending-jobs", help="Jobs SCHEDULED or QUEUED at once (0 = no limit).")
 SCHEDULES = typer.Option(None, "--max-schedules", help="Schedules at once (0 = no limit).")
 STREAMS = typer.Option(
-    None, "--max-worker-streams", help="Worker streams per dispatcher at once (0 = no limit)."
+    None, "--max-worker-streams", help="Worker streams per dispatcher at once (0 = the default, 256)."
 )
 QUEUES = typer.Option(
-    None, "--max-queues-per-hello", help="Queues one worker stream may name (0 = no limit)."
+    None, "--max-queues-per-hello", help="Queues one worker stream may name (0 = the default, 64)."
+)
+P_STREAMS = typer.Option(
+    None,
+    "--max-worker-streams-per-principal",
+    help="Worker streams of one principal per dispatcher at once (0 = the default, 64).",
+)
+P_QUEUES = typer.Option(
+    None,
+    "--max-queues-per-principal",
+    help="Distinct queues one principal's streams serve per dispatcher (0 = the default, 64).",
+)
+NS_QUEUES = typer.Option(
+    None,
+    "--max-streamed-queues",
+    help="Distinct queues the namespace's streams serve per dispatcher (0 = the default, 64).",
 )
 
 
@@ -70,6 +85,9 @@ def namespace_dict(n: Namespace) -> dict[str, Any]:
             "max_schedules": q.max_schedules,
             "max_worker_streams": q.max_worker_streams,
             "max_queues_per_hello": q.max_queues_per_hello,
+            "max_worker_streams_per_principal": q.max_worker_streams_per_principal,
+            "max_queues_per_principal": q.max_queues_per_principal,
+            "max_streamed_queues": q.max_streamed_queues,
         },
         "create_time": _t(n.create_time),
         "update_time": _t(n.update_time),
@@ -154,6 +172,9 @@ def namespace_create(
     max_schedules: int | None = SCHEDULES,
     max_worker_streams: int | None = STREAMS,
     max_queues_per_hello: int | None = QUEUES,
+    max_worker_streams_per_principal: int | None = P_STREAMS,
+    max_queues_per_principal: int | None = P_QUEUES,
+    max_streamed_queues: int | None = NS_QUEUES,
     json_out: bool = JSON_OUT,
     api: str = API,
 ) -> None:
@@ -164,6 +185,9 @@ def namespace_create(
         max_schedules or 0,
         max_worker_streams or 0,
         max_queues_per_hello or 0,
+        max_worker_streams_per_principal or 0,
+        max_queues_per_principal or 0,
+        max_streamed_queues or 0,
     )
     seconds = _seconds(retention)
     n = run(
@@ -210,6 +234,9 @@ def namespace_update(
     max_schedules: int | None = SCHEDULES,
     max_worker_streams: int | None = STREAMS,
     max_queues_per_hello: int | None = QUEUES,
+    max_worker_streams_per_principal: int | None = P_STREAMS,
+    max_queues_per_principal: int | None = P_QUEUES,
+    max_streamed_queues: int | None = NS_QUEUES,
     etag: str = ETAG,
     json_out: bool = JSON_OUT,
     api: str = API,
@@ -221,6 +248,9 @@ def namespace_update(
         "max_schedules": max_schedules,
         "max_worker_streams": max_worker_streams,
         "max_queues_per_hello": max_queues_per_hello,
+        "max_worker_streams_per_principal": max_worker_streams_per_principal,
+        "max_queues_per_principal": max_queues_per_principal,
+        "max_streamed_queues": max_streamed_queues,
     }
     quotas = {k: v for k, v in given.items() if v is not None}
     seconds = _seconds(retention)

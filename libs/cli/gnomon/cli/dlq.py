@@ -203,7 +203,8 @@ def audit(
     api: str | None = API,
     namespace: str | None = NS,
 ) -> None:
-    """Show the audit log (replays and dry runs), newest first."""
+    """Show the audit log (every mutating call, and replays with their counts), newest first; an entry
+    of refused calls the server coalesced shows how many (``xN``)."""
 
     def show(entry: AuditEntry) -> None:
         d = audit_entry_dict(entry)
@@ -211,6 +212,13 @@ def audit(
             typer.echo(json.dumps(d))
             return
         det = entry.details
+        if not entry.action.startswith("dead_letters.replay"):
+            typer.echo(
+                f"{d['create_time']}  {entry.action:<28}  {entry.actor}  {entry.outcome or 'OK'}  "
+                f"x{entry.count}  resource={entry.resource}  peer={entry.peer}"
+                + (f"  reason={entry.reason!r}" if entry.reason else "")
+            )
+            return
         counts = f"matched={det.get('matched_count')} replay={det.get('replay_count')}"
         typer.echo(
             f"{d['create_time']}  {entry.action:<28}  {entry.actor}  {counts}  "

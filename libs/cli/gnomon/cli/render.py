@@ -192,6 +192,10 @@ def audit_entry_dict(e: AuditEntry) -> dict[str, Any]:
         "reason": e.reason,
         "request_id": e.request_id,
         "details": e.details,
+        "resource": e.resource,
+        "outcome": e.outcome,
+        "peer": e.peer,
+        "count": e.count,
     }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
-from gnomon.common.auth.settings import AuthSettings, InsecureSettings, TlsSettings
+from gnomon.common.auth.settings import AuditSettings, AuthSettings, InsecureSettings, TlsSettings
 from gnomon.common.config import (
     BreakerSettings,
     ClientSettings,
@@ -37,7 +37,9 @@ from gnomon.common.config import (
     TelemetrySettings,
 )
 from gnomon.common.event_loop import EventLoopSettings
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.stream_settings import StreamSettings
+from gnomon.common.throttle_settings import ConsoleSignInSettings, LogRepeatSettings
 from gnomon.common.tracing_settings import TracesSettings
 
 SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
@@ -47,6 +49,7 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     ServerSettings,
     DispatcherSettings,
     StreamSettings,
+    StreamQuotaSettings,
     ReaperSettings,
     RetryBudgetSettings,
     BreakerSettings,
@@ -63,6 +66,9 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     InsecureSettings,
     TlsSettings,
     AuthSettings,
+    LogRepeatSettings,
+    ConsoleSignInSettings,
+    AuditSettings,
 )
 """Every settings class; together their fields are all the ``GNOMON_*`` variables there are."""
 

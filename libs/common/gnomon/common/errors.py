@@ -59,6 +59,11 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "etcd cannot be reached; retry later.",
     ),
     ErrorReason.SHUTTING_DOWN: (grpc.StatusCode.UNAVAILABLE, "The server is draining; reconnect elsewhere."),
+    ErrorReason.AUDIT_UNAVAILABLE: (
+        grpc.StatusCode.UNAVAILABLE,
+        "The server's audit log buffer is full (`GNOMON_AUDIT_BUFFER_ROWS`: the database cannot keep up): "
+        "the call was not run, since it could not be audited; retry later.",
+    ),
     ErrorReason.PROTOCOL_VIOLATION: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "A stream message came out of protocol order.",
@@ -140,6 +145,16 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         "A namespace quota would be exceeded; nothing was written. RetryInfo says when to retry; "
         "ErrorInfo metadata names the quota, its limit and the namespace.",
+    ),
+    ErrorReason.STREAM_FAIR_SHARE: (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        "The dispatcher's worker streams are nearly all taken and the namespace already holds its fair "
+        "share of them; the stream was not opened. RetryInfo says when to retry (or connect to another "
+        "dispatcher); ErrorInfo metadata names the share (limit), the namespace and its open streams.",
+    ),
+    ErrorReason.METHOD_NOT_IMPLEMENTED: (
+        grpc.StatusCode.UNIMPLEMENTED,
+        "The service does not implement this method (e.g. a HintService method of another service).",
     ),
     ErrorReason.INTERNAL: (
         grpc.StatusCode.INTERNAL,
@@ -238,19 +253,39 @@ class Unauthenticated(GnomonError):
 class QuotaExceeded(GnomonError):
     """A namespace quota would be exceeded (RESOURCE_EXHAUSTED, reason QUOTA_EXCEEDED); nothing was
     written. ``retry_after_s`` (seconds, >= 0) becomes the status's ``google.rpc.RetryInfo``; the
-    metadata names the ``quota``, its ``limit`` and the ``namespace``."""
+    metadata names the ``quota``, its ``limit`` and the ``namespace``, plus ``extra`` entries.
+    ``reason`` overrides QUOTA_EXCEEDED with another RESOURCE_EXHAUSTED reason (e.g.
+    STREAM_FAIR_SHARE)."""
 
     reason: str = ErrorReason.QUOTA_EXCEEDED
 
-    def __init__(self, message: str, *, quota: str, limit: float, namespace: str, retry_after_s: float):
+    def __init__(
+        self,
+        message: str,
+        *,
+        quota: str,
+        limit: float,
+        namespace: str,
+        retry_after_s: float,
+        extra: dict[str, str] | None = None,
+        reason: str | None = None,
+    ):
         self.retry_after_s = max(0.0, retry_after_s)
-        super().__init__(message, metadata={"quota": quota, "limit": f"{limit:g}", "namespace": namespace})
+        metadata = {"quota": quota, "limit": f"{limit:g}", "namespace": namespace, **(extra or {})}
+        super().__init__(message, reason=reason, metadata=metadata)
 
 
 class Unavailable(GnomonError):
     """A dependency is down (UNAVAILABLE); the caller may retry. Nothing was written."""
 
     reason: str = ErrorReason.DATABASE_UNAVAILABLE
+
+
+class AuditUnavailable(Unavailable):
+    """An audited call refused before it ran because the audit buffer is full (UNAVAILABLE, reason
+    ``AUDIT_UNAVAILABLE``): it could not be audited, so it is not served. Nothing was written."""
+
+    reason: str = ErrorReason.AUDIT_UNAVAILABLE
 
 
 class Validator:

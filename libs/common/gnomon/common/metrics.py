@@ -115,6 +115,27 @@ BREAKER_TRANSITIONS = _METER.create_counter(
 )
 # attrs: namespace, queue, from_state, to_state
 
+# --- every server: the audit log (gnomon.common.rpc.audit) ------------------------------------------
+
+AUDIT_ROWS_FAILED = _METER.create_counter(
+    "gnomon_audit_rows_failed",
+    description="Audit rows that could not be written: reason=refused (the database refused the row "
+    "itself; isolated from its batch, logged at ERROR), reason=shutdown (still unwritten when the "
+    "process stopped; logged at ERROR).",
+)  # attrs: reason
+AUDIT_BUFFER_FULL = _METER.create_counter(
+    "gnomon_audit_buffer_full",
+    description="Audited calls refused with UNAVAILABLE (AUDIT_UNAVAILABLE) because the audit buffer "
+    "was full (GNOMON_AUDIT_BUFFER_ROWS).",
+)
+AUDIT_COALESCED = _METER.create_counter(
+    "gnomon_audit_coalesced_calls",
+    description="Refused audited calls folded into an earlier audit row of the same principal, "
+    "namespace, method and outcome (GNOMON_AUDIT_COALESCE_S).",
+)
+for _reason in ("refused", "shutdown"):
+    AUDIT_ROWS_FAILED.add(0, {"reason": _reason})
+
 # --- reaper ------------------------------------------------------------------------------------------
 
 LEASES_LOST = _METER.create_counter(
@@ -142,7 +163,7 @@ def count_dead_letters(dead: Iterable[tuple[str, str, str]]) -> None:
         DEAD_LETTERS.add(1, {"namespace": namespace, "queue": queue, "failure_class": failure_class})
 
 
-for _c in (FENCED_WRITES, EXPIRED_JOBS):
+for _c in (FENCED_WRITES, EXPIRED_JOBS, AUDIT_BUFFER_FULL, AUDIT_COALESCED):
     _c.add(0)
 
 

@@ -5,18 +5,22 @@ that keeps the namespaces table off every hot path.
 
 Every refusal is :class:`gnomon.common.errors.QuotaExceeded` (RESOURCE_EXHAUSTED, reason
 QUOTA_EXCEEDED, a ``google.rpc.RetryInfo`` delay and ErrorInfo metadata ``quota``/``limit``/
-``namespace``). A limit of 0 means "no limit"; a namespace without a row has no limits.
+``namespace``). For the job and schedule quotas a limit of 0 means "no limit". The worker-stream
+quotas (:data:`STREAM_QUOTAS`) are never unlimited: None (a NULL column, 0 in the API, or a namespace
+without a row) means the dispatcher's default (:class:`gnomon.common.stream_quota_settings.StreamQuotaSettings`),
+resolved by :meth:`Quotas.with_defaults`.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from gnomon.common.errors import QuotaExceeded
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 
 
 class Quota(StrEnum):
@@ -27,25 +31,54 @@ class Quota(StrEnum):
     MAX_SCHEDULES = "max_schedules"
     MAX_WORKER_STREAMS = "max_worker_streams"
     MAX_QUEUES_PER_HELLO = "max_queues_per_hello"
+    MAX_WORKER_STREAMS_PER_PRINCIPAL = "max_worker_streams_per_principal"
+    MAX_QUEUES_PER_PRINCIPAL = "max_queues_per_principal"
+    MAX_STREAMED_QUEUES = "max_streamed_queues"
+
+
+#: The worker-stream quotas: None means the dispatcher's default, never "no limit".
+STREAM_QUOTAS: tuple[str, ...] = (
+    Quota.MAX_WORKER_STREAMS,
+    Quota.MAX_QUEUES_PER_HELLO,
+    Quota.MAX_WORKER_STREAMS_PER_PRINCIPAL,
+    Quota.MAX_QUEUES_PER_PRINCIPAL,
+    Quota.MAX_STREAMED_QUEUES,
+)
 
 
 @dataclass(frozen=True)
 class Quotas:
-    """Limits of one namespace; 0 in any field means no limit.
+    """Limits of one namespace. In the job and schedule quotas 0 means no limit; in the stream
+    quotas None means the dispatcher's default (:meth:`with_defaults`).
 
     ``max_create_rate``: jobs created per second per API process (token bucket, burst = the rate
     rounded up, at least 1); ``max_pending_jobs``: jobs SCHEDULED or QUEUED at once;
-    ``max_schedules``: schedules at once; ``max_worker_streams``: worker streams open on one
-    dispatcher process; ``max_queues_per_hello``: queues one worker hello may name."""
+    ``max_schedules``: schedules at once. Per dispatcher process: ``max_worker_streams``: worker
+    streams of the namespace open at once; ``max_queues_per_hello``: queues one worker hello may name;
+    ``max_worker_streams_per_principal``: streams one principal holds in the namespace;
+    ``max_queues_per_principal``: distinct queues one principal's streams serve together;
+    ``max_streamed_queues``: distinct queues all the namespace's streams serve together (each one a
+    claim target of the dispatcher)."""
 
     max_create_rate: float = 0.0
     max_pending_jobs: int = 0
     max_schedules: int = 0
-    max_worker_streams: int = 0
-    max_queues_per_hello: int = 0
+    max_worker_streams: int | None = None
+    max_queues_per_hello: int | None = None
+    max_worker_streams_per_principal: int | None = None
+    max_queues_per_principal: int | None = None
+    max_streamed_queues: int | None = None
+
+    def with_defaults(self, defaults: StreamQuotaSettings) -> Quotas:
+        """These quotas with every unset (None) stream quota replaced by its default from
+        ``defaults``; the job and schedule quotas are kept as they are."""
+        return replace(
+            self,
+            **{name: getattr(defaults, name) for name in STREAM_QUOTAS if getattr(self, name) is None},
+        )
 
 
-#: The limits of a namespace that has no row (none).
+#: The limits of a namespace that has no row: no job or schedule quota, the default stream quotas.
 UNLIMITED = Quotas()
 
 
@@ -76,35 +109,76 @@ def burst_of(rate: float) -> float:
     return float(max(1, math.ceil(rate)))
 
 
-def check_hello_quota(namespace: str, quotas: Quotas, queues: Sequence[str], open_streams: int) -> None:
-    """Checks a worker hello of ``namespace`` against its ``quotas``: the hello names ``queues``
-    (validated, deduplicated) and the dispatcher already has ``open_streams`` streams of that namespace
-    open (this one not counted). Raises :class:`QuotaExceeded` (``max_queues_per_hello``: retry
-    after 0 s, the hello must change; ``max_worker_streams``: retry after 1 s). Performs no I/O."""
-    q = quotas
-    if q.max_queues_per_hello and len(queues) > q.max_queues_per_hello:
-        raise QuotaExceeded(
-            f"the hello names {len(queues)} queues; namespace {namespace!r} allows "
-            f"{q.max_queues_per_hello} per worker stream",
-            quota=Quota.MAX_QUEUES_PER_HELLO,
-            limit=q.max_queues_per_hello,
-            namespace=namespace,
-            retry_after_s=0.0,
-        )
-    if q.max_worker_streams and open_streams >= q.max_worker_streams:
-        raise QuotaExceeded(
-            f"namespace {namespace!r} already has {open_streams} worker streams on this dispatcher "
-            f"(limit {q.max_worker_streams})",
-            quota=Quota.MAX_WORKER_STREAMS,
-            limit=q.max_worker_streams,
-            namespace=namespace,
-            retry_after_s=1.0,
-        )
+@dataclass(frozen=True)
+class StreamUsage:
+    """What a new worker stream would bring its namespace to on this dispatcher, this stream
+    counted: ``streams`` of the namespace, ``principal_streams`` of its principal there, distinct
+    queues its principal's streams would serve (``principal_queues``) and the namespace's streams
+    would serve (``namespace_queues``), and ``hello_queues`` named by the hello itself."""
+
+    streams: int
+    principal_streams: int
+    hello_queues: int
+    principal_queues: int
+    namespace_queues: int
+
+
+def check_hello_quota(namespace: str, principal: str, quotas: Quotas, usage: StreamUsage) -> None:
+    """Checks a new worker stream of ``principal`` in ``namespace`` against the namespace's
+    ``quotas`` (resolved by :meth:`Quotas.with_defaults`; a None one is not checked) given the
+    ``usage`` it would bring. Raises :class:`QuotaExceeded` (RESOURCE_EXHAUSTED, QUOTA_EXCEEDED,
+    metadata ``quota``/``limit``/``namespace``, plus ``principal`` for the per-principal quotas):
+    ``max_queues_per_hello`` first (retry after 0 s: the hello must change), then
+    ``max_worker_streams``, ``max_worker_streams_per_principal``, ``max_queues_per_principal``,
+    ``max_streamed_queues`` (retry after 1 s: another stream must end first). Performs no I/O."""
+    checks = (
+        (Quota.MAX_QUEUES_PER_HELLO, usage.hello_queues, "queues one worker hello names", False),
+        (
+            Quota.MAX_WORKER_STREAMS,
+            usage.streams,
+            "worker streams of the namespace on this dispatcher",
+            False,
+        ),
+        (
+            Quota.MAX_WORKER_STREAMS_PER_PRINCIPAL,
+            usage.principal_streams,
+            "worker streams of one principal on this dispatcher",
+            True,
+        ),
+        (
+            Quota.MAX_QUEUES_PER_PRINCIPAL,
+            usage.principal_queues,
+            "distinct queues one principal's streams serve on this dispatcher",
+            True,
+        ),
+        (
+            Quota.MAX_STREAMED_QUEUES,
+            usage.namespace_queues,
+            "distinct queues the namespace's streams serve on this dispatcher",
+            False,
+        ),
+    )
+    for quota, would_be, what, per_principal in checks:
+        limit = getattr(quotas, quota)
+        if limit is not None and would_be > limit:
+            who = (
+                f"principal {principal!r} in namespace {namespace!r}"
+                if per_principal
+                else f"namespace {namespace!r}"
+            )
+            raise QuotaExceeded(
+                f"this stream would bring {who} to {would_be} {what}; the quota {quota} allows {limit}",
+                quota=quota,
+                limit=limit,
+                namespace=namespace,
+                retry_after_s=0.0 if quota == Quota.MAX_QUEUES_PER_HELLO else 1.0,
+                extra={"principal": principal[:128]} if per_principal else None,
+            )
 
 
 class NamespaceCache:
     """The quotas of each namespace, read through ``load(namespace)`` (None: the namespace has no
-    row, so :data:`UNLIMITED`) and reused for ``ttl_s`` seconds, so a changed quota takes effect within
+    row, so :data:`UNLIMITED`: no job quotas, the default stream quotas) and reused for ``ttl_s`` seconds, so a changed quota takes effect within
     that time and the namespaces table is read at most once per namespace per ``ttl_s``."""
 
     def __init__(

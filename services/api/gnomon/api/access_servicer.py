@@ -5,7 +5,8 @@ reported at once, before any write), makes one call into the access engine
 before the handler by :class:`gnomon.common.rpc.auth.AuthInterceptor`; WhoAmI reads the caller
 it admitted (:func:`gnomon.common.rpc.auth.current_caller`).
 
-Limits: principal ids per :data:`gnomon.common.names.PRINCIPAL_ID_RE`; descriptions at most
+Limits: principal ids per :data:`gnomon.common.names.PRINCIPAL_ID_RE`, without ``:`` and not
+``service``/``insecure`` (reserved for other callers' actors); descriptions at most
 :data:`MAX_DESCRIPTION` characters; worker grants name 1-:data:`MAX_GRANT_QUEUES` queues (or ``*``).
 """
 
@@ -17,7 +18,14 @@ from gnomon._proto.gnomon.v1 import access_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import access_service_pb2_grpc
 from gnomon.api.access import AccessEngine
 from gnomon.common import pagination
-from gnomon.common.auth.principals import ALL, Grant, Permission, PrincipalKind, Role
+from gnomon.common.auth.principals import (
+    ALL,
+    Grant,
+    Permission,
+    PrincipalKind,
+    Role,
+    reserved_principal_id,
+)
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.names import (
     NAMESPACE_RE,
@@ -124,13 +132,17 @@ class AccessServicer(access_service_pb2_grpc.AccessServiceServicer):
         self.access = access
 
     async def CreatePrincipal(self, request, context):
-        """Creates principal ``principal_id``. INVALID_ARGUMENT, ALREADY_EXISTS (PRINCIPAL_EXISTS)."""
+        """Creates principal ``principal_id``. INVALID_ARGUMENT (malformed id, or one reserved for other
+        kinds of callers: :func:`gnomon.common.auth.principals.reserved_principal_id`), ALREADY_EXISTS
+        (PRINCIPAL_EXISTS)."""
         v = Validator()
         v.check(
             bool(PRINCIPAL_ID_RE.fullmatch(request.principal_id)),
             "principal_id",
             "must be 1-128 printable ASCII characters without '/' or spaces",
         )
+        reserved = reserved_principal_id(request.principal_id)
+        v.check(reserved is None, "principal_id", reserved or "")
         desc = request.principal.description
         v.check(
             len(desc) <= MAX_DESCRIPTION, "principal.description", f"at most {MAX_DESCRIPTION} characters"

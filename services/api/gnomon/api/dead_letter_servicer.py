@@ -174,6 +174,7 @@ def audit_to_proto(row: dict) -> pb.AuditEntry:
         resource=row.get("resource") or "",
         outcome=row.get("outcome") or "",
         peer=row.get("peer") or "",
+        count=row.get("count") or 1,
     )
 
 

@@ -6,7 +6,9 @@ field reported at once, before any write), makes one call into the namespace eng
 Limits: id per :data:`gnomon.common.names.NAMESPACE_RE`; description at most
 :data:`MAX_DESCRIPTION` characters; retention 0 to :data:`MAX_RETENTION_S` seconds; quotas >= 0 with
 ``max_create_rate`` at most :data:`MAX_RATE` jobs/s and ``max_queues_per_hello`` at most
-:data:`gnomon.dispatcher.hello.MAX_HELLO_QUEUES` (100).
+:data:`gnomon.dispatcher.hello.MAX_HELLO_QUEUES` (100). A worker-stream quota
+(:data:`gnomon.common.quotas.STREAM_QUOTAS`) of 0 is stored NULL: the dispatcher's default
+(``GNOMON_STREAM_QUOTA_*``); it is never "no limit".
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from gnomon.common.names import (
     namespace_name,
     parse_namespace_name,
 )
-from gnomon.common.quotas import Quotas
+from gnomon.common.quotas import STREAM_QUOTAS, Quotas
 from gnomon.common.rpc.auth import current_caller
 from gnomon.common.storage.namespaces import NamespaceRecord
 from gnomon.common.timeconv import check_duration, to_duration, to_timestamp
@@ -44,6 +46,9 @@ _QUOTA_FIELDS = (
     "max_schedules",
     "max_worker_streams",
     "max_queues_per_hello",
+    "max_worker_streams_per_principal",
+    "max_queues_per_principal",
+    "max_streamed_queues",
 )
 #: UpdateNamespace mask paths.
 MASK_PATHS = ("description", "retention", "quotas", *(f"quotas.{f}" for f in _QUOTA_FIELDS))
@@ -60,8 +65,7 @@ def namespace_to_proto(rec: NamespaceRecord) -> pb.Namespace:
             max_create_rate=q.max_create_rate,
             max_pending_jobs=q.max_pending_jobs,
             max_schedules=q.max_schedules,
-            max_worker_streams=q.max_worker_streams,
-            max_queues_per_hello=q.max_queues_per_hello,
+            **{f: getattr(q, f) or 0 for f in STREAM_QUOTAS},  # None (the default) -> 0
         ),
         etag=rec.etag,
     )
@@ -95,19 +99,19 @@ def _values(v: Validator, msg: pb.Namespace, prefix: str) -> tuple[str, int, Quo
         f"{prefix}.quotas.max_pending_jobs",
         f"must be between 0 and {MAX_COUNT} (0 = no limit)",
     )
-    for f in ("max_schedules", "max_worker_streams"):
-        v.check(getattr(q, f) >= 0, f"{prefix}.quotas.{f}", "must not be negative (0 = no limit)")
+    v.check(q.max_schedules >= 0, f"{prefix}.quotas.max_schedules", "must not be negative (0 = no limit)")
+    for f in STREAM_QUOTAS:
+        v.check(getattr(q, f) >= 0, f"{prefix}.quotas.{f}", "must not be negative (0 = the default)")
     v.check(
-        0 <= q.max_queues_per_hello <= MAX_QUEUES_PER_HELLO,
+        q.max_queues_per_hello <= MAX_QUEUES_PER_HELLO,
         f"{prefix}.quotas.max_queues_per_hello",
-        f"must be between 0 and {MAX_QUEUES_PER_HELLO} (0 = no limit)",
+        f"must be between 0 and {MAX_QUEUES_PER_HELLO} (0 = the default)",
     )
     quotas = Quotas(
         max_create_rate=rate if math.isfinite(rate) else 0.0,
         max_pending_jobs=q.max_pending_jobs,
         max_schedules=q.max_schedules,
-        max_worker_streams=q.max_worker_streams,
-        max_queues_per_hello=q.max_queues_per_hello,
+        **{f: getattr(q, f) or None for f in STREAM_QUOTAS},  # 0 -> None: the dispatcher's default
     )
     return msg.description, int(retention.total_seconds()) if retention is not None else 0, quotas
 

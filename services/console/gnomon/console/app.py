@@ -1,7 +1,8 @@
 """The console's ASGI application: routes, sign-in and sign-out, security headers.
 
 Sign-in takes an API key, checks it with one ``WhoAmI`` call and keeps it in a server-side session
-(:mod:`.sessions`); the sign-in form itself is protected against CSRF by a double-submit token (a
+(:mod:`.sessions`); failed sign-ins are throttled per client address and per key id
+(:mod:`.throttle`: 429 with ``Retry-After``, the API not asked); the sign-in form itself is protected against CSRF by a double-submit token (a
 cookie and a form field that must match). Every other page is in :mod:`.pages_jobs`,
 :mod:`.pages_schedules`, :mod:`.pages_queues`, :mod:`.pages_dead_letters` and
 :mod:`.pages_cluster`.
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -29,6 +31,7 @@ from gnomon.sdk import AsyncClient, GnomonError
 
 from . import pages_cluster, pages_dead_letters, pages_jobs, pages_queues, pages_schedules
 from .sessions import COOKIE, SessionStore
+from .throttle import SignInThrottle, Ticket
 from .web import error_text, render
 
 __all__ = ["create_app"]
@@ -38,6 +41,9 @@ _LOGIN_COOKIE = "gnomon_console_login"
 _LOGIN_ERRORS = {
     "session_ended": "The API no longer accepts this session's key (UNAUTHENTICATED): sign in again."
 }
+#: API answers that refuse the key itself: such a sign-in costs its throttle tokens (others, e.g.
+#: UNAVAILABLE, say nothing about the key and cost nothing).
+_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 _STATIC = Path(__file__).with_name("static")
 #: What pages may load: only this console's own script and style sheet; no frames, no plugins.
 _CSP = (
@@ -118,6 +124,7 @@ def create_app(
     secure_cookies: bool = False,
     idle_timeout: float = 8 * 3600,
     regions: list[str] | None = None,
+    sign_in_throttle: SignInThrottle | None = None,
 ) -> Starlette:
     """The console application.
 
@@ -127,8 +134,11 @@ def create_app(
         secure_cookies: mark cookies ``Secure`` (the console serves HTTPS).
         idle_timeout: seconds of inactivity after which a session ends.
         regions: the deployment's regions, summarized on the cluster page (the API cannot list them).
+        sign_in_throttle: admits sign-in attempts (default: :class:`SignInThrottle` with
+            ``GNOMON_CONSOLE_SIGNIN_*``); past it a sign-in gets 429 with ``Retry-After``.
     """
     sessions = SessionStore(client_factory, idle_timeout=idle_timeout)
+    throttle = sign_in_throttle or SignInThrottle()
 
     def cookie(response: Response, name: str, value: str, max_age: int | None = None) -> None:
         response.set_cookie(
@@ -160,15 +170,31 @@ def create_app(
 
         if not key:
             return again("Enter an API key.")
+        ticket = throttle.admit(request.client.host if request.client else "unknown", key)
+        if not isinstance(ticket, Ticket):
+            throttled = render(
+                None,
+                "login.html",
+                429,
+                error=f"Too many failed sign-ins: try again in {ticket} s.",
+                next=target,
+                login_csrf=expected,
+            )
+            throttled.headers["Retry-After"] = str(ticket)
+            return throttled
         client = sessions.new_client(key, "default")
         try:
             me = await client.whoami()
         except GnomonError as e:
+            if e.code not in _REFUSED:  # the API could not check the key: the attempt costs nothing
+                throttle.succeeded(ticket)
             return again(f"The API refused this key: {error_text(e)}")
         except (ValueError, OSError) as e:
+            throttle.succeeded(ticket)
             return again(f"Cannot reach the API: {e}")
         finally:
             await client.close()
+        throttle.succeeded(ticket)
         namespaces = list(dict.fromkeys(g.namespace for g in me.grants)) or ["default"]
         s = await sessions.create(key, me.principal, me.kind, namespaces)
         response = RedirectResponse(target, status_code=303)

@@ -39,6 +39,7 @@ from gnomon.common.rpc.runner import configure_logging
 from gnomon.common.rpc.server import GrpcServer, secure_server
 from gnomon.common.storage import namespaces as namespaces_store
 from gnomon.common.storage.engine import make_engine
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.stream_settings import StreamSettings
 from gnomon.dispatcher.cancels import CancelPusher
 from gnomon.dispatcher.failover import Standby
@@ -158,6 +159,7 @@ def build(
         on_credits=wake.set,
         hello_timeout_s=settings.hello_timeout_s,
         max_streams=settings.max_streams,
+        stream_defaults=StreamQuotaSettings(),
         recheck_s=max(1.0, AuthSettings().cache_s),
         quotas=NamespaceCache(namespaces_store.quotas_loader(engine)),
         stream=stream,

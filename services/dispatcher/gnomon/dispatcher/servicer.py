@@ -17,18 +17,19 @@ from gnomon.common.errors import (
     GnomonError,
     InvalidArgument,
     PermissionDenied,
-    QuotaExceeded,
     Unauthenticated,
     Unavailable,
 )
 from gnomon.common.failure_wire import failure_class_from_wire
-from gnomon.common.quotas import NamespaceCache, check_hello_quota
+from gnomon.common.quotas import UNLIMITED, NamespaceCache
 from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
+from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.stream_settings import StreamSettings
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
 from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.acks import AckTasks, known_key, malformed, releases, send
+from gnomon.dispatcher.admission import admit, refuse_if_full
 from gnomon.dispatcher.flow import OwnershipGate, StreamEdge
 from gnomon.dispatcher.hello import (
     MAX_CREDITS,
@@ -63,6 +64,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         hello_timeout_s: float = 10.0,
         quotas: NamespaceCache | None = None,
         max_streams: int = 10_000,
+        stream_defaults: StreamQuotaSettings | None = None,
         recheck_s: float = 5.0,
         stream: StreamSettings | None = None,
     ):
@@ -74,8 +76,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         )
         self.on_credits = on_credits
         self.hello_timeout_s = hello_timeout_s
-        #: namespace quotas checked at hello (max_queues_per_hello, max_worker_streams); None: none
+        #: namespace quotas checked at hello (gnomon.dispatcher.admission); None: only the defaults
         self.quotas = quotas
+        #: the stream quotas of a namespace that sets none, and the fair-share point (GNOMON_STREAM_QUOTA_*)
+        self.stream_defaults = stream_defaults or StreamQuotaSettings.model_construct()
         #: most streams this dispatcher holds (GNOMON_DISPATCHER_MAX_STREAMS)
         self.max_streams = max_streams
         #: how often an open stream's credential and grants are checked again, seconds
@@ -102,14 +106,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         releases flow in, each acknowledged after its batched write commits. Ends when the worker
         closes the stream or the dispatcher drains; its unfinished attempts are re-delivered by the
         relay or reaped when their lease expires."""
-        if len(self.registry.sessions) >= self.max_streams:
-            raise QuotaExceeded(
-                f"this dispatcher holds its maximum of {self.max_streams} worker streams; connect to another",
-                quota="dispatcher_streams",
-                limit=self.max_streams,
-                namespace="*",
-                retry_after_s=5.0,
-            )
+        refuse_if_full(self.registry, self.max_streams)
         try:
             first = await asyncio.wait_for(request_iterator.__anext__(), self.hello_timeout_s)
         except StopAsyncIteration:
@@ -134,11 +131,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             raise
         if self.draining:
             raise GnomonError("dispatcher is draining", reason=ErrorReason.SHUTTING_DOWN)
-        if self.quotas is not None:
-            quotas = await self.quotas.quotas(h.namespace)
-            # no await between this count and registry.add: the check and the add are one step
-            streams = sum(1 for s in self.registry.sessions.values() if s.namespace == h.namespace)
-            check_hello_quota(h.namespace, quotas, h.queues, streams)
+        quotas = UNLIMITED if self.quotas is None else await self.quotas.quotas(h.namespace)
+        # no await between admit and registry.add: the check and the add are one step
+        admit(self.registry, h, principal.name, quotas, self.stream_defaults, self.max_streams)
         session = self.registry.add(h.worker_id, h.namespace, h.queues, h.credits, owner=principal.name)
         metrics.CONNECTED_WORKERS.set(len(self.registry.sessions))
         log.info(

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 
 from gnomon.common.domain.attempts import Claimed
@@ -66,8 +67,21 @@ class WorkerSession:
         self.adopted.pop(key, None)
 
 
+def _bump(counter: Counter, key: object, d: int) -> None:
+    """Adds ``d`` to ``counter[key]``, dropping the key when it reaches 0."""
+    counter[key] += d
+    if counter[key] <= 0:
+        del counter[key]
+
+
 class SessionRegistry:
     """All live sessions of this dispatcher; picks sessions with credits for a (namespace, queue).
+
+    Keeps the counts stream admission checks (:mod:`gnomon.dispatcher.admission`) up to date with
+    every :meth:`add` and :meth:`remove`, so a hello is admitted in O(queues it names), not
+    O(streams): streams per namespace and per (namespace, principal), and how many streams serve each
+    queue per namespace and per (namespace, principal) (their key counts are the distinct queues).
+
     A session whose queued responses hold ``max_queued_bytes`` or more (its worker does not read) is
     not picked and has no capacity, whatever its credits."""
 
@@ -79,6 +93,14 @@ class SessionRegistry:
         self._ids = itertools.count(1)
         self._rr = itertools.count()
         self.changed = asyncio.Event()
+        #: namespace -> its open streams
+        self.ns_streams: Counter[str] = Counter()
+        #: (namespace, principal) -> its open streams
+        self.principal_streams: Counter[tuple[str, str | None]] = Counter()
+        #: namespace -> queue -> streams of the namespace serving it
+        self.ns_queues: dict[str, Counter[str]] = {}
+        #: (namespace, principal) -> queue -> streams of that principal serving it
+        self.principal_queues: dict[tuple[str, str | None], Counter[str]] = {}
 
     def add(
         self, worker_id: str, namespace: str, queues: list[str], credits: int, owner: str | None = None
@@ -86,13 +108,31 @@ class SessionRegistry:
         """Registers a new stream of principal ``owner``."""
         s = WorkerSession(next(self._ids), worker_id, namespace, frozenset(queues), credits, owner=owner)
         self.sessions[s.session_id] = s
+        self._count(s, 1)
         self.changed.set()
         return s
 
     def remove(self, s: WorkerSession) -> None:
-        """Forgets a stream (it ended)."""
+        """Forgets a stream (it ended); a second call for the same stream changes nothing."""
         s.closed = True
-        self.sessions.pop(s.session_id, None)
+        if self.sessions.pop(s.session_id, None) is not None:
+            self._count(s, -1)
+
+    def _count(self, s: WorkerSession, d: int) -> None:
+        """Adds (``d`` = 1) or takes away (``d`` = -1) ``s`` in the admission counts; a count that
+        reaches 0 is dropped, so the counters hold only namespaces, principals and queues in use."""
+        who = (s.namespace, s.owner)
+        _bump(self.ns_streams, s.namespace, d)
+        _bump(self.principal_streams, who, d)
+        ns_q = self.ns_queues.setdefault(s.namespace, Counter())
+        mine_q = self.principal_queues.setdefault(who, Counter())
+        for q in s.queues:
+            _bump(ns_q, q, d)
+            _bump(mine_q, q, d)
+        if not ns_q:
+            del self.ns_queues[s.namespace]
+        if not mine_q:
+            del self.principal_queues[who]
 
     def add_credits(self, s: WorkerSession, n: int, cap: int) -> int:
         """The worker can take ``n`` (> 0) more attempts, its running total clipped to ``cap``

@@ -5,7 +5,8 @@ stream handlers enqueue operations here and one flusher commits whatever is pend
 transaction (up to ``write_batch`` operations), then resolves each operation's future.
 
 One bad operation does not fail its neighbours: a batch the database refuses for an item's content
-is split in halves and retried until the bad items stand alone (:meth:`WriteBatcher._commit_isolated`);
+is split in halves and retried until the bad items stand alone (:meth:`WriteBatcher._commit_isolated`,
+:func:`gnomon.common.storage.isolation.commit_isolated`);
 their futures fail with :class:`InvalidItem`, the rest commit.
 """
 
@@ -18,7 +19,6 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.common import metrics
@@ -27,14 +27,11 @@ from gnomon.common.errors import GnomonError
 from gnomon.common.storage import checkpoints as checkpoint_store
 from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
-from gnomon.common.storage.engine import run_transaction, sqlstate
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.isolation import commit_isolated
 from gnomon.dispatcher.hello import clip
 
 log = logging.getLogger(__name__)
-
-#: SQLSTATE classes that blame the data written, not the database: 22 data exception (e.g. a NUL
-#: in a text: 22021), 23 integrity constraint violation.
-_ITEM_SQLSTATE_CLASSES = ("22", "23")
 
 
 class InvalidItem(GnomonError):
@@ -44,18 +41,13 @@ class InvalidItem(GnomonError):
     reason: str = ErrorReason.INVALID_ITEM
 
 
-def item_fault(exc: BaseException) -> bool:
-    """True when ``exc`` (raised by a batch's transaction) blames what an item holds rather than the
-    database: SQLAlchemy ``DataError``/``IntegrityError`` (psycopg refuses a NUL in a text this way,
-    before sending), SQLSTATE class 22 or 23, or a Python ``ValueError``/``OverflowError`` raised while
-    binding a value. Connection loss, serialization failures and other errors are not."""
-    if isinstance(exc, (DataError, IntegrityError, ValueError, OverflowError)):
-        return True
-    state = sqlstate(exc)
-    return state is not None and state[:2] in _ITEM_SQLSTATE_CLASSES
-
-
 _UNSET = object()
+
+
+def _fail(ops: list[Op], exc: BaseException) -> None:
+    """Fails every operation of ``ops`` with the transient ``exc`` of their batch."""
+    for op in ops:
+        op.fail(exc)
 
 
 class Group:
@@ -252,32 +244,24 @@ class WriteBatcher:
 
     async def _commit_isolated(self, batch: list[Op]) -> None:
         """Commits ``batch`` in one transaction; when the database refuses it because of what one item
-        holds (:func:`item_fault`, e.g. a NUL in an error text), retries the two halves apart
-        (bisection), down to the single bad items, whose futures get :class:`InvalidItem`; the
-        others commit. A transient failure (connection lost, serialization retries exhausted) fails
-        every future of ``batch`` with it and propagates, as before."""
-        try:
-            out = await self._commit(batch)
-        except Exception as exc:
-            if not item_fault(exc):
-                for op in batch:
-                    op.fail(exc)
-                raise
-            if len(batch) > 1:
-                mid = len(batch) // 2
-                await self._commit_isolated(batch[:mid])
-                await self._commit_isolated(batch[mid:])
-                return
-            op = batch[0]
-            log.warning(
-                "batched %s write refused for its content: worker_id=%s error=%s",
-                op.kind,
-                clip(op.worker_id),
-                clip(type(exc).__name__),
-            )
-            op.fail(InvalidItem(f"the database refused this {op.kind}"))
-            return
-        self._resolve(batch, out)
+        holds (:func:`gnomon.common.storage.isolation.item_fault`, e.g. a NUL in an error text),
+        retries the two halves apart (bisection, :func:`~gnomon.common.storage.isolation.commit_isolated`),
+        down to the single bad items, whose futures get :class:`InvalidItem`; the others commit. A
+        transient failure (connection lost, serialization retries exhausted) fails every future of
+        the part being committed with it and propagates, as before."""
+        await commit_isolated(
+            batch, self._commit, committed=self._resolve, refused=self._refused, failed=_fail
+        )
+
+    @staticmethod
+    def _refused(op: Op, exc: BaseException) -> None:
+        log.warning(
+            "batched %s write refused for its content: worker_id=%s error=%s",
+            op.kind,
+            clip(op.worker_id),
+            clip(type(exc).__name__),
+        )
+        op.fail(InvalidItem(f"the database refused this {op.kind}"))
 
     async def _commit(self, batch: list[Op]) -> dict[str, Any]:
         by_kind: dict[str, list[Op]] = defaultdict(list)

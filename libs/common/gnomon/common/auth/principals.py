@@ -16,6 +16,28 @@ from enum import StrEnum
 #: The namespace of a grant that applies to every namespace (and to cluster-wide methods).
 ALL = "*"
 
+#: The actor (principal name) of a JWT caller is this prefix and its principal claim: ``jwt:alice``.
+JWT_ACTOR_PREFIX = "jwt:"
+#: Principal names no database principal may take, because an authenticated caller of another kind
+#: bears them: the service token's and insecure mode's actors (:mod:`gnomon.common.auth.authenticator`).
+RESERVED_PRINCIPAL_NAMES = frozenset({"service", "insecure"})
+#: The separator of actor prefixes (``jwt:``). A database principal's id never contains it, so no
+#: principal created through the API can be named like a JWT actor, or like the actor of any kind
+#: of credential added later (client-certificate principals are database principals named by the
+#: certificate's CN, without a prefix).
+ACTOR_PREFIX_SEPARATOR = ":"
+
+
+def reserved_principal_id(principal_id: str) -> str | None:
+    """Why ``principal_id`` may not name a new database principal (None: it may): it contains
+    :data:`ACTOR_PREFIX_SEPARATOR` (reserved for actor prefixes such as ``jwt:``) or is one of
+    :data:`RESERVED_PRINCIPAL_NAMES`."""
+    if ACTOR_PREFIX_SEPARATOR in principal_id:
+        return f"must not contain {ACTOR_PREFIX_SEPARATOR!r}: it is reserved for actor prefixes such as {JWT_ACTOR_PREFIX!r}"
+    if principal_id in RESERVED_PRINCIPAL_NAMES:
+        return f"{principal_id!r} is reserved (the actor of the service token or of insecure mode)"
+    return None
+
 
 class Role(StrEnum):
     """A role in a namespace (see docs/security.md for what each may do)."""

@@ -76,3 +76,37 @@ class AuthSettings(BaseSettings):
         description="Claim listing grants as 'namespace:role' (worker: 'namespace:worker' or "
         "'namespace:worker:queue1,queue2').",
     )
+
+
+class AuditSettings(BaseSettings):
+    """The audit log writer of every server (:class:`gnomon.common.rpc.audit.AuditLog`; docs/security.md,
+    "Audit")."""
+
+    model_config = SettingsConfigDict(env_prefix="GNOMON_AUDIT_", extra="forbid")
+
+    flush_s: float = Field(
+        default=0.2, gt=0, le=60, description="Buffered audit rows are written at least this often, seconds."
+    )
+    buffer_rows: int = Field(
+        default=100_000,
+        ge=1,
+        le=10_000_000,
+        description="Audit rows a process buffers at most, rows (per process). When it is full (the "
+        "database cannot keep up or is down), audited calls are refused with UNAVAILABLE "
+        "(AUDIT_UNAVAILABLE) before they run: never an unaudited success.",
+    )
+    coalesce_s: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="Refused audited calls of one (principal, namespace, method, outcome) within this "
+        "window, seconds, share one audit row with a count (the first is written at once, the rest "
+        "when the window ends); 0: one row per refused call.",
+    )
+    coalesce_keys: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Coalescing windows a process keeps open at most, keys (per process); past it, "
+        "refusals coalesce per (principal, method, outcome) in namespace '*'.",
+    )

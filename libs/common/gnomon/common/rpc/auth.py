@@ -12,7 +12,8 @@ before any storage access). For each call it
    learns nothing about the namespace (https://google.aip.dev/211). Methods without a rule are refused;
 4. makes the :class:`Caller` available to the handler (:func:`current_caller`) and, for mutating
    methods, records one audit entry with the authenticated principal and the outcome
-   (:class:`gnomon.common.rpc.audit.AuditLog`).
+   (:class:`gnomon.common.rpc.audit.AuditLog`); an authorized mutating call runs only once its entry
+   is reserved (``UNAVAILABLE``, reason ``AUDIT_UNAVAILABLE``, when the audit buffer is full).
 
 The worker stream (``STREAM`` scope) is authenticated here; the dispatcher checks the hello's
 namespace and queues against :meth:`Principal.worker_queues` once it arrives.
@@ -147,10 +148,22 @@ def authorize(principal: Principal, rule: Rule, request: Any) -> str | None:
 class AuditSink(Protocol):
     """Where the interceptor records mutating calls (see :class:`gnomon.common.rpc.audit.AuditLog`)."""
 
+    def admit(self) -> None:
+        """Reserves the entry of an authorized call about to run; raises ``Unavailable`` (reason
+        AUDIT_UNAVAILABLE) when no more can be buffered, so the call is refused, not run unaudited."""
+
     def record(
-        self, *, caller: Caller, method: str, namespace: str | None, request: Any, response: Any, outcome: str
+        self,
+        *,
+        caller: Caller,
+        method: str,
+        namespace: str | None,
+        request: Any,
+        response: Any,
+        outcome: str,
+        admitted: bool = False,
     ) -> None:
-        """Records one call (never raises, never blocks)."""
+        """Records one call (never raises, never blocks); ``admitted``: :meth:`admit` reserved its entry."""
 
 
 if TYPE_CHECKING:  # the stubs make it generic; at run time it is not subscriptable
@@ -252,15 +265,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
                 # A call without a valid credential is refused here and never audited (nobody to
                 # record, and recording it would let anyone fill the log); an audited call refused
-                # for its input or its grants is recorded against the namespace it aimed at.
+                # for its input or its grants is recorded against the namespace it aimed at. An
+                # authorized one runs only once its entry is reserved (UNAVAILABLE when the audit
+                # buffer is full: never an unaudited success).
                 caller = await self._caller(context)
                 ns: str | None = None
-                response, outcome = None, "OK"
+                response, outcome, admitted = None, "OK", False
                 token = _CURRENT.set(caller)
                 try:
                     if audit is not None and aimed and isinstance(request, Message):
                         ns = request_namespace(request, rule)[0]  # type: ignore[arg-type]
                     ns = self._permit(caller, method, rule, request) or ns
+                    if audit is not None:
+                        audit.admit()
+                        admitted = True
                     response = await inner(request, context)
                     return response
                 except BaseException as exc:
@@ -276,6 +294,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                             request=request,
                             response=response,
                             outcome=outcome,
+                            admitted=admitted,
                         )
 
             return grpc.unary_unary_rpc_method_handler(

@@ -32,6 +32,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from gnomon.common import lograte
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import (
     DOMAIN,
@@ -112,7 +113,10 @@ def to_status(err: GnomonError) -> grpc.Status:
 
 
 def classify(exc: BaseException) -> GnomonError:
-    """Maps any exception to a domain error: database connection failures -> UNAVAILABLE, others INTERNAL."""
+    """Maps any exception to a domain error: database connection failures -> UNAVAILABLE,
+    ``NotImplementedError`` (a servicer method the service does not implement) -> UNIMPLEMENTED
+    (``METHOD_NOT_IMPLEMENTED``), others INTERNAL (logged at ERROR with the traceback, at most once
+    per ``GNOMON_LOG_REPEAT_INTERVAL_S`` per kind of fault: :func:`fault_key`)."""
     if isinstance(exc, GnomonError):
         return exc
     if isinstance(exc, (OperationalError, InterfaceError)) or (
@@ -121,8 +125,31 @@ def classify(exc: BaseException) -> GnomonError:
         return Unavailable("database unavailable, nothing was written; retry later")
     if isinstance(exc, OSError):
         return Unavailable("dependency unavailable; retry later")
-    log.error("unexpected error in RPC handler", exc_info=exc)
+    if isinstance(exc, NotImplementedError):
+        # a generated servicer base's method the service does not implement (grpc's own stubs raise
+        # NotImplementedError after setting UNIMPLEMENTED, which an aio server would answer UNKNOWN)
+        return GnomonError(
+            "method not implemented by this service", reason=ErrorReason.METHOD_NOT_IMPLEMENTED
+        )
+    lograte.shared().log(
+        log,
+        logging.ERROR,
+        fault_key(exc),
+        "unexpected error in RPC handler: %s",
+        type(exc).__name__,
+        exc_info=exc,
+    )
     return GnomonError("internal error", reason=ErrorReason.INTERNAL)
+
+
+def fault_key(exc: BaseException) -> str:
+    """A low-cardinality key of an unexpected fault for :mod:`gnomon.common.lograte`: the exception's
+    type and the file and line that raised it (never its message, which may hold client input)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else "?"
+    return f"{type(exc).__module__}.{type(exc).__qualname__}@{where}"
 
 
 class _Malformed:

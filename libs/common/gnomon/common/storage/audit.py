@@ -74,7 +74,7 @@ INSERT_AUDIT_ROW = named(
     "INSERT_AUDIT_ROW",
     """Inserts one ``audit_log`` row; every column is a bound parameter of the same name (``id``,
     ``namespace``, ``created_at``, ``actor``, ``action``, ``reason``, ``request_id``, ``details``,
-    ``resource``, ``outcome``, ``peer``). Executed with a list of rows (executemany): one compiled
+    ``resource``, ``outcome``, ``peer``, ``count``). Executed with a list of rows (executemany): one compiled
     statement whatever the batch size, where a multi-row VALUES was compiled anew for every batch
     (~1 ms of the API's CPU per audited call under 64 concurrent CreateJob, bench/README.md).""",
     insert(audit_log),

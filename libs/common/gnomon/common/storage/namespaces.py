@@ -4,7 +4,8 @@ namespace has pending jobs or schedules), plus the counts quotas are checked aga
 
 Every function takes an open :class:`AsyncConnection` inside a transaction
 (:func:`gnomon.common.storage.engine.run_transaction`). Instants are the database clock, UTC-aware.
-A namespace needs no row for jobs to live in it; a missing row means no quotas.
+A namespace needs no row for jobs to live in it; a missing row means no job or schedule quotas and
+the default worker-stream quotas (a NULL stream-quota column means the default too).
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def _record(row: Any) -> NamespaceRecord:
             max_schedules=row.max_schedules,
             max_worker_streams=row.max_worker_streams,
             max_queues_per_hello=row.max_queues_per_hello,
+            max_worker_streams_per_principal=row.max_worker_streams_per_principal,
+            max_queues_per_principal=row.max_queues_per_principal,
+            max_streamed_queues=row.max_streamed_queues,
         ),
         version=row.version,
         created_at=row.created_at,
@@ -83,6 +87,9 @@ def _values(rec: NamespaceRecord) -> dict[str, Any]:
         "max_schedules": q.max_schedules,
         "max_worker_streams": q.max_worker_streams,
         "max_queues_per_hello": q.max_queues_per_hello,
+        "max_worker_streams_per_principal": q.max_worker_streams_per_principal,
+        "max_queues_per_principal": q.max_queues_per_principal,
+        "max_streamed_queues": q.max_streamed_queues,
     }
 
 
@@ -113,13 +120,16 @@ NAMESPACE_FOR_UPDATE = named(
         "max_create_rate": 0.0,
         "max_pending_jobs": 0,
         "max_schedules": 0,
-        "max_worker_streams": 0,
-        "max_queues_per_hello": 0,
+        "max_worker_streams": None,
+        "max_queues_per_hello": None,
+        "max_worker_streams_per_principal": None,
+        "max_queues_per_principal": None,
+        "max_streamed_queues": None,
     },
 )
 def insert_namespace_stmt(name: str, values: dict[str, Any]) -> ReturningInsert[Any]:
-    """Creates namespace ``name`` with ``values`` (description, retention_s in seconds, the five
-    quotas) at version 1, ``created_at``/``updated_at`` = now, unless it exists; returns the new row
+    """Creates namespace ``name`` with ``values`` (description, retention_s in seconds, the
+    quotas; a None stream quota is stored NULL: the dispatcher's default) at version 1, ``created_at``/``updated_at`` = now, unless it exists; returns the new row
     (no row: it existed)."""
     stmt = pg_insert(namespaces).values(
         name=name, version=1, created_at=func.now(), updated_at=func.now(), **values

@@ -255,6 +255,7 @@ shard_owners = Table(
 
 #: Audit log: one row per mutating call (migration 0011; before it, DLQ replays only): who, when,
 #: what, on which resource, with which outcome.
+_AUDIT_COUNT_COMMENT = "calls the entry stands for: 1, or refused calls coalesced (GNOMON_AUDIT_COALESCE_S)"
 audit_log = Table(
     "audit_log",
     metadata,
@@ -271,6 +272,7 @@ audit_log = Table(
     Column("resource", String(512), nullable=False, server_default="", comment="the resource name acted on"),
     Column("outcome", String(32), nullable=False, server_default="OK", comment="gRPC status code name"),
     Column("peer", String(128), nullable=False, server_default="", comment="the caller's address"),
+    Column("count", Integer, nullable=False, server_default="1", comment=_AUDIT_COUNT_COMMENT),
     Index(None, "namespace", "created_at"),
 )
 

@@ -11,7 +11,9 @@ from sqlalchemy import BigInteger, Column, Double, Index, Integer, String, Table
 
 from gnomon.common.storage.schema import TS, metadata
 
-#: A namespace: the unit of isolation. Quotas are enforced with RESOURCE_EXHAUSTED; 0 means "no limit".
+#: A namespace: the unit of isolation. Quotas are enforced with RESOURCE_EXHAUSTED; in the job and
+#: schedule quotas 0 means "no limit", in the worker-stream quotas NULL means the dispatcher's default
+#: (GNOMON_STREAM_QUOTA_*).
 namespaces = Table(
     "namespaces",
     metadata,
@@ -23,8 +25,36 @@ namespaces = Table(
     Column("max_create_rate", Double, nullable=False, comment="jobs created per second per API process"),
     Column("max_pending_jobs", BigInteger, nullable=False, comment="jobs SCHEDULED or QUEUED at once"),
     Column("max_schedules", Integer, nullable=False, comment="schedules at once"),
-    Column("max_worker_streams", Integer, nullable=False, comment="worker streams per dispatcher process"),
-    Column("max_queues_per_hello", Integer, nullable=False, comment="queues one worker stream may name"),
+    Column(
+        "max_worker_streams",
+        Integer,
+        nullable=True,
+        comment="worker streams per dispatcher process; NULL: the default",
+    ),
+    Column(
+        "max_queues_per_hello",
+        Integer,
+        nullable=True,
+        comment="queues one worker stream may name; NULL: the default",
+    ),
+    Column(
+        "max_worker_streams_per_principal",
+        Integer,
+        nullable=True,
+        comment="worker streams of one principal per dispatcher process; NULL: default",
+    ),
+    Column(
+        "max_queues_per_principal",
+        Integer,
+        nullable=True,
+        comment="distinct queues one principal's streams serve per dispatcher; NULL: default",
+    ),
+    Column(
+        "max_streamed_queues",
+        Integer,
+        nullable=True,
+        comment="distinct queues the namespace's streams serve per dispatcher; NULL: default",
+    ),
     Column("version", BigInteger, nullable=False, comment="bumped by every update (the etag)"),
     Column("created_at", TS, nullable=False),
     Column("updated_at", TS, nullable=False),

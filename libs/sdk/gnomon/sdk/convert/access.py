@@ -31,6 +31,9 @@ def quotas_to_proto(q: NamespaceQuotas) -> namespace_service_pb2.NamespaceQuotas
         max_schedules=q.max_schedules,
         max_worker_streams=q.max_worker_streams,
         max_queues_per_hello=q.max_queues_per_hello,
+        max_worker_streams_per_principal=q.max_worker_streams_per_principal,
+        max_queues_per_principal=q.max_queues_per_principal,
+        max_streamed_queues=q.max_streamed_queues,
     )
 
 
@@ -47,6 +50,9 @@ def namespace_from_proto(msg: namespace_service_pb2.Namespace) -> Namespace:
             q.max_schedules,
             q.max_worker_streams,
             q.max_queues_per_hello,
+            q.max_worker_streams_per_principal,
+            q.max_queues_per_principal,
+            q.max_streamed_queues,
         ),
         create_time=field_time(msg, "create_time"),
         update_time=field_time(msg, "update_time"),

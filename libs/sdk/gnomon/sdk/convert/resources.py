@@ -262,6 +262,7 @@ def audit_entry_from_proto(m: dead_letter_service_pb2.AuditEntry) -> AuditEntry:
         resource=m.resource,
         outcome=m.outcome,
         peer=m.peer,
+        count=m.count or 1,
     )
 
 

@@ -10,14 +10,22 @@ __all__ = ["NamespaceQuotas", "Namespace", "Principal", "ApiKey", "CreatedApiKey
 
 @dataclass(frozen=True, slots=True)
 class NamespaceQuotas:
-    """A namespace's limits; 0 in any field means no limit.
+    """A namespace's limits. In the job and schedule limits 0 means no limit; in the worker-stream
+    limits (the last five) 0 means the dispatcher's default (``GNOMON_STREAM_QUOTA_*``), each counted
+    per dispatcher process.
 
     Attributes:
         max_create_rate: jobs created per second per API server.
         max_pending_jobs: jobs SCHEDULED or QUEUED at once.
         max_schedules: schedules at once.
-        max_worker_streams: worker streams of the namespace on one dispatcher at once.
-        max_queues_per_hello: queues one worker stream may name.
+        max_worker_streams: worker streams of the namespace on one dispatcher at once (default 256).
+        max_queues_per_hello: queues one worker stream may name (default 64, at most 100).
+        max_worker_streams_per_principal: worker streams of one principal in the namespace on one
+            dispatcher at once (default 64).
+        max_queues_per_principal: distinct queues one principal's streams serve together on one
+            dispatcher (default 64).
+        max_streamed_queues: distinct queues the namespace's streams serve together on one
+            dispatcher (default 64).
     """
 
     max_create_rate: float = 0.0
@@ -25,6 +33,9 @@ class NamespaceQuotas:
     max_schedules: int = 0
     max_worker_streams: int = 0
     max_queues_per_hello: int = 0
+    max_worker_streams_per_principal: int = 0
+    max_queues_per_principal: int = 0
+    max_streamed_queues: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,9 @@ class AuditEntry:
     """One audit log entry: ``name``, UTC ``create_time``, ``actor`` (the authenticated principal),
     ``action`` (the method, e.g. ``CreateJob``, or ``dead_letters.replay[.dry_run]``), ``reason``,
     ``request_id``, ``details`` (the decoded JSON object: for a replay its filter, limits, counts),
-    ``resource`` (the resource name acted on), ``outcome`` (a gRPC status code name) and ``peer``."""
+    ``resource`` (the resource name acted on), ``outcome`` (a gRPC status code name), ``peer`` and
+    ``count``: how many calls the entry stands for (1, or more for refused calls the server coalesced;
+    ``create_time`` is then the first, ``details["last_time"]`` the last)."""
 
     name: str
     create_time: datetime | None
@@ -72,3 +74,4 @@ class AuditEntry:
     resource: str = ""
     outcome: str = ""
     peer: str = ""
+    count: int = 1

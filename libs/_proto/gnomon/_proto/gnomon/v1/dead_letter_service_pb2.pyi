@@ -124,7 +124,7 @@ class ListAuditEntriesRequest(_message.Message):
     def __init__(self, parent: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
-    __slots__ = ("name", "create_time", "actor", "action", "reason", "request_id", "details", "resource", "outcome", "peer")
+    __slots__ = ("name", "create_time", "actor", "action", "reason", "request_id", "details", "resource", "outcome", "peer", "count")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class AuditEntry(_message.Message):
     RESOURCE_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     name: str
     create_time: _timestamp_pb2.Timestamp
     actor: str
@@ -145,7 +146,8 @@ class AuditEntry(_message.Message):
     resource: str
     outcome: str
     peer: str
-    def __init__(self, name: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ..., details: _Optional[str] = ..., resource: _Optional[str] = ..., outcome: _Optional[str] = ..., peer: _Optional[str] = ...) -> None: ...
+    count: int
+    def __init__(self, name: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., reason: _Optional[str] = ..., request_id: _Optional[str] = ..., details: _Optional[str] = ..., resource: _Optional[str] = ..., outcome: _Optional[str] = ..., peer: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class ListAuditEntriesResponse(_message.Message):
     __slots__ = ("audit_entries", "next_page_token")

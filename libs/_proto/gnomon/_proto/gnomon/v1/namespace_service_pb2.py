@@ -28,7 +28,7 @@ from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mas
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!gnomon/v1/namespace_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x01\n\x0fNamespaceQuotas\x12\x17\n\x0fmax_create_rate\x18\x01 \x01(\x01\x12\x18\n\x10max_pending_jobs\x18\x02 \x01(\x03\x12\x15\n\rmax_schedules\x18\x03 \x01(\x05\x12\x1a\n\x12max_worker_streams\x18\x04 \x01(\x05\x12\x1c\n\x14max_queues_per_hello\x18\x05 \x01(\x05\"\xf8\x01\n\tNamespace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12,\n\tretention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x06quotas\x18\x04 \x01(\x0b\x32\x1a.gnomon.v1.NamespaceQuotas\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04\x65tag\x18\x07 \x01(\t\"W\n\x16\x43reateNamespaceRequest\x12\x14\n\x0cnamespace_id\x18\x01 \x01(\t\x12\'\n\tnamespace\x18\x02 \x01(\x0b\x32\x14.gnomon.v1.Namespace\"B\n\x17\x43reateNamespaceResponse\x12\'\n\tnamespace\x18\x01 \x01(\x0b\x32\x14.gnomon.v1.Namespace\"#\n\x13GetNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14GetNamespaceResponse\x12\'\n\tnamespace\x18\x01 \x01(\x0b\x32\x14.gnomon.v1.Namespace\">\n\x15ListNamespacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x16ListNamespacesResponse\x12(\n\nnamespaces\x18\x01 \x03(\x0b\x32\x14.gnomon.v1.Namespace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"r\n\x16UpdateNamespaceRequest\x12\'\n\tnamespace\x18\x01 \x01(\x0b\x32\x14.gnomon.v1.Namespace\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"B\n\x17UpdateNamespaceResponse\x12\'\n\tnamespace\x18\x01 \x01(\x0b\x32\x14.gnomon.v1.Namespace\"4\n\x16\x44\x65leteNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x65tag\x18\x02 \x01(\t\"\x19\n\x17\x44\x65leteNamespaceResponse2\xc8\x03\n\x10NamespaceService\x12X\n\x0f\x43reateNamespace\x12!.gnomon.v1.CreateNamespaceRequest\x1a\".gnomon.v1.CreateNamespaceResponse\x12O\n\x0cGetNamespace\x12\x1e.gnomon.v1.GetNamespaceRequest\x1a\x1f.gnomon.v1.GetNamespaceResponse\x12U\n\x0eListNamespaces\x12 .gnomon.v1.ListNamespacesRequest\x1a!.gnomon.v1.ListNamespacesResponse\x12X\n\x0fUpdateNamespace\x12!.gnomon.v1.UpdateNamespaceRequest\x1a\".gnomon.v1.UpdateNamespaceResponse\x12X\n\x0f\x44\x65leteNamespace\x12!.gnomon.v1.DeleteNamespaceRequest\x1a\".gnomon.v1.DeleteNamespaceResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!gnomon/v1/namespace_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfe\x01\n\x0fNamespaceQuotas\x12\x17\n\x0fmax_create_rate\x18\x01 \x01(\x01\x12\x18\n\x10max_pending_jobs\x18\x02 \x01(\x03\x12\x15\n\rmax_schedules\x18\x03 \x01(\x05\x12\x1a\n\x12max_worker_streams\x18\x04 \x01(\x05\x12\x1c\n\x14max_queues_per_hello\x18\x05 \x01(\x05\x12(\n max_worker_streams_per_principal\x18\x06 \x01(\x05\x12 \n\x18max_queues_per_principal\x18\x07 \x01(\x05\x12\x1b\n\x13max_streamed_queues\x18\x08 \x01(\x05\"\xf8\x01\n\tNamespace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12,\n\tretention\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12*\n\x06quotas\x18\x04 \x01(\x0b\x32\x1a.gnomon.v1.NamespaceQuotas\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04\x65tag\x18\x07 \x01(\t\"W\n\x16\x43reateNamespaceRequest\x12\x14\n\x0cnamespace_id\x18\x01 \x01(\t\x12\'\n\tnamespace\x18\x02 \x01(\x0b\x32\x14.gnomon.v1.Namespace\"B\n\x17\x43reateNamespaceResponse\x12\'\n\tnamespace\x18\x01 \x01(\x0b\x32\x14.gnomon.v1.Namespace\"#\n\x13GetNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"?\n\x14GetNamespaceResponse\x12\'\n\tnamespace\x18\x01 \x01(\x0b\x32\x14.gnomon.v1.Namespace\">\n\x15ListNamespacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"[\n\x16ListNamespacesResponse\x12(\n\nnamespaces\x18\x01 \x03(\x0b\x32\x14.gnomon.v1.Namespace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"r\n\x16UpdateNamespaceRequest\x12\'\n\tnamespace\x18\x01 \x01(\x0b\x32\x14.gnomon.v1.Namespace\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"B\n\x17UpdateNamespaceResponse\x12\'\n\tnamespace\x18\x01 \x01(\x0b\x32\x14.gnomon.v1.Namespace\"4\n\x16\x44\x65leteNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x65tag\x18\x02 \x01(\t\"\x19\n\x17\x44\x65leteNamespaceResponse2\xc8\x03\n\x10NamespaceService\x12X\n\x0f\x43reateNamespace\x12!.gnomon.v1.CreateNamespaceRequest\x1a\".gnomon.v1.CreateNamespaceResponse\x12O\n\x0cGetNamespace\x12\x1e.gnomon.v1.GetNamespaceRequest\x1a\x1f.gnomon.v1.GetNamespaceResponse\x12U\n\x0eListNamespaces\x12 .gnomon.v1.ListNamespacesRequest\x1a!.gnomon.v1.ListNamespacesResponse\x12X\n\x0fUpdateNamespace\x12!.gnomon.v1.UpdateNamespaceRequest\x1a\".gnomon.v1.UpdateNamespaceResponse\x12X\n\x0f\x44\x65leteNamespace\x12!.gnomon.v1.DeleteNamespaceRequest\x1a\".gnomon.v1.DeleteNamespaceResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,29 +36,29 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.v1.namespace_service
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_NAMESPACEQUOTAS']._serialized_start=148
-  _globals['_NAMESPACEQUOTAS']._serialized_end=297
-  _globals['_NAMESPACE']._serialized_start=300
-  _globals['_NAMESPACE']._serialized_end=548
-  _globals['_CREATENAMESPACEREQUEST']._serialized_start=550
-  _globals['_CREATENAMESPACEREQUEST']._serialized_end=637
-  _globals['_CREATENAMESPACERESPONSE']._serialized_start=639
-  _globals['_CREATENAMESPACERESPONSE']._serialized_end=705
-  _globals['_GETNAMESPACEREQUEST']._serialized_start=707
-  _globals['_GETNAMESPACEREQUEST']._serialized_end=742
-  _globals['_GETNAMESPACERESPONSE']._serialized_start=744
-  _globals['_GETNAMESPACERESPONSE']._serialized_end=807
-  _globals['_LISTNAMESPACESREQUEST']._serialized_start=809
-  _globals['_LISTNAMESPACESREQUEST']._serialized_end=871
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=873
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=964
-  _globals['_UPDATENAMESPACEREQUEST']._serialized_start=966
-  _globals['_UPDATENAMESPACEREQUEST']._serialized_end=1080
-  _globals['_UPDATENAMESPACERESPONSE']._serialized_start=1082
-  _globals['_UPDATENAMESPACERESPONSE']._serialized_end=1148
-  _globals['_DELETENAMESPACEREQUEST']._serialized_start=1150
-  _globals['_DELETENAMESPACEREQUEST']._serialized_end=1202
-  _globals['_DELETENAMESPACERESPONSE']._serialized_start=1204
-  _globals['_DELETENAMESPACERESPONSE']._serialized_end=1229
-  _globals['_NAMESPACESERVICE']._serialized_start=1232
-  _globals['_NAMESPACESERVICE']._serialized_end=1688
+  _globals['_NAMESPACEQUOTAS']._serialized_end=402
+  _globals['_NAMESPACE']._serialized_start=405
+  _globals['_NAMESPACE']._serialized_end=653
+  _globals['_CREATENAMESPACEREQUEST']._serialized_start=655
+  _globals['_CREATENAMESPACEREQUEST']._serialized_end=742
+  _globals['_CREATENAMESPACERESPONSE']._serialized_start=744
+  _globals['_CREATENAMESPACERESPONSE']._serialized_end=810
+  _globals['_GETNAMESPACEREQUEST']._serialized_start=812
+  _globals['_GETNAMESPACEREQUEST']._serialized_end=847
+  _globals['_GETNAMESPACERESPONSE']._serialized_start=849
+  _globals['_GETNAMESPACERESPONSE']._serialized_end=912
+  _globals['_LISTNAMESPACESREQUEST']._serialized_start=914
+  _globals['_LISTNAMESPACESREQUEST']._serialized_end=976
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=978
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=1069
+  _globals['_UPDATENAMESPACEREQUEST']._serialized_start=1071
+  _globals['_UPDATENAMESPACEREQUEST']._serialized_end=1185
+  _globals['_UPDATENAMESPACERESPONSE']._serialized_start=1187
+  _globals['_UPDATENAMESPACERESPONSE']._serialized_end=1253
+  _globals['_DELETENAMESPACEREQUEST']._serialized_start=1255
+  _globals['_DELETENAMESPACEREQUEST']._serialized_end=1307
+  _globals['_DELETENAMESPACERESPONSE']._serialized_start=1309
+  _globals['_DELETENAMESPACERESPONSE']._serialized_end=1334
+  _globals['_NAMESPACESERVICE']._serialized_start=1337
+  _globals['_NAMESPACESERVICE']._serialized_end=1793
 # @@protoc_insertion_point(module_scope)

@@ -12,18 +12,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class NamespaceQuotas(_message.Message):
-    __slots__ = ("max_create_rate", "max_pending_jobs", "max_schedules", "max_worker_streams", "max_queues_per_hello")
+    __slots__ = ("max_create_rate", "max_pending_jobs", "max_schedules", "max_worker_streams", "max_queues_per_hello", "max_worker_streams_per_principal", "max_queues_per_principal", "max_streamed_queues")
     MAX_CREATE_RATE_FIELD_NUMBER: _ClassVar[int]
     MAX_PENDING_JOBS_FIELD_NUMBER: _ClassVar[int]
     MAX_SCHEDULES_FIELD_NUMBER: _ClassVar[int]
     MAX_WORKER_STREAMS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUES_PER_HELLO_FIELD_NUMBER: _ClassVar[int]
+    MAX_WORKER_STREAMS_PER_PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUES_PER_PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_STREAMED_QUEUES_FIELD_NUMBER: _ClassVar[int]
     max_create_rate: float
     max_pending_jobs: int
     max_schedules: int
     max_worker_streams: int
     max_queues_per_hello: int
-    def __init__(self, max_create_rate: _Optional[float] = ..., max_pending_jobs: _Optional[int] = ..., max_schedules: _Optional[int] = ..., max_worker_streams: _Optional[int] = ..., max_queues_per_hello: _Optional[int] = ...) -> None: ...
+    max_worker_streams_per_principal: int
+    max_queues_per_principal: int
+    max_streamed_queues: int
+    def __init__(self, max_create_rate: _Optional[float] = ..., max_pending_jobs: _Optional[int] = ..., max_schedules: _Optional[int] = ..., max_worker_streams: _Optional[int] = ..., max_queues_per_hello: _Optional[int] = ..., max_worker_streams_per_principal: _Optional[int] = ..., max_queues_per_principal: _Optional[int] = ..., max_streamed_queues: _Optional[int] = ...) -> None: ...
 
 class Namespace(_message.Message):
     __slots__ = ("name", "description", "retention", "quotas", "create_time", "update_time", "etag")
