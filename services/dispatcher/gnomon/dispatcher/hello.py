@@ -36,9 +36,6 @@ MAX_CREDITS = 10_000
 #: Most attempt references (or results, or checkpoints) one stream message may carry; a message with
 #: more ends the stream (INVALID_ARGUMENT, PROTOCOL_VIOLATION). The Python SDK sends at most 1000.
 MAX_ITEMS_PER_MESSAGE = 1000
-#: Most responses queued for a worker that does not read its stream; past it the stream is ended
-#: (RESOURCE_EXHAUSTED), so one slow or hostile reader cannot grow the dispatcher's memory.
-MAX_QUEUED_RESPONSES = 10_000
 #: Longest client value echoed in an error message or a log line, characters (before escaping).
 ECHO_CHARS = 64
 #: Most field violations reported for one hello (the rest are summarised in one more).
