@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from gnomon.common.errors import QuotaExceeded
 
@@ -44,6 +45,12 @@ class Quotas:
     max_worker_streams: int = 0
     max_queues_per_hello: int = 0
 
+
+#: ``admit(conn, n)``: admits ``n`` jobs about to be written or raises :class:`QuotaExceeded`; engines
+#: that count their jobs inside the write transaction call it before they write, with that
+#: transaction's connection ``conn`` (the count is read on it: no second connection is taken from
+#: the pool while one is held) (:meth:`gnomon.api.quotas.QuotaGuard.admitter`).
+Admit = Callable[[Any, int], Awaitable[None]]
 
 #: The limits of a namespace that has no row (none).
 UNLIMITED = Quotas()
@@ -118,14 +125,17 @@ class NamespaceCache:
         self.load, self.ttl_s, self.clock, self.max_entries = load, ttl_s, clock, max_entries
         self._entries: dict[str, tuple[float, Quotas]] = {}
 
-    async def quotas(self, namespace: str) -> Quotas:
-        """The namespace's quotas as of at most ``ttl_s`` seconds ago. Raises what ``load`` raises
-        (a database error: the caller's call fails UNAVAILABLE)."""
+    async def quotas(
+        self, namespace: str, load: Callable[[str], Awaitable[Quotas | None]] | None = None
+    ) -> Quotas:
+        """The namespace's quotas as of at most ``ttl_s`` seconds ago, read on a miss through ``load``
+        (None: the cache's own loader). Raises what the loader raises (a database error: the
+        caller's call fails UNAVAILABLE)."""
         now = self.clock()
         hit = self._entries.get(namespace)
         if hit is not None and hit[0] > now:
             return hit[1]
-        quotas = await self.load(namespace) or UNLIMITED
+        quotas = await (load or self.load)(namespace) or UNLIMITED
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
         self._entries[namespace] = (now + self.ttl_s, quotas)
