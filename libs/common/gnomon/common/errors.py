@@ -59,6 +59,11 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "etcd cannot be reached; retry later.",
     ),
     ErrorReason.SHUTTING_DOWN: (grpc.StatusCode.UNAVAILABLE, "The server is draining; reconnect elsewhere."),
+    ErrorReason.LISTINGS_BUSY: (
+        grpc.StatusCode.UNAVAILABLE,
+        "The caller already has as many payload listings running on this API server as it may "
+        "(GNOMON_LIST_CONCURRENCY_PER_PRINCIPAL) and none ended within GNOMON_LIST_WAIT_S; retry later.",
+    ),
     ErrorReason.PROTOCOL_VIOLATION: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "A stream message came out of protocol order.",

@@ -25,6 +25,7 @@ from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
 from gnomon.api.convert import job_to_proto
 from gnomon.api.dead_letters import DeadLetterEngine
+from gnomon.api.list_gate import ListGate
 from gnomon.api.quotas import QuotaGuard
 from gnomon.api.validation import request_fingerprint
 from gnomon.common import pagination
@@ -192,8 +193,11 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         *,
         reply_budget_bytes: int = REPLY_BUDGET_BYTES,
         quotas: QuotaGuard | None = None,
+        list_gate: ListGate | None = None,
     ):
         self.dead_letters = dead_letters
+        #: per-principal turns of ListDeadLetters (shared with ListJobs)
+        self.list_gate = list_gate or ListGate()
         #: namespace quotas a replay is admitted against (None: not checked)
         self.quotas = quotas
         #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
@@ -211,8 +215,9 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
     async def ListDeadLetters(self, request, context):
         """Dead jobs of ``parent`` matching the filter, newest death first, each with its recent
         attempts; ``page_size`` 0-1000 (0 = 100); payloads are read only for the dead letters within
-        the reply's byte budget (the page then ends early with a token). INVALID_ARGUMENT lists every
-        bad field at once."""
+        the reply's byte budget (the page then ends early with a token); a turn of the caller's
+        listings (``list_gate``) is held meanwhile (UNAVAILABLE LISTINGS_BUSY after waiting too long).
+        INVALID_ARGUMENT lists every bad field at once."""
         ns = parse_parent(request.parent)
         v = Validator()
         f = validate_filter(v, ns, request)
@@ -228,22 +233,23 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         )
         after = _keyset(v, request.page_token, "ListDeadLetters", filt)
         v.raise_if_any()
-        rows, atts, fits = await self.dead_letters.list_dead_letters(
-            f,
-            include_replayed=request.include_replayed,
-            limit=size + 1,
-            after=after,
-            budget_bytes=self.reply_budget_bytes,
-        )
-        items, token = pagination.budgeted_page(
-            rows,
-            fits,
-            "ListDeadLetters",
-            filt,
-            lambda r: pagination.keyset(r["finished_at"], r["id"]),
-            lambda r: dead_letter_to_proto(r, atts.get(r["id"], [])),
-            budget_bytes=self.reply_budget_bytes,
-        )
+        async with self.list_gate.turn(current_caller().principal.name):
+            rows, atts, fits = await self.dead_letters.list_dead_letters(
+                f,
+                include_replayed=request.include_replayed,
+                limit=size + 1,
+                after=after,
+                budget_bytes=self.reply_budget_bytes,
+            )
+            items, token = pagination.budgeted_page(
+                rows,
+                fits,
+                "ListDeadLetters",
+                filt,
+                lambda r: pagination.keyset(r["finished_at"], r["id"]),
+                lambda r: dead_letter_to_proto(r, atts.get(r["id"], [])),
+                budget_bytes=self.reply_budget_bytes,
+            )
         return pb.ListDeadLettersResponse(dead_letters=items, next_page_token=token)
 
     async def ReplayDeadLetters(self, request, context):

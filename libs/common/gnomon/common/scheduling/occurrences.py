@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -115,17 +115,23 @@ class StepBuilder:
             rec = record_row(sched, decision=d.decision, note=d.note, **common)
             self.writes.records.append(rec)
             return rec
-        action, why = overlap.decide(pol, state)
+        after = replace(state)  # the overlap state as if the action were carried out
+        action, why = overlap.decide(pol, after)
         note = "; ".join(p for p in (why, d.note) if p)
+        creates = action not in (overlap.SKIP, overlap.BUFFER)
+        if creates and not self._take_room(sched["namespace"]):
+            # nothing runs, nothing is cancelled: the overlap state stays as it was
+            why_q = f"namespace {sched['namespace']} at its max_pending_jobs"
+            rec = record_row(
+                sched, decision=SKIPPED_QUOTA, note="; ".join(p for p in (why_q, d.note) if p), **common
+            )
+            self.writes.records.append(rec)
+            return rec
+        state.active, state.buffered = after.active, after.buffered
         if action == overlap.SKIP:
             rec = record_row(sched, decision=SKIPPED_OVERLAP, note=note, **common)
         elif action == overlap.BUFFER:
             rec = record_row(sched, decision=BUFFERED, note=note, overlap_policy=pol, **common)
-        elif not self._take_room(sched["namespace"]):
-            why_q = f"namespace {sched['namespace']} at its max_pending_jobs"
-            rec = record_row(
-                sched, decision=SKIPPED_QUOTA, note="; ".join(p for p in (why_q, note) if p), **common
-            )
         else:
             if action == overlap.CANCEL_AND_CREATE:
                 self._cancel_active(active)
@@ -158,11 +164,13 @@ class StepBuilder:
     ) -> bool:
         """Decides one BUFFERED record ``rec`` (oldest first) under the policy it was buffered with.
         Returns False when it must keep waiting (the caller stops releasing this schedule)."""
-        action, why = overlap.release(rec["overlap_policy"] or sched["overlap_policy"], state)
+        after = replace(state)
+        action, why = overlap.release(rec["overlap_policy"] or sched["overlap_policy"], after)
         if action == overlap.BUFFER:
             return False
         if action != overlap.SKIP and not self._take_room(sched["namespace"]):
-            return False  # at the quota: stays BUFFERED, released by a later step
+            return False  # at the quota: stays BUFFERED (state unchanged), released by a later step
+        state.active, state.buffered = after.active, after.buffered
         state.buffered -= 1
         up = dict(schedule_uid=rec["schedule_uid"], nominal_time=rec["nominal_time"], decided_at=self.now)
         if action == overlap.SKIP:
