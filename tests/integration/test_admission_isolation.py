@@ -1,4 +1,4 @@
-"""Job admission and list memory across tenants (issue 19, items 5 and 6a) against a real secure
+"""Job admission and list memory across tenants (docs/api.md "Quotas" and "Reply byte budget", docs/schedules.md "Quota") against a real secure
 suite (api, planner, dispatcher and reaper processes, PostgreSQL, etcd, real ``gnomon worker``s):
 
 * the planner admits every run against ``max_pending_jobs``: a run without room is recorded

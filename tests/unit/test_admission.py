@@ -1,7 +1,7 @@
-"""Job admission (issue 19 item 5) as pure logic: the policy table declares how every job-creating
+"""Job admission (docs/api.md "Quotas") as pure logic: the policy table declares how every job-creating
 method is admitted, QuotaGuard refuses a method that declares none, the planner's StepBuilder records
 SKIPPED_QUOTA (never silent) once a namespace has no room and leaves a BUFFERED release waiting, and
-a listing reads payloads only within its reply budget (issue 19 item 6a)."""
+a listing reads payloads only within its reply budget (docs/api.md "Reply byte budget")."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_the_servicers_admit_through_the_methods_the_table_names():
 
 
 def test_a_method_without_an_admission_cannot_be_admitted():
-    guard = QuotaGuard(None)  # type: ignore[arg-type]  # refused before any read
+    guard = QuotaGuard(None)  # refused before any read
     with pytest.raises(ValueError, match="declares no admission"):
         asyncio.run(guard.admit("/gnomon.v1.JobService/CancelJob", "ns", 1))
     asyncio.run(guard.admit("/gnomon.v1.JobService/CreateJob", "ns", 0))  # nothing to admit, no read
@@ -133,3 +133,36 @@ def test_rows_within_budget_counts_payloads_plus_an_allowance_and_always_one():
     assert rows_within_budget([10 * budget], 100, budget) == 1  # one oversize row goes alone
     assert rows_within_budget([], 100, budget) == 0
     assert rows_within_budget([0] * 1000, 1000, budget) == 1000  # small rows: the whole page
+
+
+def test_the_list_gate_gives_each_principal_its_turns_and_refuses_after_the_wait():
+    from gnomon.api.list_gate import ListGate
+    from gnomon.common.errors import Unavailable
+
+    async def scenario() -> None:
+        gate = ListGate(per_principal=1, wait_s=0.2)
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with gate.turn("evil"):
+                await release.wait()
+
+        holder = asyncio.create_task(hold())
+        for _ in range(100):
+            if gate.running("evil"):
+                break
+            await asyncio.sleep(0.01)
+        assert gate.running("evil") == 1
+        async with gate.turn("acme"):  # another principal is not held up
+            assert gate.running("acme") == 1
+        with pytest.raises(Unavailable) as e:  # evil's second call waits, then is refused
+            async with gate.turn("evil"):
+                pass
+        assert e.value.reason == "LISTINGS_BUSY" and e.value.code.name == "UNAVAILABLE"
+        waiter = asyncio.create_task(hold())  # waits its turn, then runs
+        await asyncio.sleep(0.05)
+        release.set()
+        await asyncio.wait_for(asyncio.gather(holder, waiter), 5)
+        assert gate.running("evil") == 0 and not gate._turns  # nothing kept once idle
+
+    asyncio.run(scenario())

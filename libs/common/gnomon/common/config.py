@@ -120,18 +120,10 @@ class ServerSettings(BaseSettings):
         "stops early at this size and its next_page_token continues after the last item sent.",
     )
     list_concurrency_per_principal: int = Field(
-        default=1,
-        ge=1,
-        le=1000,
-        description="Most List calls carrying payloads (ListJobs, ListDeadLetters) one principal runs "
-        "at once on one API process, calls; more wait their turn (GNOMON_LIST_WAIT_S).",
+        default=1, ge=1, le=1000, description="Payload List calls of one principal at once per API, calls."
     )
     list_wait_s: float = Field(
-        default=30.0,
-        gt=0,
-        le=600,
-        description="Longest wait of a payload List call for its principal's turn, seconds; then "
-        "UNAVAILABLE (LISTINGS_BUSY).",
+        default=30.0, gt=0, le=600, description="Longest wait for such a turn, then LISTINGS_BUSY, s."
     )
 
 
