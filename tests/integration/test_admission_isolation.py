@@ -178,6 +178,7 @@ def test_replay_is_admitted_for_what_it_writes_and_its_refusal_is_audited(suite,
             wait_for(lambda: len(list(c.list_dead_letters())) == 4 or None, 60, "4 dead letters")
     finally:
         suite.stop_proc(worker)
+    time.sleep(PENDING_TTL_S + 0.2)  # the API counted the doomed jobs as pending until its cache expires
     with admin(suite, "dlq") as c:
         parked(c, 2)
         rid = str(uuid.uuid4())
@@ -297,7 +298,7 @@ def test_concurrent_big_list_jobs_keep_the_api_memory_bounded_and_acme_on_time(s
         t0 = time.monotonic()
         # the attacker is a process of its own (its client work must not slow the probe's creates)
         attack = subprocess.run(
-            [sys.executable, "-c", LISTER, str(BIG_JOBS), str(ATTACK_S), os.environ.get("LISTERS", "8")],
+            [sys.executable, "-c", LISTER, str(BIG_JOBS), str(ATTACK_S), "8"],
             capture_output=True,
             text=True,
             timeout=ATTACK_S + 120,
@@ -317,17 +318,9 @@ def test_concurrent_big_list_jobs_keep_the_api_memory_bounded_and_acme_on_time(s
         f"{listed} jobs listed in {took:.1f} s; API RSS {base:.0f} -> peak {peak:.0f} MB "
         f"(+{peak - base:.0f} MB), API CPU {cpu:.1f} s, lister CPU {lister_cpu:.1f} s; {acme.report}"
     )
-    if os.environ.get("DEBUG_LAG"):
-        with Client(api=suite.api_address, namespace="acme") as dbg:
-            rows = []
-            for n in acme.report.states:
-                j = dbg.get_job(n)
-                rows.append(
-                    (
-                        (j.dispatch_time - j.schedule_time).total_seconds(),
-                        (j.create_time - j.schedule_time).total_seconds(),
-                    )
-                )
-            print("lag, created-after-due (s):", sorted(rows)[-8:])
+    with Client(api=suite.api_address, namespace="acme") as reader:
+        jobs = [reader.get_job(n) for n in acme.report.states]
+    late = max((j.create_time - j.schedule_time).total_seconds() for j in jobs)
+    print(f"acme's latest create relative to its due time: {late:+.3f} s (created 1 s ahead)")
     assert peak - base <= RSS_BOUND_MB, (base, peak)
     acme.report.assert_within(p99_s=HONEST_P99_S)
