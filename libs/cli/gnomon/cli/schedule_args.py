@@ -33,6 +33,7 @@ DECISIONS = (
     "skipped_dst_gap",
     "skipped_paused",
     "deduplicated",
+    "skipped_quota",
 )
 
 

@@ -119,6 +119,12 @@ class ServerSettings(BaseSettings):
         description="Most serialized bytes of the items of one List reply, bytes (1-15 MiB): a page "
         "stops early at this size and its next_page_token continues after the last item sent.",
     )
+    list_concurrency_per_principal: int = Field(
+        default=1, ge=1, le=1000, description="Payload List calls of one principal at once per API, calls."
+    )
+    list_wait_s: float = Field(
+        default=30.0, gt=0, le=600, description="Longest wait for such a turn, then LISTINGS_BUSY, s."
+    )
 
 
 class DispatcherSettings(BaseSettings):

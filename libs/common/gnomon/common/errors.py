@@ -64,6 +64,11 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         "The server's audit log buffer is full (`GNOMON_AUDIT_BUFFER_ROWS`: the database cannot keep up): "
         "the call was not run, since it could not be audited; retry later.",
     ),
+    ErrorReason.LISTINGS_BUSY: (
+        grpc.StatusCode.UNAVAILABLE,
+        "The caller already has as many payload listings running on this API server as it may "
+        "(GNOMON_LIST_CONCURRENCY_PER_PRINCIPAL) and none ended within GNOMON_LIST_WAIT_S; retry later.",
+    ),
     ErrorReason.PROTOCOL_VIOLATION: (
         grpc.StatusCode.INVALID_ARGUMENT,
         "A stream message came out of protocol order.",

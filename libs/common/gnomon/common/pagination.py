@@ -221,6 +221,30 @@ def clamped_page_size(size: int, *, maximum: int) -> int:
     return min(size or maximum, maximum)
 
 
+#: Bytes a listed row is assumed to take besides its payload when a listing decides at the source
+#: which payloads to read (:func:`rows_within_budget`); :func:`budgeted_page` then cuts exactly.
+ROW_ALLOWANCE_BYTES = 512
+
+
+def rows_within_budget(payload_bytes: Sequence[int], size: int, budget_bytes: int) -> int:
+    """How many of the first ``size`` rows of a listing, whose payloads are ``payload_bytes`` long
+    (in row order, read without the payloads: ``octet_length``), fit in a reply of ``budget_bytes``
+    (less :data:`REPLY_RESERVE_BYTES`), each counted as its payload plus :data:`ROW_ALLOWANCE_BYTES`.
+    At least 1 when there is a row (one row larger than the budget goes out alone), 0 for none.
+    The listing then reads the payloads of those rows only, so a List call holds at most about
+    ``budget_bytes`` of payloads whatever its page size (docs/api.md, "Pagination")."""
+    limit = max(0, budget_bytes - REPLY_RESERVE_BYTES)
+    used = 0
+    n = 0
+    for b in payload_bytes[:size]:
+        cost = (b or 0) + ROW_ALLOWANCE_BYTES
+        if n and used + cost > limit:
+            break
+        used += cost
+        n += 1
+    return n
+
+
 def split_page(rows: Sequence[T], size: int) -> tuple[list[T], T | None]:
     """``rows`` read with ``limit = size + 1`` -> ``(the page, its last row if more rows follow)``;
     the cursor of the next page is made from that last row (None: this is the last page)."""

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from gnomon.common.errors import QuotaExceeded
 from gnomon.common.stream_quota_settings import StreamQuotaSettings
@@ -77,6 +78,12 @@ class Quotas:
             **{name: getattr(defaults, name) for name in STREAM_QUOTAS if getattr(self, name) is None},
         )
 
+
+#: ``admit(conn, n)``: admits ``n`` jobs about to be written or raises :class:`QuotaExceeded`; engines
+#: that count their jobs inside the write transaction call it before they write, with that
+#: transaction's connection ``conn`` (the count is read on it: no second connection is taken from
+#: the pool while one is held) (:meth:`gnomon.api.quotas.QuotaGuard.admitter`).
+Admit = Callable[[Any, int], Awaitable[None]]
 
 #: The limits of a namespace that has no row: no job or schedule quota, the default stream quotas.
 UNLIMITED = Quotas()
@@ -192,14 +199,17 @@ class NamespaceCache:
         self.load, self.ttl_s, self.clock, self.max_entries = load, ttl_s, clock, max_entries
         self._entries: dict[str, tuple[float, Quotas]] = {}
 
-    async def quotas(self, namespace: str) -> Quotas:
-        """The namespace's quotas as of at most ``ttl_s`` seconds ago. Raises what ``load`` raises
-        (a database error: the caller's call fails UNAVAILABLE)."""
+    async def quotas(
+        self, namespace: str, load: Callable[[str], Awaitable[Quotas | None]] | None = None
+    ) -> Quotas:
+        """The namespace's quotas as of at most ``ttl_s`` seconds ago, read on a miss through ``load``
+        (None: the cache's own loader). Raises what the loader raises (a database error: the
+        caller's call fails UNAVAILABLE)."""
         now = self.clock()
         hit = self._entries.get(namespace)
         if hit is not None and hit[0] > now:
             return hit[1]
-        quotas = await self.load(namespace) or UNLIMITED
+        quotas = await (load or self.load)(namespace) or UNLIMITED
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
         self._entries[namespace] = (now + self.ttl_s, quotas)

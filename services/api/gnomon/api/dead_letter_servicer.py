@@ -25,6 +25,7 @@ from gnomon._proto.gnomon.v1 import dead_letter_service_pb2 as pb
 from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
 from gnomon.api.convert import job_to_proto
 from gnomon.api.dead_letters import DeadLetterEngine
+from gnomon.api.list_gate import ListGate
 from gnomon.api.quotas import QuotaGuard
 from gnomon.api.validation import request_fingerprint
 from gnomon.common import pagination
@@ -178,6 +179,10 @@ def audit_to_proto(row: dict) -> pb.AuditEntry:
     )
 
 
+#: The job-creating method (its admission is declared in the policy table).
+REPLAY = "/gnomon.v1.DeadLetterService/ReplayDeadLetters"
+
+
 class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
     """``gnomon.v1.DeadLetterService`` over the dead-letter engine ``dead_letters`` (built by
     :func:`gnomon.api.service.build`, or by :meth:`on`). The caller's grants are checked by the
@@ -189,13 +194,14 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         *,
         reply_budget_bytes: int = REPLY_BUDGET_BYTES,
         quotas: QuotaGuard | None = None,
+        list_gate: ListGate | None = None,
     ):
         self.dead_letters = dead_letters
+        #: per-principal turns of ListDeadLetters (shared with ListJobs)
+        self.list_gate = list_gate or ListGate()
         #: namespace quotas a replay is admitted against (None: not checked)
         self.quotas = quotas
         #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
-        #: namespace quotas a replay is admitted against (None: not checked)
-        self.quotas = quotas
         self.reply_budget_bytes = reply_budget_bytes
 
     @classmethod
@@ -209,7 +215,10 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
 
     async def ListDeadLetters(self, request, context):
         """Dead jobs of ``parent`` matching the filter, newest death first, each with its recent
-        attempts; ``page_size`` 0-1000 (0 = 100). INVALID_ARGUMENT lists every bad field at once."""
+        attempts; ``page_size`` 0-1000 (0 = 100); payloads are read only for the dead letters within
+        the reply's byte budget (the page then ends early with a token); a turn of the caller's
+        listings (``list_gate``) is held meanwhile (UNAVAILABLE LISTINGS_BUSY after waiting too long).
+        INVALID_ARGUMENT lists every bad field at once."""
         ns = parse_parent(request.parent)
         v = Validator()
         f = validate_filter(v, ns, request)
@@ -225,33 +234,38 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         )
         after = _keyset(v, request.page_token, "ListDeadLetters", filt)
         v.raise_if_any()
-        rows, atts = await self.dead_letters.list_dead_letters(
-            f, include_replayed=request.include_replayed, limit=size + 1, after=after
-        )
-        items, token = pagination.budgeted_page(
-            rows,
-            size,
-            "ListDeadLetters",
-            filt,
-            lambda r: pagination.keyset(r["finished_at"], r["id"]),
-            lambda r: dead_letter_to_proto(r, atts.get(r["id"], [])),
-            budget_bytes=self.reply_budget_bytes,
-        )
+        async with self.list_gate.turn(current_caller().principal.name):
+            rows, atts, fits = await self.dead_letters.list_dead_letters(
+                f,
+                include_replayed=request.include_replayed,
+                limit=size + 1,
+                after=after,
+                budget_bytes=self.reply_budget_bytes,
+            )
+            items, token = pagination.budgeted_page(
+                rows,
+                fits,
+                "ListDeadLetters",
+                filt,
+                lambda r: pagination.keyset(r["finished_at"], r["id"]),
+                lambda r: dead_letter_to_proto(r, atts.get(r["id"], [])),
+                budget_bytes=self.reply_budget_bytes,
+            )
         return pb.ListDeadLettersResponse(dead_letters=items, next_page_token=token)
 
     async def ReplayDeadLetters(self, request, context):
         """Re-creates matching dead jobs as new jobs (paced at ``max_rate`` jobs/s, at most
         ``max_jobs``; ``dry_run`` only counts), audited with the caller and ``reason``; idempotent per
         ``request_id``. INVALID_ARGUMENT for bad fields; ALREADY_EXISTS for a reused request id with
-        another request; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when ``pending + max_jobs`` would exceed
-        the namespace's ``max_pending_jobs`` (not for a dry run), before anything is written."""
+        another request; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when pending jobs plus the jobs the
+        replay would write (min(matching dead letters, ``max_jobs``), counted in its first
+        transaction as the policy table's ``Admission.REPLAY`` says) would exceed the namespace's
+        ``max_pending_jobs`` (not for a dry run): nothing is written and the refusal is audited. An
+        error is never answered for a replay that wrote jobs."""
         ns = parse_parent(request.parent)
         req = validate_replay(request, ns, context)
-        if self.quotas is not None and not req.dry_run:
-            await self.quotas.admit_pending(ns, req.max_jobs)
-        out = await self.dead_letters.replay(req)
-        if self.quotas is not None and not req.dry_run:
-            await self.quotas.admit_pending(ns, req.max_jobs)
+        admit = self.quotas.admitter(REPLAY, ns) if self.quotas is not None and not req.dry_run else None
+        out = await self.dead_letters.replay(req, admit=admit)
         return pb.ReplayDeadLettersResponse(
             matched_count=out.matched,
             replayed_count=out.replayed,

@@ -82,12 +82,16 @@ class JobEngine:
         queue: str | None,
         after: tuple[datetime, uuid.UUID] | None,
         limit: int,
-    ) -> list[Row]:
-        """At most ``limit`` jobs of ``namespace``, newest first, after the keyset ``after``
-        (``created_at``, id)."""
+        budget_bytes: int | None = None,
+    ) -> tuple[list[Row], int]:
+        """A page of jobs of ``namespace`` read with ``limit`` (page size + 1), newest first, after
+        the keyset ``after`` (``created_at``, id), with payloads read only for the first ``k`` rows
+        that fit in ``budget_bytes``: ``(rows, k)`` (:func:`gnomon.common.storage.jobs.list_jobs`)."""
         return await run_transaction(
             self.engine,
-            lambda c: jobs_store.list_jobs(c, namespace, state=state, queue=queue, limit=limit, after=after),
+            lambda c: jobs_store.list_jobs(
+                c, namespace, state=state, queue=queue, limit=limit, after=after, budget_bytes=budget_bytes
+            ),
         )
 
     async def cancel(

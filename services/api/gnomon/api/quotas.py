@@ -1,7 +1,10 @@
-"""Namespace quotas on the API's write paths: :class:`QuotaGuard` admits job creates
-(``max_create_rate``, ``max_pending_jobs``: CreateJob, BatchCreateJobs, TriggerSchedule), calls that
-create jobs later or paced (``max_pending_jobs`` only: BackfillSchedule, ReplayDeadLetters) and
-schedule creates (``max_schedules``) before anything is written, or refuses with :class:`gnomon.common.errors.QuotaExceeded` (RESOURCE_EXHAUSTED + RetryInfo).
+"""Namespace quotas on the API's write paths: :class:`QuotaGuard` admits the jobs a method will
+write (:meth:`QuotaGuard.admit`, as the method's :class:`gnomon.common.auth.policy.Admission` in the
+policy table says: the exact count, against ``max_pending_jobs``, and ``max_create_rate`` for jobs
+created at once: CreateJob, BatchCreateJobs, TriggerSchedule; ``max_pending_jobs`` only for those
+created paced: BackfillSchedule, ReplayDeadLetters) and schedule creates (``max_schedules``) before
+anything is written, or refuses with :class:`gnomon.common.errors.QuotaExceeded` (RESOURCE_EXHAUSTED +
+RetryInfo).
 
 Cost on the hot path: the namespace's quotas come from a cache (:class:`NamespaceCache`, at most
 ``settings_ttl_s`` old, 5 s by default), so a namespace without limits costs one dict lookup. The
@@ -24,10 +27,11 @@ import math
 import time
 from collections.abc import Callable
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from gnomon.common.auth.policy import POLICY
 from gnomon.common.errors import QuotaExceeded
-from gnomon.common.quotas import NamespaceCache, Quota, TokenBucket, burst_of
+from gnomon.common.quotas import Admit, NamespaceCache, Quota, Quotas, TokenBucket, burst_of
 from gnomon.common.storage import namespaces as ns_store
 from gnomon.common.storage.engine import run_transaction
 
@@ -60,13 +64,47 @@ class QuotaGuard:
         self._buckets.pop(namespace, None)
         self._pending.pop(namespace, None)
 
-    async def admit_jobs(self, namespace: str, n: int) -> None:
+    async def admit(self, method: str, namespace: str, n: int, conn: AsyncConnection | None = None) -> None:
+        """Admits the ``n`` (>= 0) jobs the call of ``method`` (``/package.Service/Method``) will write
+        in ``namespace``, as the method's ``admits`` in the policy table declares (the one place the
+        job quotas are enforced): a rated admission goes through :meth:`admit_jobs`, a paced one
+        through :meth:`admit_pending`. ``n`` 0 is admitted without a read. ``conn``: the caller's
+        open transaction, on which the namespace row and the pending count are read (None: their own
+        transactions). Raises
+        :class:`QuotaExceeded`; ``ValueError`` when the method declares no admission (a bug: it
+        would create jobs unchecked)."""
+        rule = POLICY.get(method)
+        if rule is None or rule.admits is None:
+            raise ValueError(f"{method} declares no admission in the policy table")
+        if n <= 0:
+            return
+        if rule.admits.rated:
+            await self.admit_jobs(namespace, n, conn)
+        else:
+            await self.admit_pending(namespace, n, conn)
+
+    def admitter(self, method: str, namespace: str) -> Admit:
+        """``admit(conn, n)``: :meth:`admit` of ``method`` in ``namespace`` on the transaction
+        ``conn``, for an engine that counts the jobs inside its write transaction and admits them
+        before it writes (a refusal rolls the transaction back)."""
+
+        async def admit(conn: AsyncConnection, n: int) -> None:
+            await self.admit(method, namespace, n, conn)
+
+        return admit
+
+    async def _quotas(self, namespace: str, conn: AsyncConnection | None) -> Quotas:
+        if conn is None:
+            return await self.cache.quotas(namespace)
+        return await self.cache.quotas(namespace, lambda ns: ns_store.find_quotas(conn, ns))
+
+    async def admit_jobs(self, namespace: str, n: int, conn: AsyncConnection | None = None) -> None:
         """Admits ``n`` new jobs in ``namespace`` or raises :class:`QuotaExceeded` (nothing is taken
         from the rate bucket then). ``max_pending_jobs`` is checked first, then ``max_create_rate``;
         a batch larger than the rate's burst is refused with no retry delay that could help (it must
-        be split: RetryInfo says 0 s and the message says so)."""
-        q = await self.cache.quotas(namespace)
-        await self._check_pending(namespace, q.max_pending_jobs, n)
+        be split: RetryInfo says 0 s and the message says so). ``conn``: as in :meth:`admit`."""
+        q = await self._quotas(namespace, conn)
+        await self._check_pending(namespace, q.max_pending_jobs, n, conn)
         if q.max_create_rate:
             bucket = self._bucket(namespace, q.max_create_rate)
             wait = bucket.take(n)
@@ -84,18 +122,19 @@ class QuotaGuard:
         if q.max_pending_jobs and hit is not None:
             self._pending[namespace] = (hit[0], hit[1] + n)
 
-    async def admit_pending(self, namespace: str, n: int) -> None:
-        """Refuses a call that may create up to ``n`` (>= 1) jobs in ``namespace`` later or paced
+    async def admit_pending(self, namespace: str, n: int, conn: AsyncConnection | None = None) -> None:
+        """Refuses a call that will create ``n`` (>= 1) jobs in ``namespace`` later or paced
         (BackfillSchedule, ReplayDeadLetters) when ``pending + n`` would exceed ``max_pending_jobs``:
         raises :class:`QuotaExceeded` (RetryInfo :data:`PENDING_RETRY_S`). Takes no create-rate
-        token and adds nothing to the cached count (such calls pace their own creates)."""
-        q = await self.cache.quotas(namespace)
-        await self._check_pending(namespace, q.max_pending_jobs, n)
+        token and adds nothing to the cached count (such calls pace their own creates). ``conn``: as in
+        :meth:`admit`."""
+        q = await self._quotas(namespace, conn)
+        await self._check_pending(namespace, q.max_pending_jobs, n, conn)
 
-    async def _check_pending(self, namespace: str, limit: int, n: int) -> None:
+    async def _check_pending(self, namespace: str, limit: int, n: int, conn: AsyncConnection | None) -> None:
         if not limit:
             return
-        pending = await self._pending_count(namespace, limit)
+        pending = await self._pending_count(namespace, limit, conn)
         if pending + n > limit:
             raise QuotaExceeded(
                 f"namespace {namespace!r} has {pending} pending jobs (SCHEDULED or QUEUED); "
@@ -130,13 +169,16 @@ class QuotaGuard:
             bucket = self._buckets[namespace] = TokenBucket(rate, burst_of(rate), self.clock)
         return bucket
 
-    async def _pending_count(self, namespace: str, limit: int) -> int:
+    async def _pending_count(self, namespace: str, limit: int, conn: AsyncConnection | None) -> int:
         now = self.clock()
         hit = self._pending.get(namespace)
         if hit is not None and hit[0] > now:
             return hit[1]
-        count = await run_transaction(
-            self.engine, lambda c: ns_store.count_pending_jobs(c, namespace, cap=limit + 1)
-        )
+        if conn is not None:
+            count = await ns_store.count_pending_jobs(conn, namespace, cap=limit + 1)
+        else:
+            count = await run_transaction(
+                self.engine, lambda c: ns_store.count_pending_jobs(c, namespace, cap=limit + 1)
+            )
         self._pending[namespace] = (now + self.pending_ttl_s, count)
         return count

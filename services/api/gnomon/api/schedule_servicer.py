@@ -38,6 +38,9 @@ MAX_PREVIEW, DEFAULT_PREVIEW = 1000, 10
 MAX_SIMULATE_PAGE, DEFAULT_SIMULATE_PAGE = 100, 20
 MAX_RUNS_LISTED, DEFAULT_RUNS_LISTED = 1000, 100
 MAX_ASSUME_ACTIVE = 1000
+#: The job-creating methods (their admission is declared in the policy table).
+TRIGGER = "/gnomon.v1.ScheduleService/TriggerSchedule"
+BACKFILL = "/gnomon.v1.ScheduleService/BackfillSchedule"
 #: UpdateSchedule mask paths -> the Schedule fields they copy.
 MASK_PATHS = {
     "cron": "rule",
@@ -201,17 +204,19 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         """Runs the schedule now under ``overlap_policy`` (unspecified: the schedule's); idempotent
         per ``request_id``. Returns the occurrence and its job (if one was created). INVALID_ARGUMENT
         for bad fields, NOT_FOUND for an unknown schedule; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when
-        one more job would exceed the namespace's ``max_pending_jobs`` or ``max_create_rate``
-        (``quotas``; None: not checked), before anything is written."""
+        the job the overlap policy lets run would exceed the namespace's ``max_pending_jobs`` or
+        ``max_create_rate`` (``quotas``; None: not checked; admitted inside the write transaction,
+        as the policy table's ``Admission.TRIGGER`` says), nothing written."""
         ns, sid = parse_schedule_name(request.name)
         v = Validator()
         policy = overlap_of(v, request.overlap_policy, "overlap_policy", "")
         request_id = parse_request_id(v, request.request_id)
         v.raise_if_any()
-        if self.quotas is not None:
-            await self.quotas.admit_jobs(ns, 1)
+        admit = self.quotas.admitter(TRIGGER, ns) if self.quotas is not None else None
         with tracing.caller(context.invocation_metadata() if tracing.ENABLED else None):
-            out = await self.schedules.trigger(ns, sid, policy=policy or None, request_id=request_id)
+            out = await self.schedules.trigger(
+                ns, sid, policy=policy or None, request_id=request_id, admit=admit
+            )
         return pb.TriggerScheduleResponse(
             occurrence=occurrence_to_proto(out.record, schedule_name(ns, sid)),
             job=job_to_proto(out.job) if out.job else None,
@@ -221,9 +226,10 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         """Records the rule's fire times in ``[start_time, end_time)`` (both required, in the past, at
         most 1000 times) as buffered occurrences the planner releases under ``overlap_policy``.
         INVALID_ARGUMENT (INVALID_TIME_RANGE when ``end_time <= start_time``), NOT_FOUND;
-        RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when the namespace is at or over ``max_pending_jobs``
-        (``quotas``; None: not checked), before anything is written. How many times the range holds
-        is known only inside the write (the rule is expanded there), so it is not counted up front."""
+        RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when pending jobs plus the range's new BUFFERED
+        occurrences (counted inside the write transaction after deduplication, as the policy table's
+        ``Admission.BACKFILL`` says) would exceed ``max_pending_jobs`` (``quotas``; None: not
+        checked): the whole backfill is refused and nothing is written (docs/schedules.md)."""
         ns, sid = parse_schedule_name(request.name)
         v = Validator()
         start = rule_instant(v, request.start_time, "start_time") if request.HasField("start_time") else None
@@ -240,9 +246,8 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
                 [FieldViolation("end_time", "must be after start_time")],
                 reason=ErrorReason.INVALID_TIME_RANGE,
             )
-        if self.quotas is not None:
-            await self.quotas.admit_pending(ns, 1)
-        out = await self.schedules.backfill(ns, sid, start=start, end=end, policy=policy or None)
+        admit = self.quotas.admitter(BACKFILL, ns) if self.quotas is not None else None
+        out = await self.schedules.backfill(ns, sid, start=start, end=end, policy=policy or None, admit=admit)
         name = schedule_name(ns, sid)
         return pb.BackfillScheduleResponse(occurrences=[occurrence_to_proto(r, name) for r in out])
 

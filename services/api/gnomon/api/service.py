@@ -34,6 +34,7 @@ from gnomon.api.cluster import ClusterEngine
 from gnomon.api.dead_letter_servicer import DeadLetterServicer
 from gnomon.api.dead_letters import DeadLetterEngine
 from gnomon.api.jobs import JobEngine
+from gnomon.api.list_gate import ListGate
 from gnomon.api.namespace_servicer import NamespaceServicer
 from gnomon.api.namespaces import NamespaceEngine
 from gnomon.api.queue_servicer import QueueServicer
@@ -115,6 +116,7 @@ def build(
     hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
     planner_hints = PlannerHints(etcd, etcd_s.prefix, cluster.region)
     quotas = QuotaGuard(engine)
+    lists = ListGate(srv.list_concurrency_per_principal, srv.list_wait_s)
     services = [
         (
             job_service_pb2_grpc.add_JobServiceServicer_to_server,
@@ -124,6 +126,7 @@ def build(
                 shards=cluster.shards,
                 reply_budget_bytes=srv.reply_budget_bytes,
                 quotas=quotas,
+                list_gate=lists,
             ),
             job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
         ),
@@ -133,6 +136,7 @@ def build(
                 DeadLetterEngine(engine, shards=cluster.shards, wake_dispatchers=hints.wake),
                 reply_budget_bytes=srv.reply_budget_bytes,
                 quotas=quotas,
+                list_gate=lists,
             ),
             dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name,
         ),

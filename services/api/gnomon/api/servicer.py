@@ -18,6 +18,7 @@ from gnomon._proto.gnomon.v1 import (
 from gnomon.api.cluster import ClusterEngine
 from gnomon.api.convert import attempt_to_proto, job_to_proto
 from gnomon.api.jobs import JobEngine
+from gnomon.api.list_gate import ListGate
 from gnomon.api.quotas import QuotaGuard
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common import pagination, tracing
@@ -25,6 +26,7 @@ from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.errors import FieldViolation, InvalidArgument
 from gnomon.common.names import parse_job_name, parse_parent
+from gnomon.common.rpc.auth import current_caller
 from gnomon.common.timeconv import to_timestamp
 
 
@@ -48,10 +50,13 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         shards: int,
         reply_budget_bytes: int = REPLY_BUDGET_BYTES,
         quotas: QuotaGuard | None = None,
+        list_gate: ListGate | None = None,
     ):
         self.region, self.shards, self.jobs, self.quotas = region, shards, jobs, quotas
         #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
         self.reply_budget_bytes = reply_budget_bytes
+        #: per-principal turns of ListJobs (GNOMON_LIST_CONCURRENCY_PER_PRINCIPAL)
+        self.list_gate = list_gate or ListGate()
 
     @classmethod
     def on(
@@ -76,7 +81,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         RESOURCE_EXHAUSTED (QUOTA_EXCEEDED, with RetryInfo) over a namespace quota, nothing written."""
         new = validate_create(request, region=self.region, shards=self.shards)
         if self.quotas is not None:
-            await self.quotas.admit_jobs(new.namespace, 1)
+            await self.quotas.admit("/gnomon.v1.JobService/CreateJob", new.namespace, 1)
         with tracing.creating(_metadata(context), [new]) as (traced,):
             row, _ = await self.jobs.create(traced)
         return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
@@ -87,7 +92,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         (QUOTA_EXCEEDED) when the batch's jobs exceed a namespace quota (each job counts)."""
         batch = validate_batch(request.parent, request.requests, region=self.region, shards=self.shards)
         if self.quotas is not None and batch:
-            await self.quotas.admit_jobs(batch[0].namespace, len(batch))
+            await self.quotas.admit("/gnomon.v1.JobService/BatchCreateJobs", batch[0].namespace, len(batch))
         with tracing.creating(_metadata(context), batch) as traced:
             rows = await self.jobs.create_batch(traced)
         return job_service_pb2.BatchCreateJobsResponse(jobs=[job_to_proto(r) for r in rows])
@@ -100,7 +105,11 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     async def ListJobs(self, request, context):
         """Jobs of ``parent``, newest first, optionally one ``state`` and ``queue``; ``page_size``
         0-1000 (0 = 100). INVALID_ARGUMENT for a bad parent, page size, state or page token (a token
-        of another request's filters included)."""
+        of another request's filters included). Payloads are read only for the jobs that fit in the
+        reply's byte budget (``GNOMON_REPLY_BUDGET_BYTES``), so a call holds at most about that many
+        payload bytes whatever its page size; the page then ends early with a next_page_token. At
+        most ``list_gate.per_principal`` ListJobs/ListDeadLetters of one principal run at once here;
+        more wait, then UNAVAILABLE (LISTINGS_BUSY)."""
         ns = parse_parent(request.parent)
         size = pagination.checked_page_size(request.page_size)
         state = None
@@ -113,18 +122,24 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             state = name.removeprefix("JOB_STATE_")
         filt = pagination.fingerprint(ns, state, request.queue)
         after = pagination.decode_keyset(request.page_token, "ListJobs", filt) if request.page_token else None
-        rows = await self.jobs.list_jobs(
-            ns, state=state, queue=request.queue or None, after=after, limit=size + 1
-        )
-        items, token = pagination.budgeted_page(
-            rows,
-            size,
-            "ListJobs",
-            filt,
-            lambda r: pagination.keyset(r["created_at"], r["id"]),
-            job_to_proto,
-            budget_bytes=self.reply_budget_bytes,
-        )
+        async with self.list_gate.turn(current_caller().principal.name):
+            rows, fits = await self.jobs.list_jobs(
+                ns,
+                state=state,
+                queue=request.queue or None,
+                after=after,
+                limit=size + 1,
+                budget_bytes=self.reply_budget_bytes,
+            )
+            items, token = pagination.budgeted_page(
+                rows,
+                fits,
+                "ListJobs",
+                filt,
+                lambda r: pagination.keyset(r["created_at"], r["id"]),
+                job_to_proto,
+                budget_bytes=self.reply_budget_bytes,
+            )
         return job_service_pb2.ListJobsResponse(jobs=items, next_page_token=token)
 
     async def CancelJob(self, request, context):

@@ -12,8 +12,11 @@ One planning step (:meth:`Planner.plan_once`) is one transaction:
    policies, whose decision needs the state at the due time), at most ``max_step_occurrences``
    nominal times;
 4. classify them (misfire, pause, DST gap: :mod:`gnomon.common.scheduling.misfire`), apply the
-   overlap policy against the schedule's active occurrences read from the database, take catch-up
-   budget slots, and write jobs + decision records idempotently;
+   overlap policy against the schedule's active occurrences read from the database, admit each run
+   against its namespace's ``max_pending_jobs`` (the room is counted under the namespace row's lock,
+   :func:`gnomon.common.storage.namespaces.pending_room`; a run without room is recorded
+   SKIPPED_QUOTA, a buffered release waits: :mod:`gnomon.common.scheduling.occurrences`), take
+   catch-up budget slots, and write jobs + decision records idempotently;
 5. move ``planned_through``, ``next_fire_at`` and ``plan_at`` forward (one statement).
 
 A crash anywhere before the commit loses nothing: the next step (by any planner) replays it and,
@@ -39,6 +42,7 @@ from gnomon.common.scheduling.misfire import Carry
 from gnomon.common.scheduling.occurrences import StepBuilder
 from gnomon.common.scheduling.overlap import OverlapState
 from gnomon.common.scheduling.step import plan_schedule
+from gnomon.common.storage import namespaces as ns_store
 from gnomon.common.storage import planning as store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.regions import served_regions
@@ -116,7 +120,8 @@ class Planner:
         if not rows:
             return StepStats(0, 0, 0, None)
         active = await store.active_occurrences(conn, [r["uid"] for r in rows])
-        b = StepBuilder(now=now, shards=self.shards)
+        room = await ns_store.pending_room(conn, [r["namespace"] for r in rows])
+        b = StepBuilder(now=now, shards=self.shards, room=room)
         for sched in rows:
             self._plan_schedule(b, sched, now, active.setdefault(sched["uid"], []))
         res = await self._finish(conn, b, t0, len(rows), "plan")
@@ -192,7 +197,8 @@ class Planner:
         if not rows:
             return StepStats(0, 0, 0, None)
         active = await store.active_occurrences(conn, [r["uid"] for r in rows])
-        b = StepBuilder(now=now, shards=self.shards)
+        room = await ns_store.pending_room(conn, [r["namespace"] for r in rows])
+        b = StepBuilder(now=now, shards=self.shards, room=room)
         changed = 0
         for sched in rows:
             acts = active.setdefault(sched["uid"], [])

@@ -10,6 +10,13 @@ A :class:`Rule` names a :class:`Permission` and where the namespace comes from (
 * ``STREAM``: any authenticated caller; the worker stream checks its namespace and queues itself
   against the principal's worker grants once the hello arrives.
 
+A method that creates jobs also declares, beside its permission, how it is admitted against the
+namespace's job quotas (:class:`Admission`: how it counts the jobs it will write, and which quotas
+apply); :meth:`gnomon.api.quotas.QuotaGuard.admit` is the one place that enforces it, before the
+write. A method without an admission may not create jobs (a unit test keeps the declared set equal to
+the job-creating methods). The planner, which creates jobs without an RPC, admits in its planning
+transaction (:mod:`gnomon.planner.planning`: a run at the quota is recorded SKIPPED_QUOTA).
+
 A method of a registered service that is missing here is refused (deny by default); a unit test
 checks that every method of every service the servers register has a rule.
 """
@@ -31,6 +38,34 @@ class Scope(StrEnum):
     STREAM = "stream"
 
 
+class Admission(StrEnum):
+    """How a job-creating method counts the jobs it will write. The count is admitted against
+    ``max_pending_jobs`` (pending + count must stay within it) and, for the :attr:`rated` kinds
+    (jobs created at once), ``max_create_rate``, before anything is written; a refusal writes nothing.
+
+    * ``JOB``: exactly one job (CreateJob);
+    * ``REQUESTS``: one job per entry of ``requests`` (BatchCreateJobs);
+    * ``TRIGGER``: the job the overlap policy lets run now, 0 or 1, counted inside the write
+      transaction (TriggerSchedule; a BUFFERED trigger is released by the planner, which admits it);
+    * ``BACKFILL``: the new BUFFERED occurrences of the range after deduplication, counted inside the
+      write transaction (BackfillSchedule; the planner releases them paced by the catch-up budget,
+      so no create-rate token is taken);
+    * ``REPLAY``: min(matching dead letters, ``max_jobs``), counted inside the replay's first
+      transaction (ReplayDeadLetters; paced by ``max_rate``, so no create-rate token is taken).
+    """
+
+    JOB = "job"
+    REQUESTS = "requests"
+    TRIGGER = "trigger"
+    BACKFILL = "backfill"
+    REPLAY = "replay"
+
+    @property
+    def rated(self) -> bool:
+        """Whether the count also takes ``max_create_rate`` tokens (jobs created at once)."""
+        return self in (Admission.JOB, Admission.REQUESTS, Admission.TRIGGER)
+
+
 @dataclass(frozen=True)
 class Rule:
     """``permission`` required in the namespace ``scope`` gives; ``mutating`` calls are audited;
@@ -46,6 +81,7 @@ class Rule:
     field: str = ""
     optional_name: bool = False
     cluster_parent: bool = False
+    admits: Admission | None = None
 
 
 def _ns(
@@ -55,8 +91,9 @@ def _ns(
     field: str = "",
     optional_name: bool = False,
     cluster_parent: bool = False,
+    admits: Admission | None = None,
 ) -> Rule:
-    return Rule(permission, Scope.NAMESPACE, mutating, field, optional_name, cluster_parent)
+    return Rule(permission, Scope.NAMESPACE, mutating, field, optional_name, cluster_parent, admits)
 
 
 def _cluster(permission: P, *, mutating: bool = False) -> Rule:
@@ -67,8 +104,8 @@ _ANY = Rule(None, Scope.AUTHENTICATED)
 
 _METHODS: dict[str, dict[str, Rule]] = {
     "gnomon.v1.JobService": {
-        "CreateJob": _ns(P.JOBS_WRITE, mutating=True),
-        "BatchCreateJobs": _ns(P.JOBS_WRITE, mutating=True),
+        "CreateJob": _ns(P.JOBS_WRITE, mutating=True, admits=Admission.JOB),
+        "BatchCreateJobs": _ns(P.JOBS_WRITE, mutating=True, admits=Admission.REQUESTS),
         "GetJob": _ns(P.JOBS_READ),
         "ListJobs": _ns(P.JOBS_READ),
         "ListJobAttempts": _ns(P.JOBS_READ),
@@ -83,8 +120,8 @@ _METHODS: dict[str, dict[str, Rule]] = {
         "DeleteSchedule": _ns(P.SCHEDULES_WRITE, mutating=True),
         "PauseSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
         "ResumeSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
-        "TriggerSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
-        "BackfillSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
+        "TriggerSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True, admits=Admission.TRIGGER),
+        "BackfillSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True, admits=Admission.BACKFILL),
         "PreviewSchedule": _ns(P.SCHEDULES_READ, optional_name=True),
         "ListScheduleOccurrences": _ns(P.SCHEDULES_READ),
         # a prediction: reads schedules, writes nothing (`name` or `parent`: see request_namespace)
@@ -97,7 +134,7 @@ _METHODS: dict[str, dict[str, Rule]] = {
     "gnomon.v1.DeadLetterService": {
         "ListDeadLetters": _ns(P.DEAD_LETTERS_READ),
         # audited by the replay itself, in its own transaction, with its filter and counts
-        "ReplayDeadLetters": _ns(P.DEAD_LETTERS_REPLAY),
+        "ReplayDeadLetters": _ns(P.DEAD_LETTERS_REPLAY, admits=Admission.REPLAY),
         # parent namespaces/*: the cluster-wide entries, for audit.read in * only
         "ListAuditEntries": _ns(P.AUDIT_READ, cluster_parent=True),
     },

@@ -64,6 +64,7 @@ class OccurrenceDecision(enum.StrEnum):
     SKIPPED_DST_GAP = "SKIPPED_DST_GAP"
     SKIPPED_PAUSED = "SKIPPED_PAUSED"
     DEDUPLICATED = "DEDUPLICATED"  # a trigger or backfill of a time that already has an occurrence
+    SKIPPED_QUOTA = "SKIPPED_QUOTA"  # not run: the namespace was at max_pending_jobs (for good)
 
 
 class OccurrenceSource(enum.StrEnum):

@@ -29,6 +29,7 @@ from gnomon.common.domain.policies import OccurrenceSource
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument
 from gnomon.common.names import schedule_name
+from gnomon.common.quotas import Admit
 from gnomon.common.scheduling import expansion, outage
 from gnomon.common.scheduling.misfire import BUFFERED, DEDUPLICATED, FIRED, Decision
 from gnomon.common.scheduling.occurrences import StepBuilder
@@ -199,12 +200,19 @@ class ScheduleEngine:
         return row
 
     async def trigger(
-        self, namespace: str, schedule_id: str, *, policy: str | None, request_id: uuid.UUID | None
+        self,
+        namespace: str,
+        schedule_id: str,
+        *,
+        policy: str | None,
+        request_id: uuid.UUID | None,
+        admit: Admit | None = None,
     ) -> Triggered:
         """One run now (nominal time: the database clock, whole milliseconds), decided by the overlap
         ``policy`` (None: the schedule's) like a planned occurrence (source TRIGGER). A retried
         ``request_id`` returns the first trigger's outcome; a second trigger in the same millisecond is
-        DEDUPLICATED."""
+        DEDUPLICATED. ``admit(n)`` (None: no quota) is given the number of jobs the decision creates
+        (0 or 1) before anything is written; what it raises (QuotaExceeded) rolls everything back."""
 
         async def txn(conn: AsyncConnection) -> Triggered:
             row = await store.get_schedule(conn, namespace, schedule_id, lock=True)
@@ -231,6 +239,8 @@ class ScheduleEngine:
                 policy=policy,
                 request_id=request_id,
             )
+            if admit is not None:
+                await admit(conn, len(b.writes.jobs))
             if tracing.ENABLED:  # a child of the caller's span, if it sent one (docs/tracing.md)
                 tracing.stamp_occurrences(b.writes.jobs)
             await b.finish(
@@ -249,13 +259,22 @@ class ScheduleEngine:
         return out
 
     async def backfill(
-        self, namespace: str, schedule_id: str, *, start: datetime, end: datetime, policy: str | None
+        self,
+        namespace: str,
+        schedule_id: str,
+        *,
+        start: datetime,
+        end: datetime,
+        policy: str | None,
+        admit: Admit | None = None,
     ) -> list[Row]:
         """Records every nominal time of the rule in ``[start, end)`` (at most :data:`MAX_BACKFILL`)
         as BUFFERED (source BACKFILL, released by the planner under ``policy``, None: the schedule's),
         SKIPPED_DST_GAP for skip markers, DEDUPLICATED where an occurrence already exists (not
         written). Returns the records in nominal order. INVALID_ARGUMENT on ``end_time`` when ``end``
-        is after now (database clock) or the range holds too many times."""
+        is after now (database clock) or the range holds too many times. ``admit(n)`` (None: no quota)
+        is given the number of new BUFFERED occurrences (the jobs the planner will release) before
+        anything is written; what it raises (QuotaExceeded) rolls everything back."""
 
         async def txn(conn: AsyncConnection) -> tuple[Row, list[Row]]:
             row = await store.get_schedule(conn, namespace, schedule_id, lock=True)
@@ -299,8 +318,10 @@ class ScheduleEngine:
                     )
                 new.append(r)
                 out.append(r)
-            await plan_store.insert_records(conn, new)
             n = sum(r["decision"] == BUFFERED for r in new)
+            if admit is not None:
+                await admit(conn, n)
+            await plan_store.insert_records(conn, new)
             if n:
                 await plan_store.add_buffered(conn, row["uid"], n)
             return row, out

@@ -37,6 +37,7 @@ FIRED, LATE, COALESCED = OccurrenceDecision.FIRED, OccurrenceDecision.LATE, Occu
 BUFFERED, DEDUPLICATED = OccurrenceDecision.BUFFERED, OccurrenceDecision.DEDUPLICATED
 SKIPPED_OVERLAP, SKIPPED_MISFIRE = OccurrenceDecision.SKIPPED_OVERLAP, OccurrenceDecision.SKIPPED_MISFIRE
 SKIPPED_DST_GAP, SKIPPED_PAUSED = OccurrenceDecision.SKIPPED_DST_GAP, OccurrenceDecision.SKIPPED_PAUSED
+SKIPPED_QUOTA = OccurrenceDecision.SKIPPED_QUOTA
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,20 @@ the API (TriggerSchedule), so both apply exactly the same rules.
 Usage: create a :class:`StepBuilder` with the transaction's ``now``; call :meth:`StepBuilder.add` for
 each decision (in nominal order per schedule) and :meth:`StepBuilder.add_release` for each BUFFERED
 record; then ``await builder.finish(conn, ...)`` once.
+
+**Quota** (``room``, the planner's): namespace -> how many more jobs it may have pending
+(:func:`gnomon.common.storage.namespaces.pending_room`, counted under the namespace row's lock). A run
+decided when its namespace has no room left is recorded ``SKIPPED_QUOTA`` and is not run, for good
+(like a misfire SKIP: the schedule moves on, a later run of the rule is admitted when room exists);
+a BUFFERED occurrence (overlap buffer, backfill) is not released while there is no room: it stays
+BUFFERED and is released by a later step. A namespace absent from ``room`` has no limit.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +29,15 @@ from gnomon.common.domain.jobs import occurrence_row as job_row
 from gnomon.common.domain.policies import OccurrenceSource
 from gnomon.common.errors import GnomonError
 from gnomon.common.scheduling import overlap
-from gnomon.common.scheduling.misfire import BUFFERED, FIRED, LATE, SKIPPED_MISFIRE, SKIPPED_OVERLAP, Decision
+from gnomon.common.scheduling.misfire import (
+    BUFFERED,
+    FIRED,
+    LATE,
+    SKIPPED_MISFIRE,
+    SKIPPED_OVERLAP,
+    SKIPPED_QUOTA,
+    Decision,
+)
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage.planning import Writes, flush, record_row, reserve_catchup
 
@@ -42,11 +57,14 @@ class StepResult:
 class StepBuilder:
     """Accumulates the writes of one planning transaction (see the module docstring).
 
-    ``now``: the transaction's database clock (UTC); ``shards``: the region's shard count.
+    ``now``: the transaction's database clock (UTC); ``shards``: the region's shard count; ``room``:
+    namespace -> jobs it may still create (see the module docstring; None: no quota applies, e.g.
+    the API's trigger, admitted by the API).
     """
 
-    def __init__(self, *, now: datetime, shards: int) -> None:
+    def __init__(self, *, now: datetime, shards: int, room: dict[str, int] | None = None) -> None:
         self.now, self.shards = now, shards
+        self.room = dict(room) if room else {}
         self.writes = Writes()
         # (job row, record row) waiting for a budget slot
         self._catchup: list[tuple[JobRow, dict[str, Any]]] = []
@@ -59,6 +77,16 @@ class StepBuilder:
         job = job_row(sched, nominal, at, shards=self.shards, coalesced=coalesced)
         self.writes.jobs.append(job)
         return job
+
+    def _take_room(self, namespace: str) -> bool:
+        """Takes room for one job of ``namespace``; False when the namespace has none left."""
+        left = self.room.get(namespace)
+        if left is None:
+            return True
+        if left <= 0:
+            return False
+        self.room[namespace] = left - 1
+        return True
 
     def _cancel_active(self, active: list[dict[str, Any]]) -> None:
         self._cancels += [(a["namespace"], a["id"]) for a in active]
@@ -87,8 +115,19 @@ class StepBuilder:
             rec = record_row(sched, decision=d.decision, note=d.note, **common)
             self.writes.records.append(rec)
             return rec
-        action, why = overlap.decide(pol, state)
+        after = replace(state)  # the overlap state as if the action were carried out
+        action, why = overlap.decide(pol, after)
         note = "; ".join(p for p in (why, d.note) if p)
+        creates = action not in (overlap.SKIP, overlap.BUFFER)
+        if creates and not self._take_room(sched["namespace"]):
+            # nothing runs, nothing is cancelled: the overlap state stays as it was
+            why_q = f"namespace {sched['namespace']} at its max_pending_jobs"
+            rec = record_row(
+                sched, decision=SKIPPED_QUOTA, note="; ".join(p for p in (why_q, d.note) if p), **common
+            )
+            self.writes.records.append(rec)
+            return rec
+        state.active, state.buffered = after.active, after.buffered
         if action == overlap.SKIP:
             rec = record_row(sched, decision=SKIPPED_OVERLAP, note=note, **common)
         elif action == overlap.BUFFER:
@@ -125,9 +164,13 @@ class StepBuilder:
     ) -> bool:
         """Decides one BUFFERED record ``rec`` (oldest first) under the policy it was buffered with.
         Returns False when it must keep waiting (the caller stops releasing this schedule)."""
-        action, why = overlap.release(rec["overlap_policy"] or sched["overlap_policy"], state)
+        after = replace(state)
+        action, why = overlap.release(rec["overlap_policy"] or sched["overlap_policy"], after)
         if action == overlap.BUFFER:
             return False
+        if action != overlap.SKIP and not self._take_room(sched["namespace"]):
+            return False  # at the quota: stays BUFFERED (state unchanged), released by a later step
+        state.active, state.buffered = after.active, after.buffered
         state.buffered -= 1
         up = dict(schedule_uid=rec["schedule_uid"], nominal_time=rec["nominal_time"], decided_at=self.now)
         if action == overlap.SKIP:

@@ -46,9 +46,11 @@ async def insert_audit_entry(
     reason: str,
     request_id: uuid.UUID | None,
     details: dict[str, Any],
+    outcome: str | None = None,
 ) -> dict[str, Any]:
     """Appends one audit entry (``created_at`` = the database's ``now()``; ``actor`` cut at 512
-    characters, ``details`` stored as sorted JSON); returns its row."""
+    characters, ``details`` stored as sorted JSON; ``outcome``: a gRPC code name, None: not
+    recorded); returns its row."""
     values = dict(
         id=uuid.uuid4(),
         namespace=namespace,
@@ -58,6 +60,8 @@ async def insert_audit_entry(
         request_id=request_id,
         details=json.dumps(details, sort_keys=True),
     )
+    if outcome is not None:
+        values["outcome"] = outcome[:32]
     return dict((await conn.execute(insert_audit_stmt(values))).mappings().one())
 
 

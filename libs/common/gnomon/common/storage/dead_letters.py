@@ -58,9 +58,11 @@ from gnomon.common.domain.jobs import INITIAL_ATTEMPT, INITIAL_STATE, INITIAL_VE
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists
 from gnomon.common.names import job_name
+from gnomon.common.quotas import Admit
 from gnomon.common.storage.audit import insert_audit_entry, list_audit_entries
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.jobs import LISTED_COLUMNS
 from gnomon.common.storage.schema import attempts, dlq_replays, jobs
 from gnomon.common.storage.statements import builder, named
 
@@ -130,7 +132,10 @@ async def list_dead_letters(
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` dead jobs matching ``f``, most recent ``finished_at`` first (ties by id
     descending), strictly after the keyset cursor ``after`` = (finished_at, id) of the previous page's
-    last row. Without ``include_replayed`` only those not replayed yet."""
+    last row. Without ``include_replayed`` only those not replayed yet. Rows are
+    :data:`gnomon.common.storage.jobs.LISTED_COLUMNS` (``payload_bytes``, no payload, no
+    checkpoint): the caller reads the payloads within its reply budget
+    (:func:`gnomon.common.storage.jobs.budget_payloads`)."""
     q = list_dead_letters_stmt(f, include_replayed, limit, after)
     return [dict(r) for r in (await conn.execute(q)).mappings()]
 
@@ -144,8 +149,8 @@ def list_dead_letters_stmt(
 ) -> Select[Any]:
     """Up to ``limit`` ``jobs`` rows that are dead letters matching ``f`` (and, without
     ``include_replayed``, not replayed), newest ``finished_at`` first (ties by id descending),
-    strictly after the keyset cursor ``after`` = (finished_at, id)."""
-    q = select(jobs).where(*_where(f, include_replayed=include_replayed))
+    strictly after the keyset cursor ``after`` = (finished_at, id); :data:`LISTED_COLUMNS`."""
+    q = select(*LISTED_COLUMNS).where(*_where(f, include_replayed=include_replayed))
     if after is not None:
         ts, last = after
         q = q.where(or_(jobs.c.finished_at < ts, and_(jobs.c.finished_at == ts, jobs.c.id < last)))
@@ -226,7 +231,8 @@ def replay_row_stmt(namespace: str, request_id: uuid.UUID, lock: bool = False) -
     return q.with_for_update() if lock else q
 
 
-def _audit_details(req: ReplayRequest, matched: int) -> dict[str, Any]:
+def audit_details(req: ReplayRequest, matched: int) -> dict[str, Any]:
+    """The ``details`` of replay ``req``'s audit entry (filter, pacing, counts, request id)."""
     return {
         **req.audit_extra,
         "filter": req.filter.to_json(),
@@ -277,7 +283,9 @@ def insert_replay_stmt(
     )
 
 
-async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutcome:
+async def start_replay(
+    conn: AsyncConnection, req: ReplayRequest, admit: Admit | None = None
+) -> ReplayOutcome:
     """The first transaction of a replay.
 
     A dry run counts the matching dead letters and writes its audit entry; nothing else. Otherwise,
@@ -285,7 +293,9 @@ async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutco
     min(matched, max_jobs), pacing from ``now()``) and writes the audit entry, in one transaction, so
     no job is ever replayed unaudited. For a known ``request_id``: the recorded outcome (``done`` false
     if it was interrupted: :func:`replay_batch` resumes it), no new audit entry; a different
-    fingerprint raises :class:`AlreadyExists` (REQUEST_ID_REUSED).
+    fingerprint raises :class:`AlreadyExists` (REQUEST_ID_REUSED). ``admit(target)`` (None: no quota)
+    is called before anything is written: what it raises (QuotaExceeded) rolls the transaction back,
+    so a refused replay writes no job, no ``dlq_replays`` row and (here) no audit entry.
     """
     ns = req.filter.namespace
     if req.dry_run:
@@ -297,7 +307,7 @@ async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutco
             action=ACTION_REPLAY_DRY_RUN,
             reason=req.reason,
             request_id=req.request_id,
-            details=_audit_details(req, matched),
+            details=audit_details(req, matched),
         )
         return ReplayOutcome(matched=matched, replayed=0, job_names=[], dry_run=True, done=True)
     known = await _existing(conn, req)
@@ -305,6 +315,8 @@ async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutco
         return known
     matched = await count_matching(conn, req.filter)
     target = min(matched, req.max_jobs)
+    if admit is not None:
+        await admit(conn, target)
     stmt = insert_replay_stmt(ns, req.request_id, req.request_hash, matched, target)
     row = (await conn.execute(stmt)).mappings().first()
     if row is None:  # a concurrent call with the same request_id won the insert
@@ -318,7 +330,7 @@ async def start_replay(conn: AsyncConnection, req: ReplayRequest) -> ReplayOutco
         action=ACTION_REPLAY,
         reason=req.reason,
         request_id=req.request_id,
-        details=_audit_details(req, matched),
+        details=audit_details(req, matched),
     )
     return _outcome(row)
 
@@ -446,12 +458,19 @@ async def replay_batch(
 
 
 async def replay_dead_letters(
-    engine: AsyncEngine, req: ReplayRequest, *, shards: int, batch: int = REPLAY_BATCH
+    engine: AsyncEngine,
+    req: ReplayRequest,
+    *,
+    shards: int,
+    batch: int = REPLAY_BATCH,
+    admit: Admit | None = None,
 ) -> ReplayOutcome:
-    """Runs a whole replay: :func:`start_replay`, then :func:`replay_batch` transactions until done
-    (at most ``target / batch + 1`` of them: each replays at least one job or completes the replay).
-    If it fails midway, the batches committed so far stay replayed and the same request resumes."""
-    out = await run_transaction(engine, lambda c: start_replay(c, req))
+    """Runs a whole replay: :func:`start_replay` (admitting its target with ``admit``), then
+    :func:`replay_batch` transactions until done (at most ``target / batch + 1`` of them: each
+    replays at least one job or completes the replay). If it fails midway, the batches committed so
+    far stay replayed and the same request resumes. A replay refused in its first transaction
+    (QuotaExceeded, AlreadyExists) wrote nothing (the caller audits the refusal)."""
+    out = await run_transaction(engine, lambda c: start_replay(c, req, admit))
     while not out.done:
         out = await run_transaction(engine, lambda c: replay_batch(c, req, shards=shards, batch=batch))
     return out
@@ -468,6 +487,7 @@ __all__ = [
     "replay_batch",
     "replay_dead_letters",
     "insert_audit_entry",
+    "audit_details",
     "list_audit_entries",
     "MAX_MATCH_COUNT",
     "REPLAY_BATCH",

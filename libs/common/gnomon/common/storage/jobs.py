@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from gnomon.common.domain.jobs import NewJob
 from gnomon.common.errors import AlreadyExists, FieldViolation, InvalidArgument, NotFound
 from gnomon.common.names import job_name
+from gnomon.common.pagination import rows_within_budget
 from gnomon.common.storage import raw
 from gnomon.common.storage.batches import unnest_rows
 from gnomon.common.storage.schema import jobs
@@ -219,6 +220,42 @@ async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> d
     return row
 
 
+#: What a listing reads of a ``jobs`` row: every column but ``payload`` and ``checkpoint``, plus
+#: ``payload_bytes`` (the payload's length); payloads are read afterwards for the rows within the
+#: reply's byte budget only (:func:`budget_payloads`).
+LISTED_COLUMNS = [c for c in jobs.c if c.key not in ("payload", "checkpoint")] + [
+    func.octet_length(jobs.c.payload).label("payload_bytes")
+]
+
+
+@builder(namespace="ns", ids=[uuid.UUID(int=1)])
+def payloads_stmt(namespace: str, ids: list[uuid.UUID]) -> Select[Any]:
+    """``(id, payload)`` of the jobs ``ids`` of ``namespace`` (at most ``len(ids)`` rows)."""
+    return select(jobs.c.id, jobs.c.payload).where(jobs.c.namespace == namespace, jobs.c.id.in_(ids))
+
+
+async def budget_payloads(
+    conn: AsyncConnection, rows: list[dict[str, Any]], *, size: int, budget_bytes: int
+) -> int:
+    """Byte budget at the source: of listing ``rows`` (read with :data:`LISTED_COLUMNS`, so with
+    ``payload_bytes`` and no payload), finds how many of the first ``size`` fit in a reply of
+    ``budget_bytes`` (:func:`gnomon.common.pagination.rows_within_budget`), reads the payloads of
+    those rows only (one query) into their ``payload`` and returns that count ``k``. Rows after
+    ``k`` keep no payload: the caller returns ``k`` rows and continues after them. A row whose job
+    was deleted meanwhile gets an empty payload."""
+    k = rows_within_budget([r["payload_bytes"] or 0 for r in rows], size, budget_bytes)
+    if k:
+        by_ns: dict[str, list[uuid.UUID]] = {}
+        for r in rows[:k]:
+            by_ns.setdefault(r["namespace"], []).append(r["id"])
+        got: dict[uuid.UUID, bytes] = {}
+        for ns, ids in by_ns.items():
+            got.update((i, bytes(p)) for i, p in (await conn.execute(payloads_stmt(ns, ids))).all())
+        for r in rows[:k]:
+            r["payload"] = got.get(r["id"], b"")
+    return k
+
+
 @builder(namespace="ns", state="SCHEDULED", queue="q", limit=10, after=None)
 def list_jobs_stmt(
     namespace: str,
@@ -227,10 +264,10 @@ def list_jobs_stmt(
     limit: int,
     after: tuple[datetime, uuid.UUID] | None,
 ) -> Select[Any]:
-    """Up to ``limit`` ``jobs`` rows of ``namespace`` (optionally of one ``state`` and ``queue``),
-    without ``checkpoint``, newest ``created_at`` first (ties by id descending), strictly after the
-    keyset cursor ``after`` = (created_at, id)."""
-    q = select(*[c for c in jobs.c if c.key != "checkpoint"]).where(jobs.c.namespace == namespace)
+    """Up to ``limit`` ``jobs`` rows of ``namespace`` (optionally of one ``state`` and ``queue``), as
+    :data:`LISTED_COLUMNS` (no payload, no checkpoint), newest ``created_at`` first (ties by id
+    descending), strictly after the keyset cursor ``after`` = (created_at, id)."""
+    q = select(*LISTED_COLUMNS).where(jobs.c.namespace == namespace)
     if state:
         q = q.where(jobs.c.state == state)
     if queue:
@@ -249,9 +286,17 @@ async def list_jobs(
     queue: str | None,
     limit: int,
     after: tuple[datetime, uuid.UUID] | None,
-) -> list[dict[str, Any]]:
-    """Up to ``limit`` jobs, newest ``created_at`` first (ties by id descending), strictly after the
-    keyset cursor ``after`` = (created_at, id) of the previous page's last row. The progress
-    ``checkpoint`` (up to 64 KiB a job, never part of the Job resource) is not read."""
+    budget_bytes: int | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """A page of jobs read with ``limit`` = page size + 1, newest ``created_at`` first (ties by id
+    descending), strictly after the keyset cursor ``after`` = (created_at, id) of the previous
+    page's last row, as ``(rows, k)``: the first ``k`` rows carry their ``payload``, read only for
+    the rows within ``budget_bytes`` (:func:`budget_payloads`; None: every row of the page); the
+    rows after them are dropped but one (it tells a next page exists). The caller pages ``rows``
+    with page size ``k``. The progress ``checkpoint`` (up to 64 KiB a job, never part of the Job
+    resource) is not read; at most about ``budget_bytes`` of payloads are held whatever ``limit``."""
     q = list_jobs_stmt(namespace, state, queue, limit, after)
-    return [dict(r) for r in (await conn.execute(q)).mappings()]
+    rows = [dict(r) for r in (await conn.execute(q)).mappings()]
+    size = limit - 1
+    k = await budget_payloads(conn, rows, size=size, budget_bytes=budget_bytes or (1 << 62))
+    return rows[: k + 1], k

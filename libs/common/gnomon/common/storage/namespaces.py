@@ -186,6 +186,34 @@ def pending_jobs_stmt(namespace: str, cap: int) -> Select[Any]:
     return select(func.count()).select_from(inner)
 
 
+@builder(names=["a", "b"])
+def pending_limits_stmt(names: list[str]) -> Select[Any]:
+    """``(name, max_pending_jobs)`` of those of namespaces ``names`` that limit pending jobs, in name
+    order, locked ``FOR UPDATE`` (at most ``len(names)`` rows): holders serialize per namespace, and
+    the fixed order keeps two holders of several namespaces from deadlocking."""
+    return (
+        select(namespaces.c.name, namespaces.c.max_pending_jobs)
+        .where(namespaces.c.name.in_(names), namespaces.c.max_pending_jobs > 0)
+        .order_by(namespaces.c.name)
+        .with_for_update()
+    )
+
+
+async def pending_room(conn: AsyncConnection, names: Sequence[str]) -> dict[str, int]:
+    """namespace -> how many more jobs it may have pending (SCHEDULED or QUEUED, >= 0) before its
+    ``max_pending_jobs``, for those of ``names`` that set that limit (a namespace absent from the
+    result has no limit). Locks those namespace rows for the rest of the transaction (see
+    :func:`pending_limits_stmt`), so concurrent planning transactions admit against one count each.
+    Reads one row per namespace and counts up to its limit."""
+    if not names:
+        return {}
+    limits = (await conn.execute(pending_limits_stmt(sorted(set(names))))).all()
+    out: dict[str, int] = {}
+    for name, limit in limits:
+        out[name] = max(0, int(limit) - await count_pending_jobs(conn, name, cap=int(limit)))
+    return out
+
+
 @builder(namespace="ns", cap=10)
 def schedule_count_stmt(namespace: str, cap: int) -> Select[Any]:
     """How many schedules ``namespace`` has, counted up to ``cap``."""

@@ -98,7 +98,8 @@ class ScheduleOccurrence:
         nominal_time: UTC-aware nominal fire time, or ``None``.
         local_time: the nominal time as wall time with offset in the schedule's zone.
         decision: ``"FIRED"``, ``"LATE"``, ``"COALESCED"``, ``"BUFFERED"``, ``"SKIPPED_OVERLAP"``,
-            ``"SKIPPED_MISFIRE"``, ``"SKIPPED_DST_GAP"``, ``"SKIPPED_PAUSED"``, ``"DEDUPLICATED"``.
+            ``"SKIPPED_MISFIRE"``, ``"SKIPPED_DST_GAP"``, ``"SKIPPED_PAUSED"``, ``"DEDUPLICATED"``,
+            ``"SKIPPED_QUOTA"`` (unknown future values come through as their name).
         source: ``"RULE"``, ``"TRIGGER"`` or ``"BACKFILL"``.
         note: free text (DST shift, why skipped ...).
         job: the occurrence job's name, or ``None`` when no job was made.

@@ -53,6 +53,7 @@ class OccurrenceDecision(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OCCURRENCE_DECISION_SKIPPED_DST_GAP: _ClassVar[OccurrenceDecision]
     OCCURRENCE_DECISION_SKIPPED_PAUSED: _ClassVar[OccurrenceDecision]
     OCCURRENCE_DECISION_DEDUPLICATED: _ClassVar[OccurrenceDecision]
+    OCCURRENCE_DECISION_SKIPPED_QUOTA: _ClassVar[OccurrenceDecision]
 
 class OccurrenceSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -88,6 +89,7 @@ OCCURRENCE_DECISION_SKIPPED_MISFIRE: OccurrenceDecision
 OCCURRENCE_DECISION_SKIPPED_DST_GAP: OccurrenceDecision
 OCCURRENCE_DECISION_SKIPPED_PAUSED: OccurrenceDecision
 OCCURRENCE_DECISION_DEDUPLICATED: OccurrenceDecision
+OCCURRENCE_DECISION_SKIPPED_QUOTA: OccurrenceDecision
 OCCURRENCE_SOURCE_UNSPECIFIED: OccurrenceSource
 OCCURRENCE_SOURCE_RULE: OccurrenceSource
 OCCURRENCE_SOURCE_TRIGGER: OccurrenceSource
