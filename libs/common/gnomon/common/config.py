@@ -91,6 +91,14 @@ class ClusterSettings(BaseSettings):
         le=4096,
         description="Shards per region; fixed at install (changing it re-hashes jobs).",
     )
+    max_queue_limits: int = Field(
+        default=1_000,
+        ge=0,
+        le=1_000_000,
+        description="Quota max_queue_limits: most queues of one namespace (per region) with a dispatch "
+        "rate limit; SetQueueRateLimit for one more is refused (RESOURCE_EXHAUSTED, reason "
+        "QUOTA_EXCEEDED), changing or removing one is not; 0 = no limit. Queues.",
+    )
 
 
 #: Default of ``GNOMON_REPLY_BUDGET_BYTES``: most serialized bytes of one List reply's items (4 MiB).
@@ -127,6 +135,15 @@ class DispatcherSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GNOMON_DISPATCHER_", extra="forbid")
 
     claim_batch: int = Field(default=100, ge=1, le=10_000, description="Max jobs claimed per transaction.")
+    claim_targets: int = Field(
+        default=256,
+        ge=1,
+        le=10_000,
+        description="Most (namespace, queue) targets one claim round (one claim statement) takes; "
+        "beyond it the targets with credits are served in turns, shared evenly across namespaces "
+        "first and queues within a namespace next, so a namespace's queues are in every round "
+        "however many targets others have. Targets.",
+    )
     max_idle_poll_s: float = Field(
         default=1.0,
         gt=0,

@@ -27,6 +27,9 @@ class Quota(StrEnum):
     MAX_SCHEDULES = "max_schedules"
     MAX_WORKER_STREAMS = "max_worker_streams"
     MAX_QUEUES_PER_HELLO = "max_queues_per_hello"
+    #: queues of a namespace with a dispatch rate limit (per region; a config default, see
+    #: ``ApiSettings.max_queue_limits_per_namespace``), checked by QueueService.SetQueueRateLimit
+    MAX_QUEUE_LIMITS = "max_queue_limits"
 
 
 @dataclass(frozen=True)
