@@ -42,8 +42,6 @@ Target = tuple[str, str]
 #: The failure ratio is taken over at most this many (the newest) results of the window (or
 #: ``min_results`` if larger): enough for a ratio, and a bounded read at any throughput.
 SAMPLE = 1000
-#: The state of a queue without a ``queue_state`` row.
-_NO_ROW = {"state": CLOSED}
 
 
 @dataclass(frozen=True)
@@ -115,37 +113,25 @@ class Breakers:
             return []
 
         async def tx(conn):
-            # two statements for all the queues (issue 19: thousands of one tenant's queues must not
-            # make the evaluation, which shares the claim loop's process, slow); a queue without a
-            # queue_state row is CLOSED and gets one only when it opens
+            # a few statements for all the queues (issue 19: thousands of one tenant's queues must not
+            # make the evaluation, which shares the claim loop's process, slow)
             s, region = self.settings, self.region
-            rows = await qbatch.get_states(conn, region=region, targets=targets)
-            closed = {
-                t: rows[t]["updated_at"] if t in rows else None
-                for t in targets
-                if rows.get(t, _NO_ROW)["state"] == CLOSED
-            }
+            rows = await qbatch.ensure_states(conn, region=region, targets=targets)
+            closed = {t: r["updated_at"] for t, r in rows.items() if r["state"] == CLOSED}
             stats = await qbatch.failure_stats_many(
                 conn, region=region, since=closed, window_s=s.window_s, cap=max(s.min_results, SAMPLE)
             )
             states, made = {}, []
             for t in targets:
-                row = rows.get(t)
+                row = rows[t]
                 if t in closed:
                     total, failed = stats.get(t, (0, 0))
                     ratio = failed / total if total else 0.0
                     if total < s.min_results or ratio < s.failure_ratio:
                         states[t] = CLOSED
                         continue
-                    if row is None:
-                        row = await qstore.ensure_state(conn, region=region, namespace=t[0], queue=t[1])
-                    new, tr = (
-                        await self._move(conn, row, OPEN, ratio, total)
-                        if row["state"] == CLOSED
-                        else await self._step(conn, row)
-                    )
+                    new, tr = await self._move(conn, row, OPEN, ratio, total)
                 else:
-                    assert row is not None
                     new, tr = await self._step(conn, row)
                 states[t] = (new or row)["state"]
                 if tr:

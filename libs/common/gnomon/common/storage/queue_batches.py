@@ -1,6 +1,7 @@
 """Queue-health reads of many queues in one statement each (lateral joins over a target array), for
-loops that visit every served queue: the circuit breaker's evaluation reads the ``queue_state`` rows
-and failure statistics of all its queues in two statements, whatever their number (issue 19: one
+loops that visit every served queue: the circuit breaker's evaluation reads (and creates, for new
+queues) the ``queue_state`` rows and failure statistics of all its queues in a few statements,
+whatever their number (issue 19: one
 tenant's thousands of queues must not make another's evaluation or claims slow).
 
 Same semantics as the one-queue reads of :mod:`gnomon.common.storage.queues`.
@@ -11,11 +12,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, Integer, Interval, String, and_, bindparam, case, func, select, true
+from sqlalchemy import DateTime, Integer, Interval, String, and_, bindparam, case, func, literal, select, true
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.storage.batches import row_params, unnest_rows
-from gnomon.common.storage.queues import _COUNTED, _FAILED, MAX_COUNTED
+from gnomon.common.storage.queues import _COUNTED, _FAILED, CLOSED, MAX_COUNTED
 from gnomon.common.storage.schema import attempts, queue_state
 from gnomon.common.storage.statements import named
 
@@ -40,6 +42,21 @@ GET_STATES = named(
         )
     ),
 )
+
+_N = unnest_rows("n", namespace=String, queue=String)
+INSERT_STATES = named(
+    __name__,
+    "INSERT_STATES",
+    """Creates the missing ``queue_state`` rows of region ``p_region`` of the targets ``(n_namespace,
+    n_queue)`` (two text arrays): CLOSED, version 1, ``updated_at = now()``; nothing for one that exists.""",
+    pg_insert(queue_state)
+    .from_select(
+        ["region", "namespace", "queue", "state", "version", "updated_at"],
+        select(_REGION, _N.c.namespace, _N.c.queue, literal(CLOSED, String), literal(1, Integer), func.now()),
+    )
+    .on_conflict_do_nothing(index_elements=["region", "namespace", "queue"]),
+)
+
 
 _F = unnest_rows("f", ord=Integer, namespace=String, queue=String, since=DateTime(timezone=True))
 _fin = (
@@ -85,6 +102,25 @@ async def get_states(
         },
     )
     return {(r["namespace"], r["queue"]): dict(r) for r in rows.mappings()}
+
+
+async def ensure_states(
+    conn: AsyncConnection, *, region: str, targets: list[Target]
+) -> dict[Target, dict[str, Any]]:
+    """The ``queue_state`` rows of ``targets``, the missing ones created CLOSED (version 1) first:
+    at most three statements whatever the number of targets (one when none is missing)."""
+    rows = await get_states(conn, region=region, targets=targets)
+    missing = [t for t in targets if t not in rows]
+    if missing:
+        await conn.execute(
+            INSERT_STATES,
+            {
+                "p_region": region,
+                **row_params("n", namespace=[n for n, _ in missing], queue=[q for _, q in missing]),
+            },
+        )
+        rows.update(await get_states(conn, region=region, targets=missing))
+    return rows
 
 
 async def failure_stats_many(
