@@ -1,5 +1,5 @@
 """The claim round's cost does not grow with the number of (namespace, queue) targets, and every
-namespace is in every round (issue 19): a real claim loop on real PostgreSQL, with the streams of a
+namespace is in every round: a real claim loop on real PostgreSQL, with the streams of a
 tenant holding 5,000 targets registered beside one of another tenant.
 
 Before the change the round ran one claim query (and one retry-budget read) per target, so its
@@ -157,7 +157,7 @@ async def test_every_namespace_is_in_every_round_and_a_cycle_visits_every_target
         chosen_rounds.append(chosen)
         return chosen, end
 
-    loop.rotation.pick = pick  # type: ignore[method-assign]
+    loop.rotation.pick = pick
     cycle = math.ceil((len(targets) - 1) / (K - 1))  # acme takes one slot of every round
     _, _, ends = await rounds(loop, cycle)
     for chosen in chosen_rounds:

@@ -1,4 +1,4 @@
-"""Issue 19, the claim round and the rate limits: no tenant can slow another's claims or lift its
+"""Tenant isolation of the claim round and the rate limits: no tenant can slow another's claims or lift its
 limits, against a real secure suite (api, dispatcher, planner, reaper processes; PostgreSQL; etcd).
 
 * A tenant ("evil") holding 5,000 (namespace, queue) targets with credits (50 worker streams of
@@ -209,4 +209,3 @@ def test_the_quota_on_limits_refuses_one_more_in_that_namespace_only(suite, evil
         assert acme.set_queue_rate_limit("other", 3).rate_limit[:2] == (3.0, 3)
     (n,) = sql(suite.database_url, "SELECT count(*) FROM queue_limits WHERE namespace = 'evil'")[0]
     assert n == QUOTA
-

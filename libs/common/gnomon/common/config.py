@@ -92,12 +92,7 @@ class ClusterSettings(BaseSettings):
         description="Shards per region; fixed at install (changing it re-hashes jobs).",
     )
     max_queue_limits: int = Field(
-        default=1_000,
-        ge=0,
-        le=1_000_000,
-        description="Quota max_queue_limits: most queues of one namespace (per region) with a dispatch "
-        "rate limit; SetQueueRateLimit for one more is refused (RESOURCE_EXHAUSTED, reason "
-        "QUOTA_EXCEEDED), changing or removing one is not; 0 = no limit. Queues.",
+        default=1_000, ge=0, le=1_000_000, description="Rate-limited queues per namespace+region; 0=none."
     )
 
 
@@ -136,13 +131,7 @@ class DispatcherSettings(BaseSettings):
 
     claim_batch: int = Field(default=100, ge=1, le=10_000, description="Max jobs claimed per transaction.")
     claim_targets: int = Field(
-        default=256,
-        ge=1,
-        le=10_000,
-        description="Most (namespace, queue) targets one claim round (one claim statement) takes; "
-        "beyond it the targets with credits are served in turns, shared evenly across namespaces "
-        "first and queues within a namespace next, so a namespace's queues are in every round "
-        "however many targets others have. Targets.",
+        default=64, ge=1, le=10_000, description="(ns, queue) targets per claim round, fair; count."
     )
     max_idle_poll_s: float = Field(
         default=1.0,

@@ -138,7 +138,9 @@ def build(
         ),
         (
             queue_service_pb2_grpc.add_QueueServiceServicer_to_server,
-            QueueServicer(QueueEngine(engine, region=cluster.region, max_queue_limits=cluster.max_queue_limits)),
+            QueueServicer(
+                QueueEngine(engine, region=cluster.region, max_queue_limits=cluster.max_queue_limits)
+            ),
             queue_service_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
         ),
         (

@@ -113,7 +113,7 @@ class Breakers:
             return []
 
         async def tx(conn):
-            # a few statements for all the queues (issue 19: thousands of one tenant's queues must not
+            # a few statements for all the queues (thousands of one tenant's queues must not
             # make the evaluation, which shares the claim loop's process, slow)
             s, region = self.settings, self.region
             rows = await qbatch.ensure_states(conn, region=region, targets=targets)

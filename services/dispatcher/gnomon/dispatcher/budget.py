@@ -69,7 +69,9 @@ class RetryBudget:
         now = self.clock()
         stale = [t for t in targets if (w := self._windows.get(t)) is None or now - w.fetched >= s.cache_s]
         if stale:
-            counts = await qstore.budget_counts_many(conn, region=self.region, targets=stale, window_s=s.window_s)
+            counts = await qstore.budget_counts_many(
+                conn, region=self.region, targets=stale, window_s=s.window_s
+            )
             for t, c in counts.items():
                 self._windows[t] = _Window(now, c.first_attempts, c.retries)
         out = {}

@@ -16,8 +16,17 @@ for at most the tokens its shared bucket grants; unused tokens go back in the sa
 an empty bucket makes the loop sleep until the next token. The rest of the backlog waits SCHEDULED
 (visible in ``QueueService.GetQueue``), it does not pile up in memory.
 
-Isolation: each (namespace, queue) target is claimed inside its own savepoint. A target whose claim
-fails for a reason of its own (a row the code or the database refuses, e.g. a data error) is rolled
+Rounds: a round names at most ``claim_targets`` of the targets with credits, chosen by
+:class:`gnomon.dispatcher.rotation.TargetRotation` (shared evenly across namespaces first, queues
+next; the others take their turn in the next rounds), and claims them all in one statement
+(:func:`gnomon.common.storage.claims.claim_targets`); the retry-budget counts, rate-limit lookups,
+token takes and give-backs of the round are one statement each too. So a round's cost does not grow
+with the number of targets, and a namespace's queues are in every round however many another has.
+While a cycle of rounds is not through every target, the loop goes on at once (after a 5 ms pause);
+at the end of a cycle it sleeps until the earliest due time any of its rounds saw.
+
+Isolation: normally all targets of a round share one claim statement. If it fails, the claim is
+retried with each target inside its own savepoint. A target whose claim fails for a reason of its own (a row the code or the database refuses, e.g. a data error) is rolled
 back to its savepoint alone, logged (escaped) and backed off -- skipped for
 :data:`TARGET_BACKOFF_MIN_S`, doubling per consecutive failure up to :data:`TARGET_BACKOFF_MAX_S` --
 while the other targets of the same transaction commit. Failures of the whole claim (database
@@ -117,8 +126,8 @@ class TargetBackoff:
 
 
 class ClaimLoop:
-    """Claims in bounded batches (at most ``claim_batch`` per target per transaction, never more
-    than the connected workers' credits) and hands the result to the relay."""
+    """Claims in bounded batches (at most ``claim_batch`` per target and ``claim_targets`` targets per
+    transaction, never more than the connected workers' credits) and hands the result to the relay."""
 
     def __init__(
         self,
@@ -248,7 +257,8 @@ class ClaimLoop:
             return got, full, idle, waits
 
         async def tx(conn):
-            out, full, idle, waits = [], False, set(), []
+            out, full, waits = [], False, []
+            idle: set[Target] = set()
             caps.clear()
             # region fence first: a region handed over (failover / fail-back) rejects the whole claim
             await regions.check_region_fence(conn, region=self.region, token=region_token)
@@ -369,12 +379,11 @@ class ClaimLoop:
         cycle's end, the earliest of the cycle's due times and ``delay``."""
         now = time.monotonic()
         if delay is not None:
-            due = now + delay
-            self._cycle_due = due if self._cycle_due is None else min(self._cycle_due, due)
+            self._cycle_due = now + delay if self._cycle_due is None else min(self._cycle_due, now + delay)
         if not cycle_end:
             return 0.0
-        due, self._cycle_due = self._cycle_due, None
-        return None if due is None else max(0.0, due - now)
+        earliest, self._cycle_due = self._cycle_due, None
+        return None if earliest is None else max(0.0, earliest - now)
 
     async def _sleep(self, seconds: float) -> None:
         try:

@@ -1,5 +1,5 @@
 """Which (namespace, queue) targets one claim round takes: at most ``k``, fair across namespaces
-first and across the queues of a namespace next (DESIGN.md §8, "Fairness").
+first and across the queues of a namespace next (docs/security.md: one tenant's herd or queues do not starve another).
 
 A claim round is one statement over its targets (:func:`gnomon.common.storage.claims.claim_targets`),
 so its cost follows the number of targets it names; :class:`TargetRotation` bounds that number.

@@ -1,8 +1,8 @@
 """Queue-health reads of many queues in one statement each (lateral joins over a target array), for
 loops that visit every served queue: the circuit breaker's evaluation reads (and creates, for new
 queues) the ``queue_state`` rows and failure statistics of all its queues in a few statements,
-whatever their number (issue 19: one
-tenant's thousands of queues must not make another's evaluation or claims slow).
+whatever their number (one tenant's
+thousands of queues must not make another's evaluation or claims slow).
 
 Same semantics as the one-queue reads of :mod:`gnomon.common.storage.queues`.
 """

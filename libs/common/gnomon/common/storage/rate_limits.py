@@ -101,7 +101,11 @@ def bucket_stmt(region: str, namespace: str, queue: str, lock: bool) -> Select[A
 
 
 _T = unnest_rows("t", namespace=String, queue=String)
-_T_KEY = (ql.c.region == bindparam("p_region", type_=String), ql.c.namespace == _T.c.namespace, ql.c.queue == _T.c.queue)
+_T_KEY = (
+    ql.c.region == bindparam("p_region", type_=String),
+    ql.c.namespace == _T.c.namespace,
+    ql.c.queue == _T.c.queue,
+)
 
 LIMITED = named(
     __name__,
@@ -237,7 +241,9 @@ async def take(
     return (await take_many(conn, region=region, wants={(namespace, queue): want}))[(namespace, queue)]
 
 
-async def take_many(conn: AsyncConnection, *, region: str, wants: dict[Target, int]) -> dict[Target, tuple[int, float]]:
+async def take_many(
+    conn: AsyncConnection, *, region: str, wants: dict[Target, int]
+) -> dict[Target, tuple[int, float]]:
     """:func:`take` for many queues in two statements (lock and read the buckets, store what is left):
     target -> ``(granted, wait_s)``; a target without a limit is granted what it wants."""
     if not wants:
