@@ -42,7 +42,7 @@ def suite(pg_server, migrated_template, tmp_path_factory):
         pg_server,
         migrated_template,
         tmp_path_factory.mktemp("iso-claims"),
-        env={"GNOMON_AUTH_CACHE_S": "0.2"},
+        env={"GNOMON_MAX_QUEUE_LIMITS": str(QUOTA), "GNOMON_AUTH_CACHE_S": "0.2"},
     ) as s:
         yield s
 
