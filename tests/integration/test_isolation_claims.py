@@ -32,6 +32,9 @@ from gnomon_test_support import RawStream, decode, running_suite, sql, wait_for
 
 #: The quota on queues with a rate limit per namespace, set for this suite: evil floods up to it.
 QUOTA = 10_200
+#: The attacking tenant's namespace ("evil" below). It sorts before "acme", so acme's limit comes
+#: after the flood in both the table's key order and its insertion order.
+ATTACKER = "abuse"
 #: evil's worker streams and queues per stream: 5,000 (namespace, queue) targets.
 STREAMS, QUEUES = 50, 100
 
@@ -59,7 +62,7 @@ def principal(suite, name: str, *grants: tuple[str, str]) -> str:
 
 @pytest.fixture(scope="module")
 def evil_key(suite) -> str:
-    return principal(suite, f"evil-{uuid.uuid4().hex[:6]}", ("worker", "evil"), ("operator", "evil"))
+    return principal(suite, f"evil-{uuid.uuid4().hex[:6]}", ("worker", ATTACKER), ("operator", ATTACKER))
 
 
 def test_five_thousand_targets_of_one_tenant_do_not_slow_another(suite, evil_key):
@@ -76,7 +79,7 @@ def test_five_thousand_targets_of_one_tenant_do_not_slow_another(suite, evil_key
             s.send(
                 hello=wpb.WorkerHello(
                     worker_id=f"evil-{i}",
-                    namespace="evil",
+                    namespace=ATTACKER,
                     queues=[f"q{i:02d}-{j:03d}" for j in range(QUEUES)],
                     credits=100,
                 )
@@ -124,22 +127,23 @@ THROUGH_API = 300
 
 def fill_evil_to_quota(suite, evil_key) -> None:
     """evil's limits up to :data:`QUOTA`: ``flood-00000`` .. through the API first, the rest inserted."""
-    (count,) = sql(suite.database_url, "SELECT count(*) FROM queue_limits WHERE namespace = 'evil'")[0]
+    (count,) = sql(suite.database_url, "SELECT count(*) FROM queue_limits WHERE namespace = %s", ATTACKER)[0]
     if count >= QUOTA:
         return
     t0 = time.monotonic()
-    errors = flood_limits(suite, evil_key, "evil", [f"flood-{i:05d}" for i in range(THROUGH_API)])
+    errors = flood_limits(suite, evil_key, ATTACKER, [f"flood-{i:05d}" for i in range(THROUGH_API)])
     assert not errors, [e.code() for e in errors[:3]]
     print(f"{THROUGH_API} limits set through the API in {time.monotonic() - t0:.1f} s")
     sql(
         suite.database_url,
         "INSERT INTO queue_limits (region, namespace, queue, rate, burst, tokens, refilled_at, updated_at) "
-        "SELECT 'local', 'evil', 'flood-' || lpad(i::text, 5, '0'), 1000, 1000, 1000, now(), now() "
+        "SELECT 'local', %s, 'flood-' || lpad(i::text, 5, '0'), 1000, 1000, 1000, now(), now() "
         "FROM generate_series(%s::int, %s::int) i ON CONFLICT DO NOTHING RETURNING 1",
+        ATTACKER,
         THROUGH_API,
         QUOTA - 1,
     )
-    (count,) = sql(suite.database_url, "SELECT count(*) FROM queue_limits WHERE namespace = 'evil'")[0]
+    (count,) = sql(suite.database_url, "SELECT count(*) FROM queue_limits WHERE namespace = %s", ATTACKER)[0]
     assert count == QUOTA
 
 
@@ -182,7 +186,7 @@ def test_a_flood_of_limits_does_not_lift_another_tenants_limit(suite, evil_key):
 
 def test_the_quota_on_limits_refuses_one_more_in_that_namespace_only(suite, evil_key):
     fill_evil_to_quota(suite, evil_key)
-    with Client(api=suite.api_address, namespace="evil", api_key=evil_key) as evil:
+    with Client(api=suite.api_address, namespace=ATTACKER, api_key=evil_key) as evil:
         with pytest.raises(GnomonError) as e:
             evil.set_queue_rate_limit("one-more", 5)
         assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -196,16 +200,21 @@ def test_the_quota_on_limits_refuses_one_more_in_that_namespace_only(suite, evil
     try:
         with pytest.raises(grpc.RpcError) as raw:
             qgrpc.QueueServiceStub(channel).SetQueueRateLimit(
-                qpb.SetQueueRateLimitRequest(name="namespaces/evil/queues/two-more", rate=1), timeout=30
+                qpb.SetQueueRateLimitRequest(name=f"namespaces/{ATTACKER}/queues/two-more", rate=1),
+                timeout=30,
             )
         status, info, _ = decode(raw.value)
         assert raw.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert info is not None and info.reason == "QUOTA_EXCEEDED"
-        assert dict(info.metadata) == {"quota": "max_queue_limits", "limit": str(QUOTA), "namespace": "evil"}
+        assert dict(info.metadata) == {
+            "quota": "max_queue_limits",
+            "limit": str(QUOTA),
+            "namespace": ATTACKER,
+        }
     finally:
         channel.close()
     # another namespace is not affected by evil's count
     with Client(api=suite.api_address, namespace="acme") as acme:
         assert acme.set_queue_rate_limit("other", 3).rate_limit[:2] == (3.0, 3)
-    (n,) = sql(suite.database_url, "SELECT count(*) FROM queue_limits WHERE namespace = 'evil'")[0]
+    (n,) = sql(suite.database_url, "SELECT count(*) FROM queue_limits WHERE namespace = %s", ATTACKER)[0]
     assert n == QUOTA
