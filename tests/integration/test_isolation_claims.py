@@ -5,7 +5,7 @@ limits, against a real secure suite (api, dispatcher, planner, reaper processes;
   100 queues each) does not slow the claims of another tenant ("acme"): the claim round takes a
   bounded number of targets, fair across namespaces (``GNOMON_DISPATCHER_CLAIM_TARGETS``), where it
   used to run one claim query per target.
-* A tenant with rate limits on 10,200 of its queues (inside its quota) does not lift another's
+* A tenant with rate limits on 25,000 of its queues (inside its quota) does not lift another's
   limit: the dispatcher looks limits up by the queues it claims, where it read the first 10,000
   rows of the table in no order.
 * The quota on queues with a limit per namespace (``GNOMON_MAX_QUEUE_LIMITS``) refuses one more
@@ -31,7 +31,7 @@ from gnomon_isolation_support import TESTS_DIR, honest_tenant
 from gnomon_test_support import RawStream, decode, running_suite, sql, wait_for
 
 #: The quota on queues with a rate limit per namespace, set for this suite: evil floods up to it.
-QUOTA = 10_200
+QUOTA = 25_000
 #: The attacking tenant's namespace ("evil" below). It sorts before "acme", so acme's limit comes
 #: after the flood in both the table's key order and its insertion order.
 ATTACKER = "abuse"
