@@ -108,15 +108,15 @@ async def setup(engine):
 
 async def test_a_failing_queue_does_not_stop_claims_for_the_others(setup, monkeypatch):
     engine = setup
-    real = claim_store.claim_due
+    real = claim_store.claim_targets
     poisoned = {"on": True}
 
-    async def claim_due(conn, **kw):
-        if poisoned["on"] and kw["targets"] == [BAD]:
+    async def claim_targets(conn, **kw):
+        if poisoned["on"] and BAD in [(w.namespace, w.queue) for w in kw["wants"]]:
             await conn.execute(text("SELECT 1 / 0"))  # division_by_zero (22012): aborts the transaction
         return await real(conn, **kw)
 
-    monkeypatch.setattr(claim_store, "claim_due", claim_due)
+    monkeypatch.setattr(claim_store, "claim_targets", claim_targets)
     relay = Relay()
     loop = loop_on(engine, relay)
 
@@ -272,14 +272,14 @@ async def test_a_stale_token_rolls_back_the_isolated_claim_too(setup, monkeypatc
     from gnomon.common.errors import StaleFencingToken
 
     engine, checks = setup, fence_checks
-    real = claim_store.claim_due
+    real = claim_store.claim_targets
 
-    async def claim_due(conn, **kw):
-        if kw["targets"] == [BAD]:
+    async def claim_targets(conn, **kw):
+        if BAD in [(w.namespace, w.queue) for w in kw["wants"]]:
             await conn.execute(text("SELECT 1 / 0"))
         return await real(conn, **kw)
 
-    monkeypatch.setattr(claim_store, "claim_due", claim_due)
+    monkeypatch.setattr(claim_store, "claim_targets", claim_targets)
     await own_shards(engine, TOKEN + 1)
     relay, shards = Relay(), LosingShards()
     with pytest.raises(StaleFencingToken):

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import grpc
 import pytest
+from sqlalchemy import text
 
 from gnomon.common.storage import rate_limits
 from gnomon.common.storage.engine import run_transaction
@@ -40,6 +41,35 @@ async def test_token_bucket_grants_burst_then_rate_and_takes_back_unused(engine)
     assert granted == 0 and 0 < wait <= 0.1 + 1e-9  # next token in at most 1/rate s
     assert await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=0, burst=1, **kw)) is None
     assert await run_transaction(engine, lambda c: rate_limits.take(c, want=7, **kw)) == (7, 0.0)
+
+
+async def test_a_queues_limit_is_found_among_any_number_of_others(engine):
+    """The dispatcher looks limits up by the queues it claims: a flood of 25,000 limits of another
+    namespace inserted first (so a scan of the table in storage order meets them first: the read
+    capped at 10,000 rows with no order it replaced missed the later ones) hides nothing."""
+    async with engine.begin() as c:
+        await c.execute(
+            text(
+                "INSERT INTO queue_limits (region, namespace, queue, rate, burst, tokens, refilled_at, updated_at) "
+                "SELECT 'local', 'abuse', 'flood-' || lpad(i::text, 5, '0'), 1000, 1000, 1000, now(), now() "
+                "FROM generate_series(0, 24999) i"
+            )
+        )
+    kw = dict(region="local", namespace="acme", queue="limited")
+    await run_transaction(engine, lambda c: rate_limits.set_limit(c, rate=1.0, burst=1, **kw))
+    async with engine.begin() as c:
+        first = (await c.execute(text("SELECT namespace FROM queue_limits LIMIT 10000"))).scalars().all()
+    assert "acme" not in first  # the storage order puts acme's limit past the flood
+    wanted = [("acme", "limited"), ("abuse", "flood-24999"), ("acme", "none")]
+    found = await run_transaction(engine, lambda c: rate_limits.limited(c, region="local", targets=wanted))
+    assert found == {("acme", "limited"), ("abuse", "flood-24999")}
+    granted = await run_transaction(
+        engine,
+        lambda c: rate_limits.take_many(
+            c, region="local", wants={("acme", "limited"): 5, ("acme", "none"): 3}
+        ),
+    )
+    assert granted[("acme", "limited")][0] == 1 and granted[("acme", "none")] == (3, 0.0)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.schema import CreateColumn
 
-from gnomon.common.storage import claims, planning
+from gnomon.common.storage import claims, planning, rate_limits
 from gnomon.common.storage import dialect as D
 from gnomon.common.storage.schema import metadata
 
@@ -309,3 +309,14 @@ def test_dispatcher_claim_compiles_with_skip_locked():
     assert "FOR UPDATE SKIP LOCKED" in sql
     due = sql[sql.index("due AS (") :]
     assert "jobs.region = %(p_region)s" in due and "ORDER BY jobs.scheduled_at LIMIT %(p_limit)s" in due
+    # one statement for all targets: a lateral join over the unnest-ed target arrays
+    assert "unnest(%(g_ord)s::INTEGER[]" in sql and "JOIN LATERAL (SELECT jobs.id" in sql
+    lateral = sql[sql.index("JOIN LATERAL (SELECT jobs.id") :]
+    assert lateral.index("FOR UPDATE SKIP LOCKED") < lateral.index(") AS d")
+
+
+def test_rate_limit_lookups_compile_as_key_lookups_with_row_locks():
+    sql = _sql(rate_limits.BUCKETS)
+    assert "JOIN queue_limits ON queue_limits.region = %(p_region)s" in sql
+    assert sql.endswith("FOR UPDATE OF queue_limits")
+    assert "LIMIT" not in _sql(rate_limits.LIMITED)

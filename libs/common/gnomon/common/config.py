@@ -91,6 +91,9 @@ class ClusterSettings(BaseSettings):
         le=4096,
         description="Shards per region; fixed at install (changing it re-hashes jobs).",
     )
+    max_queue_limits: int = Field(
+        default=1_000, ge=0, le=1_000_000, description="Rate-limited queues per namespace+region; 0=none."
+    )
 
 
 #: Default of ``GNOMON_REPLY_BUDGET_BYTES``: most serialized bytes of one List reply's items (4 MiB).
@@ -133,6 +136,9 @@ class DispatcherSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GNOMON_DISPATCHER_", extra="forbid")
 
     claim_batch: int = Field(default=100, ge=1, le=10_000, description="Max jobs claimed per transaction.")
+    claim_targets: int = Field(
+        default=64, ge=1, le=10_000, description="(ns, queue) targets per claim round, fair; count."
+    )
     max_idle_poll_s: float = Field(
         default=1.0,
         gt=0,

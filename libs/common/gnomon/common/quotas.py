@@ -35,6 +35,9 @@ class Quota(StrEnum):
     MAX_WORKER_STREAMS_PER_PRINCIPAL = "max_worker_streams_per_principal"
     MAX_QUEUES_PER_PRINCIPAL = "max_queues_per_principal"
     MAX_STREAMED_QUEUES = "max_streamed_queues"
+    #: queues of a namespace with a dispatch rate limit (per region; a config default,
+    #: ``GNOMON_MAX_QUEUE_LIMITS``), checked by QueueService.SetQueueRateLimit
+    MAX_QUEUE_LIMITS = "max_queue_limits"
 
 
 #: The worker-stream quotas: None means the dispatcher's default, never "no limit".

@@ -68,7 +68,8 @@ class QueueServicer(queue_service_pb2_grpc.QueueServiceServicer):
     async def SetQueueRateLimit(self, request, context):
         """Sets the queue's dispatch rate limit: ``rate`` jobs/s (0-100000; 0 stops dispatch),
         ``burst`` 1-100000 (0 = the rate rounded up); returns the queue as GetQueue does.
-        INVALID_ARGUMENT lists every bad field."""
+        INVALID_ARGUMENT lists every bad field; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED, quota
+        ``max_queue_limits``) for a new limit past the namespace's quota."""
         v = Validator()
         try:
             ns, queue = parse_queue_name(request.name)

@@ -62,7 +62,8 @@ class QueueStatus:
 
 class QueueEngine:
     """Queue reads and the rate-limit write for ``region`` over ``engine``; ``budget`` and ``breaker``
-    (default: the settings' defaults) give the windows the counts are taken over."""
+    (default: the settings' defaults) give the windows the counts are taken over;
+    ``max_queue_limits`` (0: none) is the quota on queues with a rate limit per namespace."""
 
     def __init__(
         self,
@@ -71,8 +72,11 @@ class QueueEngine:
         region: str,
         budget: RetryBudgetSettings | None = None,
         breaker: BreakerSettings | None = None,
+        max_queue_limits: int = 0,
     ):
         self.engine, self.region = engine, region
+        #: quota max_queue_limits: most queues of a namespace with a rate limit (0 = no limit)
+        self.max_queue_limits = max_queue_limits
         self.budget, self.breaker = budget or RetryBudgetSettings(), breaker or BreakerSettings()
 
     async def status(self, namespace: str, queue: str) -> QueueStatus:
@@ -112,10 +116,18 @@ class QueueEngine:
 
     async def set_rate_limit(self, namespace: str, queue: str, *, rate: float, burst: int) -> None:
         """Sets the queue's dispatch limit to ``rate`` jobs/s with bursts of ``burst``, in one
-        transaction (:func:`gnomon.common.storage.rate_limits.set_limit` says what ``rate`` 0 does)."""
+        transaction (:func:`gnomon.common.storage.rate_limits.set_limit` says what ``rate`` 0 does).
+        Raises :class:`gnomon.common.errors.QuotaExceeded` (quota ``max_queue_limits``, nothing
+        written) for a new limit past the namespace's quota."""
         await run_transaction(
             self.engine,
             lambda c: rate_limits.set_limit(
-                c, region=self.region, namespace=namespace, queue=queue, rate=rate, burst=burst
+                c,
+                region=self.region,
+                namespace=namespace,
+                queue=queue,
+                rate=rate,
+                burst=burst,
+                max_per_namespace=self.max_queue_limits,
             ),
         )

@@ -142,7 +142,9 @@ def build(
         ),
         (
             queue_service_pb2_grpc.add_QueueServiceServicer_to_server,
-            QueueServicer(QueueEngine(engine, region=cluster.region)),
+            QueueServicer(
+                QueueEngine(engine, region=cluster.region, max_queue_limits=cluster.max_queue_limits)
+            ),
             queue_service_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name,
         ),
         (

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from gnomon.common import metrics
 from gnomon.common.config import BreakerSettings
 from gnomon.common.errors import Unavailable
+from gnomon.common.storage import queue_batches as qbatch
 from gnomon.common.storage import queues as qstore
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
@@ -112,10 +113,26 @@ class Breakers:
             return []
 
         async def tx(conn):
+            # a few statements for all the queues (thousands of one tenant's queues must not
+            # make the evaluation, which shares the claim loop's process, slow)
+            s, region = self.settings, self.region
+            rows = await qbatch.ensure_states(conn, region=region, targets=targets)
+            closed = {t: r["updated_at"] for t, r in rows.items() if r["state"] == CLOSED}
+            stats = await qbatch.failure_stats_many(
+                conn, region=region, since=closed, window_s=s.window_s, cap=max(s.min_results, SAMPLE)
+            )
             states, made = {}, []
             for t in targets:
-                row = await qstore.ensure_state(conn, region=self.region, namespace=t[0], queue=t[1])
-                new, tr = await self._step(conn, row)
+                row = rows[t]
+                if t in closed:
+                    total, failed = stats.get(t, (0, 0))
+                    ratio = failed / total if total else 0.0
+                    if total < s.min_results or ratio < s.failure_ratio:
+                        states[t] = CLOSED
+                        continue
+                    new, tr = await self._move(conn, row, OPEN, ratio, total)
+                else:
+                    new, tr = await self._step(conn, row)
                 states[t] = (new or row)["state"]
                 if tr:
                     made.append(tr)

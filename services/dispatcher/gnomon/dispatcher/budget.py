@@ -60,20 +60,23 @@ class RetryBudget:
         self.held_back = 0  # claims that hit the cap (for logs/metrics)
 
     async def caps(self, conn: AsyncConnection, targets: list[Target]) -> dict[Target, Cap]:
-        """The cap of each target for a claim made now; reads the window counts of targets whose
-        cached counts are older than ``cache_s`` (on ``conn``, the claim's transaction)."""
+        """The cap of each target for a claim made now; reads the window counts of the targets whose
+        cached counts are older than ``cache_s`` (on ``conn``, the claim's transaction), all of them
+        in one statement whatever their number."""
         s = self.settings
         if not s.enabled:
             return {t: Cap(None, 1.0) for t in targets}
         now = self.clock()
+        stale = [t for t in targets if (w := self._windows.get(t)) is None or now - w.fetched >= s.cache_s]
+        if stale:
+            counts = await qstore.budget_counts_many(
+                conn, region=self.region, targets=stale, window_s=s.window_s
+            )
+            for t, c in counts.items():
+                self._windows[t] = _Window(now, c.first_attempts, c.retries)
         out = {}
         for t in targets:
-            w = self._windows.get(t)
-            if w is None or now - w.fetched >= s.cache_s:
-                c = await qstore.budget_counts(
-                    conn, region=self.region, namespace=t[0], queue=t[1], window_s=s.window_s
-                )
-                w = self._windows[t] = _Window(now, c.first_attempts, c.retries)
+            w = self._windows[t]
             allowed = budget_allowed(
                 w.first_attempts, ratio=s.ratio, window_s=s.window_s, min_per_s=s.min_per_s
             )

@@ -16,8 +16,17 @@ for at most the tokens its shared bucket grants; unused tokens go back in the sa
 an empty bucket makes the loop sleep until the next token. The rest of the backlog waits SCHEDULED
 (visible in ``QueueService.GetQueue``), it does not pile up in memory.
 
-Isolation: each (namespace, queue) target is claimed inside its own savepoint. A target whose claim
-fails for a reason of its own (a row the code or the database refuses, e.g. a data error) is rolled
+Rounds: a round names at most ``claim_targets`` of the targets with credits, chosen by
+:class:`gnomon.dispatcher.rotation.TargetRotation` (shared evenly across namespaces first, queues
+next; the others take their turn in the next rounds), and claims them all in one statement
+(:func:`gnomon.common.storage.claims.claim_targets`); the retry-budget counts, rate-limit lookups,
+token takes and give-backs of the round are one statement each too. So a round's cost does not grow
+with the number of targets, and a namespace's queues are in every round however many another has.
+While a cycle of rounds is not through every target, the loop goes on at once (after a 5 ms pause);
+at the end of a cycle it sleeps until the earliest due time any of its rounds saw.
+
+Isolation: normally all targets of a round share one claim statement. If it fails, the claim is
+retried with each target inside its own savepoint. A target whose claim fails for a reason of its own (a row the code or the database refuses, e.g. a data error) is rolled
 back to its savepoint alone, logged (escaped) and backed off -- skipped for
 :data:`TARGET_BACKOFF_MIN_S`, doubling per consecutive failure up to :data:`TARGET_BACKOFF_MAX_S` --
 while the other targets of the same transaction commit. Failures of the whole claim (database
@@ -48,6 +57,7 @@ from gnomon.dispatcher.budget import RetryBudget
 from gnomon.dispatcher.hello import clip
 from gnomon.dispatcher.rate_limits import RateLimits
 from gnomon.dispatcher.relay import Relay
+from gnomon.dispatcher.rotation import TargetRotation
 from gnomon.dispatcher.sessions import SessionRegistry
 from gnomon.dispatcher.shards import ShardOwnership
 
@@ -116,8 +126,8 @@ class TargetBackoff:
 
 
 class ClaimLoop:
-    """Claims in bounded batches (at most ``claim_batch`` per target per transaction, never more
-    than the connected workers' credits) and hands the result to the relay."""
+    """Claims in bounded batches (at most ``claim_batch`` per target and ``claim_targets`` targets per
+    transaction, never more than the connected workers' credits) and hands the result to the relay."""
 
     def __init__(
         self,
@@ -148,6 +158,8 @@ class ClaimLoop:
         self.wake = wake if wake is not None else asyncio.Event()
         self.claimed_total = 0
         self.backoff = TargetBackoff()
+        self.rotation = TargetRotation()
+        self._cycle_due: float | None = None  # earliest due time seen in the current cycle (monotonic)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -177,75 +189,100 @@ class ClaimLoop:
         cap = self.registry.capacity()
         if not tokens or not cap or region_token is None:  # no tokens without the region token
             return 0, None
-        limits = {t: min(self.settings.claim_batch, n) for t, n in cap.items() if not self.backoff.blocked(t)}
-        # circuit breakers: an OPEN queue is not claimed at all, a HALF_OPEN one only for probes
-        modes = {t: self.breakers.state(t) for t in limits}
-        limits = {t: n for t, n in limits.items() if modes.get(t, CLOSED) != OPEN}
-        if not limits:
+        batch = self.settings.claim_batch
+        eligible = {
+            t: min(batch, n)
+            for t, n in cap.items()
+            # circuit breakers: an OPEN queue is not claimed at all, a HALF_OPEN one only for probes
+            if not self.backoff.blocked(t) and self.breakers.state(t) != OPEN
+        }
+        if not eligible:
             return 0, None
+        # at most claim_targets targets per round, fair across namespaces, then queues (rotation.py)
+        chosen, cycle_end = self.rotation.pick(eligible, self.settings.claim_targets)
+        limits = {t: eligible[t] for t in chosen}
+        modes = {t: self.breakers.state(t) for t in limits}
         caps: dict = {}
         failed: dict[Target, Exception] = {}
 
-        async def claim_target(conn, target, n):
-            """Claims up to ``n`` of ``target``: ``(claimed or None when idle, full, wait or None)``."""
-            mode = modes.get(target, CLOSED)
-            rl = self.rate_limits
-            if mode == HALF_OPEN:
-                n = min(n, await self.breakers.probe_allowance(conn, target))
-                if n <= 0:
-                    return None, False, None  # probes all out: nothing to claim until they finish
-            limited = rl.limited(target)
+        async def claim_group(conn, group: dict[Target, int]):
+            """Claims up to ``group[t]`` of each target of ``group`` in one claim statement: returns
+            ``(claimed, full, idle targets, waits)``; ``full``: some target got all it asked for."""
+            rl, idle, waits = self.rate_limits, set(), []
+            group = dict(group)
+            for t in [t for t in group if modes.get(t, CLOSED) == HALF_OPEN]:
+                group[t] = min(group[t], await self.breakers.probe_allowance(conn, t))
+                if group[t] <= 0:  # probes all out: nothing to claim until they finish
+                    idle.add(t)
+                    del group[t]
+            limited = {t: n for t, n in group.items() if rl.limited(t)}
             if limited:
-                n, wait = await rl.take(conn, target, n)
-                if n <= 0:
-                    return None, False, wait  # bucket empty: come back when the next token is due
-            c = caps.get(target)
-            got = await claim_store.claim_due(
+                for t, (n, wait) in (await rl.take(conn, limited)).items():
+                    if n <= 0:  # bucket empty: come back when the next token is due
+                        idle.add(t)
+                        waits.append(wait)
+                        del group[t], limited[t]  # nothing taken: nothing to give back
+                    else:
+                        group[t] = limited[t] = n
+            wants = []
+            for (ns, q), n in group.items():
+                mode, c = modes.get((ns, q), CLOSED), caps.get((ns, q))
+                wants.append(
+                    claim_store.TargetClaim(
+                        ns,
+                        q,
+                        n,
+                        # HALF_OPEN probes are few (GNOMON_BREAKER_PROBES) and are how the queue
+                        # recovers: the retry budget must not hold them back, or an exhausted budget
+                        # keeps the breaker HALF_OPEN for a whole window
+                        retry_cap=(c.retries if c and mode != HALF_OPEN else None),
+                        defer_step_s=c.spacing_s if c else 1.0,
+                        breaker_state=mode if self.breakers.enabled else None,
+                    )
+                )
+            got = await claim_store.claim_targets(
                 conn,
                 region=self.region,
                 tokens=tokens,
-                targets=[target],
-                limit=n,
+                wants=wants,
                 dispatcher_id=self.dispatcher_id,
-                # HALF_OPEN probes are few (GNOMON_BREAKER_PROBES) and are how the
-                # queue recovers: the retry budget must not hold them back, or an
-                # exhausted budget keeps the breaker HALF_OPEN for a whole window
-                retry_cap=(c.retries if c and mode != HALF_OPEN else None),
-                defer_step_s=c.spacing_s if c else 1.0,
-                breaker_state=mode if self.breakers.enabled else None,
                 fence=False,  # one fence check per claim transaction, below
             )
-            if limited and len(got) < n:
-                await rl.give_back(conn, target, n - len(got))
-            return got, len(got) >= n and mode != HALF_OPEN, None
+            per: dict[Target, int] = {}
+            for c in got:
+                per[(c.namespace, c.queue)] = per.get((c.namespace, c.queue), 0) + 1
+            if limited:
+                await rl.give_back(conn, {t: n - per.get(t, 0) for t, n in limited.items()})
+            full = any(per.get(t, 0) >= n and modes.get(t, CLOSED) != HALF_OPEN for t, n in group.items())
+            return got, full, idle, waits
 
         async def tx(conn):
-            out, full, idle, waits = [], False, set(), []
+            out, full, waits = [], False, []
+            idle: set[Target] = set()
             caps.clear()
             # region fence first: a region handed over (failover / fail-back) rejects the whole claim
             await regions.check_region_fence(conn, region=self.region, token=region_token)
             caps.update(await self.budget.caps(conn, list(limits)))
-            rl = self.rate_limits
-            await rl.refresh(conn)
+            await self.rate_limits.refresh(conn, list(limits))
             failed.clear()
-            for target, n in limits.items():
-                if not isolate:  # the fast path: no savepoints (one failure aborts the claim)
-                    got, more, wait = await claim_target(conn, target, n)
+            # the fast path: one claim statement for every target (one failure aborts the claim);
+            # isolated: each target in its own savepoint, so a failing one fails alone
+            groups = [limits] if not isolate else [{t: n} for t, n in limits.items()]
+            for group in groups:
+                if not isolate:
+                    got, more, idle_of, waits_of = await claim_group(conn, group)
                 else:
                     try:
                         async with conn.begin_nested():  # a savepoint: this target fails alone
-                            got, more, wait = await claim_target(conn, target, n)
+                            got, more, idle_of, waits_of = await claim_group(conn, group)
                     except Exception as exc:
                         if whole_claim_fault(exc):
                             raise
-                        failed[target] = exc
-                        idle.add(target)
+                        failed.update(dict.fromkeys(group, exc))
+                        idle.update(group)
                         continue
-                if wait is not None:
-                    waits.append(wait)
-                if got is None:
-                    idle.add(target)
-                    continue
+                idle |= idle_of
+                waits += waits_of
                 full = full or more
                 out += got
             # the fence of every shard claimed from, once for all targets, before anything commits
@@ -311,6 +348,7 @@ class ClaimLoop:
             next_retry = self.backoff.next_retry_in()
             if next_retry is not None:
                 delay = next_retry if delay is None else min(delay, next_retry)
+        delay = self._cycle(cycle_end, delay)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("claimed %d (limits %s), next due in %s s", len(claimed), limits, delay)
         for target in limits:
@@ -334,6 +372,18 @@ class ClaimLoop:
                 dispatch_tracing.claimed(claimed, t0, self.dispatcher_id)
             self.relay.deliver(claimed)
         return len(claimed), delay
+
+    def _cycle(self, cycle_end: bool, delay: float | None) -> float | None:
+        """The loop's delay after a round (:mod:`gnomon.dispatcher.rotation`): 0 while targets of the
+        cycle still wait their turn (the earliest due time seen is kept, monotonic clock); at the
+        cycle's end, the earliest of the cycle's due times and ``delay``."""
+        now = time.monotonic()
+        if delay is not None:
+            self._cycle_due = now + delay if self._cycle_due is None else min(self._cycle_due, now + delay)
+        if not cycle_end:
+            return 0.0
+        earliest, self._cycle_due = self._cycle_due, None
+        return None if earliest is None else max(0.0, earliest - now)
 
     async def _sleep(self, seconds: float) -> None:
         try:

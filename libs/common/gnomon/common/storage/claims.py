@@ -8,6 +8,8 @@ from ~13 ms to ~4 ms of wall time). All instants are the database's ``now()``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +20,7 @@ from sqlalchemy import (
     RowMapping,
     Select,
     String,
+    and_,
     any_,
     bindparam,
     func,
@@ -108,56 +111,100 @@ NO_RETRY_CAP = 2**31 - 1
 
 def _build_claim() -> Select[Any]:
     t = unnest_rows("t", shard=Integer, token=BigInteger)
-    # The queue's circuit breaker must be in the state the caller claims for (``p_breaker_state``:
-    # CLOSED normally, HALF_OPEN for probes, ANY when breakers are disabled; no row = CLOSED), read in
-    # the statement itself, so a claim that starts after another dispatcher opened the breaker takes
-    # nothing.
-    breaker = func.coalesce(
-        select(queue_state.c.state)
-        .where(
-            queue_state.c.region == bindparam("p_region"),
-            queue_state.c.namespace == bindparam("p_namespace"),
-            queue_state.c.queue == bindparam("p_queue"),
-        )
-        .scalar_subquery(),
-        literal(BreakerState.CLOSED, String),
+    # the targets of the claim, one row each: (ord, namespace, queue, lim, retry_cap, defer_ms, breaker)
+    g = unnest_rows(
+        "g",
+        ord=Integer,
+        namespace=String,
+        queue=String,
+        lim=Integer,
+        retry_cap=Integer,
+        defer_ms=Integer,
+        breaker=String,
     )
-    due = (
+    # The queue's circuit breaker must be in the state the caller claims the target for (CLOSED
+    # normally, HALF_OPEN for probes, ANY when breakers are disabled; no row = CLOSED), read in the
+    # statement itself, so a claim that starts after another dispatcher opened the breaker takes
+    # nothing of that queue.
+    qs = queue_state
+    open_targets = (
+        select(g.c.ord, g.c.namespace, g.c.queue, g.c.lim, g.c.retry_cap, g.c.defer_ms)
+        .select_from(
+            g.outerjoin(
+                qs,
+                and_(
+                    qs.c.region == bindparam("p_region", type_=String),
+                    qs.c.namespace == g.c.namespace,
+                    qs.c.queue == g.c.queue,
+                ),
+            )
+        )
+        .where(
+            (func.coalesce(qs.c.state, literal(BreakerState.CLOSED, String)) == g.c.breaker)
+            | (g.c.breaker == literal("ANY"))
+        )
+        .cte("tg")
+    )
+    tg = open_targets
+    # per target, its oldest due jobs through the due index (region, namespace, queue, scheduled_at):
+    # a lateral subquery per target row, all in one statement, LIMIT the largest per-target limit
+    # (the rows beyond a target's own ``lim`` are cut below and stay SCHEDULED)
+    d = (
         select(jobs.c.id, jobs.c.attempt, jobs.c.scheduled_at)
         .where(
             jobs.c.region == bindparam("p_region"),
             state_is(jobs.c.state, JobState.SCHEDULED),
             jobs.c.scheduled_at <= func.now(),
             jobs.c.shard == any_(bindparam("p_shards", type_=ARRAY(Integer))),
-            jobs.c.namespace == bindparam("p_namespace"),
-            jobs.c.queue == bindparam("p_queue"),
+            jobs.c.namespace == tg.c.namespace,
+            jobs.c.queue == tg.c.queue,
             (jobs.c.deadline.is_(None)) | (jobs.c.deadline > func.now()),
-            (breaker == bindparam("p_breaker_state", type_=String))
-            | (bindparam("p_breaker_state", type_=String) == literal("ANY")),
         )
         .order_by(jobs.c.scheduled_at)
         .limit(bindparam("p_limit", type_=Integer))
         .with_for_update(skip_locked=True)
-    ).cte("due")
-    # The retry budget: of the due rows, all first attempts (attempt = 0) and at most ``p_retry_cap``
-    # retries (oldest first) are claimed; the other retries are pushed back ``p_defer_ms`` apart
-    # (k-th excess retry: now() + k * p_defer_ms), so they wait without using an attempt and never
-    # block the first attempts behind them in the due index.
+        .lateral("d")
+    )
+    due = (
+        select(
+            tg.c.ord,
+            tg.c.lim,
+            tg.c.retry_cap,
+            tg.c.defer_ms,
+            d.c.id,
+            d.c.attempt,
+            d.c.scheduled_at,
+            func.row_number().over(partition_by=tg.c.ord, order_by=(d.c.scheduled_at, d.c.id)).label("k"),
+        )
+        .select_from(tg.join(d, true()))
+        .cte("due")
+    )
+    # each target's own limit, then at most ``p_total`` rows over all targets (oldest first)
+    taken = (
+        select(due)
+        .where(due.c.k <= due.c.lim)
+        .order_by(due.c.scheduled_at, due.c.id)
+        .limit(bindparam("p_total", type_=Integer))
+        .cte("taken")
+    )
+    # The retry budget, per target: of its rows, all first attempts (attempt = 0) and at most
+    # ``retry_cap`` retries (oldest first) are claimed; the other retries are pushed back ``defer_ms``
+    # apart (k-th excess retry: now() + k * defer_ms), so they wait without using an attempt and
+    # never block the first attempts behind them in the due index.
     ranked = select(
-        due.c.id,
-        due.c.attempt,
+        taken.c.id,
+        taken.c.attempt,
+        taken.c.retry_cap,
+        taken.c.defer_ms,
         func.row_number()
-        .over(partition_by=due.c.attempt > 0, order_by=(due.c.scheduled_at, due.c.id))
+        .over(partition_by=(taken.c.ord, taken.c.attempt > 0), order_by=(taken.c.scheduled_at, taken.c.id))
         .label("rn"),
     ).cte("ranked")
-    cap = bindparam("p_retry_cap", type_=Integer)
-    pick = select(ranked.c.id).where((ranked.c.attempt == 0) | (ranked.c.rn <= cap))
+    pick = select(ranked.c.id).where((ranked.c.attempt == 0) | (ranked.c.rn <= ranked.c.retry_cap))
     defer = (
         update(jobs)
-        .where(jobs.c.id == ranked.c.id, ranked.c.attempt > 0, ranked.c.rn > cap)
-        .values(
-            scheduled_at=func.now() + (ranked.c.rn - cap) * bindparam("p_defer_ms", type_=Integer) * _LEASE
-        )
+        .where(jobs.c.id == ranked.c.id, ranked.c.attempt > 0, ranked.c.rn > ranked.c.retry_cap)
+        .values(scheduled_at=func.now() + (ranked.c.rn - ranked.c.retry_cap) * ranked.c.defer_ms * _LEASE)
         .cte("df")
     )
     c = (
@@ -215,14 +262,31 @@ def _build_claim() -> Select[Any]:
 CLAIM = named(
     __name__,
     "CLAIM",
-    """One claim (see :func:`claim_due`): up to ``p_limit`` due jobs of one (``p_namespace``,
-    ``p_queue``) in the shards ``p_shards`` (int array) of region ``p_region``, moved SCHEDULED ->
-    QUEUED with their attempt rows (the outbox records) stamped with the tokens ``(t_shard, t_token)`` (arrays),
-    claimed as dispatcher ``p_dispatcher_id``; only while the queue's breaker is ``p_breaker_state``
-    (CLOSED, HALF_OPEN or ANY); at most ``p_retry_cap`` retries, the excess deferred ``p_defer_ms``
-    milliseconds apart. Returns the claimed rows (assignment columns, ``token``, ``lease_expires_at``).""",
+    """One claim over many targets (see :func:`claim_targets`), one statement whatever their number:
+    for each target row ``(g_ord, g_namespace, g_queue, g_lim, g_retry_cap, g_defer_ms, g_breaker)``
+    (seven arrays) whose queue's breaker is ``g_breaker`` (CLOSED, HALF_OPEN or ANY), up to ``g_lim``
+    (and at most ``p_limit``, the largest ``g_lim``) of its due jobs in the shards ``p_shards`` (int
+    array) of region ``p_region``; at most ``p_total`` rows over all targets, oldest first. They move
+    SCHEDULED -> QUEUED with their attempt rows (the outbox records) stamped with the tokens
+    ``(t_shard, t_token)`` (arrays), claimed as dispatcher ``p_dispatcher_id``; per target at most
+    ``g_retry_cap`` retries, the excess deferred ``g_defer_ms`` milliseconds apart. Returns the
+    claimed rows (assignment columns, ``token``, ``lease_expires_at``).""",
     _build_claim(),
 )
+
+
+@dataclass(frozen=True)
+class TargetClaim:
+    """What one claim asks of one (``namespace``, ``queue``): at most ``limit`` (>= 1) jobs, only
+    while the queue's breaker is ``breaker_state`` (None: whatever its state), at most
+    ``retry_cap`` retries (None: no cap), the excess deferred ``defer_step_s`` seconds apart."""
+
+    namespace: str
+    queue: str
+    limit: int
+    retry_cap: int | None = None
+    defer_step_s: float = 1.0
+    breaker_state: str | None = BreakerState.CLOSED
 
 
 async def claim_due(
@@ -238,47 +302,77 @@ async def claim_due(
     breaker_state: str | None = BreakerState.CLOSED,
     fence: bool = True,
 ) -> list[Claimed]:
-    """Claims up to ``limit`` due jobs of the owned shards, oldest ``scheduled_at`` first.
+    """Claims up to ``limit`` due jobs over all ``targets`` (the (namespace, queue) pairs some
+    connected worker can take), oldest ``scheduled_at`` first, each target with the same
+    ``retry_cap``, ``defer_step_s`` and ``breaker_state``: :func:`claim_targets` with one
+    :class:`TargetClaim` per target and ``total=limit``."""
+    if limit <= 0:
+        return []
+    wants = [TargetClaim(ns, q, limit, retry_cap, defer_step_s, breaker_state) for ns, q in targets]
+    return await claim_targets(
+        conn, region=region, tokens=tokens, wants=wants, dispatcher_id=dispatcher_id, total=limit, fence=fence
+    )
+
+
+async def claim_targets(
+    conn: AsyncConnection,
+    *,
+    region: str,
+    tokens: dict[int, int],
+    wants: Sequence[TargetClaim],
+    dispatcher_id: str,
+    total: int | None = None,
+    fence: bool = True,
+) -> list[Claimed]:
+    """Claims, in one statement whatever the number of ``wants``, up to each target's ``limit`` of
+    its due jobs in the owned shards (``tokens``: shard -> fencing token), at most ``total`` (None:
+    the sum of the limits) over all targets; returned oldest ``scheduled_at`` first.
 
     Due means ``state = SCHEDULED AND scheduled_at <= now()`` by the database clock, so nothing is
-    claimed early, and ``deadline`` (if any) still ahead. ``targets`` are the (namespace, queue) pairs
-    some connected worker can take. One statement (data-modifying CTEs, accepted by PostgreSQL and
-    CockroachDB) selects with ``FOR UPDATE SKIP LOCKED`` (concurrent claimers never block each other),
-    moves the jobs SCHEDULED -> QUEUED (version + 1, attempt + 1, dispatched_at) and inserts their
-    attempt rows (lease end = dispatched_at + lease; a QUEUED attempt row is the outbox record) stamped
-    with the shard's token;
-    a second statement checks the fence of the involved shards. Both run in the caller's transaction,
-    so a stale token (:class:`StaleFencingToken`) rolls all of it back.
+    claimed early, and ``deadline`` (if any) still ahead. The statement (data-modifying CTEs over a
+    lateral join of the target array, accepted by PostgreSQL and CockroachDB) selects with ``FOR
+    UPDATE SKIP LOCKED`` (concurrent claimers never block each other), moves the jobs SCHEDULED ->
+    QUEUED (version + 1, attempt + 1, dispatched_at) and inserts their attempt rows (lease end =
+    dispatched_at + lease; a QUEUED attempt row is the outbox record) stamped with the shard's token;
+    a second statement checks the fence of the involved shards. Both run in the caller's
+    transaction, so a stale token (:class:`StaleFencingToken`) rolls all of it back.
 
-    Per target, only while the queue's circuit breaker is in ``breaker_state`` (no ``queue_state``
-    row counts as CLOSED; ``None``: whatever its state). ``retry_cap`` (None: no cap) bounds the retries (jobs with attempt >= 1)
-    taken per target; the due retries beyond it are pushed back by multiples of ``defer_step_s``
-    (see :mod:`gnomon.dispatcher.budget`). The first claim of a job sets ``first_dispatched_at``.
+    Per target, only while the queue's circuit breaker is in its ``breaker_state`` (no
+    ``queue_state`` row counts as CLOSED); its ``retry_cap`` bounds the retries (attempt >= 1) taken,
+    the due retries beyond it are pushed back by multiples of ``defer_step_s`` (see
+    :mod:`gnomon.dispatcher.budget`). The first claim of a job sets ``first_dispatched_at``.
 
     ``fence=False`` leaves the fence check to the caller, who must call
     :func:`gnomon.common.storage.fencing.check_fence` over the shards of every row claimed before its
-    transaction commits (the dispatcher does once per claim transaction, whatever the number of
-    targets: one statement instead of one per target).
+    transaction commits (the dispatcher does once per claim transaction).
     """
-    if not tokens or not targets or limit <= 0:
+    wants = [w for w in wants if w.limit > 0]
+    if not tokens or not wants:
         return []
-    rows: list[RowMapping] = []
-    for namespace, queue in targets:
-        params = {
-            "p_region": region,
-            "p_shards": list(tokens),
-            "p_namespace": namespace,
-            "p_queue": queue,
-            "p_limit": limit - len(rows),
-            "p_dispatcher_id": dispatcher_id,
-            "p_retry_cap": NO_RETRY_CAP if retry_cap is None else max(0, min(retry_cap, NO_RETRY_CAP)),
-            "p_defer_ms": max(1, min(int(defer_step_s * 1000), 86_400_000)),
-            "p_breaker_state": breaker_state or "ANY",
-            **row_params("t", shard=list(tokens), token=list(tokens.values())),
-        }
-        rows += (await conn.execute(CLAIM, params)).mappings().all()
-        if len(rows) >= limit:
-            break
+    total = sum(w.limit for w in wants) if total is None else total
+    if total <= 0:
+        return []
+    params = {
+        "p_region": region,
+        "p_shards": list(tokens),
+        "p_limit": max(w.limit for w in wants),
+        "p_total": total,
+        "p_dispatcher_id": dispatcher_id,
+        **row_params(
+            "g",
+            ord=list(range(len(wants))),
+            namespace=[w.namespace for w in wants],
+            queue=[w.queue for w in wants],
+            lim=[w.limit for w in wants],
+            retry_cap=[
+                NO_RETRY_CAP if w.retry_cap is None else max(0, min(w.retry_cap, NO_RETRY_CAP)) for w in wants
+            ],
+            defer_ms=[max(1, min(int(w.defer_step_s * 1000), 86_400_000)) for w in wants],
+            breaker=[w.breaker_state or "ANY" for w in wants],
+        ),
+        **row_params("t", shard=list(tokens), token=list(tokens.values())),
+    }
+    rows = (await conn.execute(CLAIM, params)).mappings().all()
     if not rows:
         return []
     if fence:

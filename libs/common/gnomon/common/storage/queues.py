@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal, select
+from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal, select, true
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
+from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.predicates import state_is
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.common.storage.statements import named
@@ -83,6 +84,78 @@ class WindowCounts:
     estimated: bool = False
 
 
+_bt = unnest_rows("b", ord=Integer, namespace=String, queue=String)
+_claimed_of_target = (
+    select(attempts.c.attempt, attempts.c.claimed_at)
+    .where(
+        attempts.c.region == _REGION,
+        attempts.c.namespace == _bt.c.namespace,
+        attempts.c.queue == _bt.c.queue,
+        attempts.c.claimed_at >= func.now() - bindparam("p_window", type_=Interval),
+    )
+    .order_by(attempts.c.claimed_at.desc())
+    .limit(_CAP)
+    .lateral("w")
+)
+BUDGET_COUNTS_MANY = named(
+    __name__,
+    "BUDGET_COUNTS_MANY",
+    """:data:`BUDGET_COUNTS` of many queues in one statement: per target row ``(b_ord, b_namespace,
+    b_queue)`` (three arrays) of region ``p_region``, ``(b_ord, first attempts, retries, rows read,
+    seconds back)`` over its attempts claimed within ``p_window`` (newest first, at most ``p_cap``
+    rows per queue; a lateral join, so one statement whatever the number of queues).""",
+    select(
+        _bt.c.ord,
+        func.coalesce(func.sum(case((_claimed_of_target.c.attempt == 1, 1), else_=0)), 0),
+        func.coalesce(func.sum(case((_claimed_of_target.c.attempt > 1, 1), else_=0)), 0),
+        func.count(_claimed_of_target.c.attempt),
+        func.extract("epoch", func.now() - func.min(_claimed_of_target.c.claimed_at)),
+    )
+    .select_from(_bt.outerjoin(_claimed_of_target, true()))
+    .group_by(_bt.c.ord),
+)
+
+
+def _window_counts(firsts: Any, retries: Any, n: int, span: Any, window_s: float, cap: int) -> WindowCounts:
+    firsts, retries = int(firsts), int(retries)
+    if n >= cap and span is not None and float(span) > 0:
+        scale = max(1.0, window_s / float(span))
+        return WindowCounts(int(firsts * scale), int(retries * scale), True)
+    return WindowCounts(firsts, retries)
+
+
+async def budget_counts_many(
+    conn: AsyncConnection,
+    *,
+    region: str,
+    targets: list[tuple[str, str]],
+    window_s: float,
+    cap: int = MAX_COUNTED,
+) -> dict[tuple[str, str], WindowCounts]:
+    """:func:`budget_counts` of every (namespace, queue) of ``targets`` in one statement (the
+    dispatcher reads a whole claim round's queues at once); same window, cap and extrapolation."""
+    if not targets:
+        return {}
+    rows = await conn.execute(
+        BUDGET_COUNTS_MANY,
+        {
+            "p_region": region,
+            "p_window": timedelta(seconds=window_s),
+            "p_cap": cap,
+            **row_params(
+                "b",
+                ord=list(range(len(targets))),
+                namespace=[n for n, _ in targets],
+                queue=[q for _, q in targets],
+            ),
+        },
+    )
+    return {
+        targets[i]: _window_counts(firsts, retries, int(n), span, window_s, cap)
+        for i, firsts, retries, n, span in rows
+    }
+
+
 async def budget_counts(
     conn: AsyncConnection, *, region: str, namespace: str, queue: str, window_s: float, cap: int = MAX_COUNTED
 ) -> WindowCounts:
@@ -95,11 +168,7 @@ async def budget_counts(
             BUDGET_COUNTS, _params(region, namespace, queue, p_window=timedelta(seconds=window_s), p_cap=cap)
         )
     ).one()
-    firsts, retries = int(firsts), int(retries)
-    if n >= cap and span is not None and float(span) > 0:
-        scale = max(1.0, window_s / float(span))
-        return WindowCounts(int(firsts * scale), int(retries * scale), True)
-    return WindowCounts(firsts, retries)
+    return _window_counts(firsts, retries, int(n), span, window_s, cap)
 
 
 # ---- circuit breaker -------------------------------------------------------------------------

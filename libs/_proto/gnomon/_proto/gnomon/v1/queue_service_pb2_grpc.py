@@ -65,7 +65,10 @@ class QueueServiceServicer:
     def SetQueueRateLimit(self, request, context):
         """Sets (rate > 0) or removes (rate = 0) the queue's dispatch rate limit in the API's region: a
         token bucket shared by all dispatchers of the region (`rate` dispatches per second, `burst` at
-        once). The excess backlog waits SCHEDULED. INVALID_ARGUMENT (fields `name`, `rate`, `burst`).
+        once). The excess backlog waits SCHEDULED. INVALID_ARGUMENT (fields `name`, `rate`, `burst`);
+        RESOURCE_EXHAUSTED (reason QUOTA_EXCEEDED, quota `max_queue_limits`) for a new limit when the
+        namespace already has that many queues with a limit in the region (changing or removing one is
+        always allowed).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
