@@ -45,7 +45,15 @@ def suite(pg_server, migrated_template, tmp_path_factory):
         pg_server,
         migrated_template,
         tmp_path_factory.mktemp("iso-claims"),
-        env={"GNOMON_MAX_QUEUE_LIMITS": str(QUOTA), "GNOMON_AUTH_CACHE_S": "0.2"},
+        env={
+            "GNOMON_MAX_QUEUE_LIMITS": str(QUOTA),
+            "GNOMON_AUTH_CACHE_S": "0.2",
+            # the stream quotas raised, so that the attacker reaches 5,000 claim targets (50 streams
+            # of 100 queues): this test is about the claim round, not the quotas that would refuse it
+            "GNOMON_STREAM_QUOTA_MAX_QUEUES_PER_HELLO": "100",
+            "GNOMON_STREAM_QUOTA_MAX_QUEUES_PER_PRINCIPAL": "10000",
+            "GNOMON_STREAM_QUOTA_MAX_STREAMED_QUEUES": "10000",
+        },
     ) as s:
         yield s
 

@@ -427,22 +427,6 @@ class MetricsSettings(BaseSettings):
     )
 
 
-class FaultSettings(BaseSettings):
-    """Test-only fault injection points (``GNOMON_FAULTS``; see :mod:`gnomon.common.faults`)."""
-
-    model_config = SettingsConfigDict(env_prefix="GNOMON_", extra="forbid")
-
-    faults: str = Field(
-        default="",
-        description="Comma-separated armed fault points (e.g. crash_after_claim); empty in production.",
-    )
-
-    @property
-    def armed(self) -> frozenset[str]:
-        """The armed fault point names."""
-        return frozenset(f.strip() for f in self.faults.split(",") if f.strip())
-
-
 class ClientSettings(BaseSettings):
     """Connection of the SDK, the ``gnomon`` client commands and workers. Read by
     :mod:`gnomon.sdk.connection` (which overrides the selected config-file profile with them); listed

@@ -27,7 +27,6 @@ from gnomon.common.config import (
     DevServerSettings,
     DispatcherSettings,
     EtcdSettings,
-    FaultSettings,
     LogSettings,
     MetricsSettings,
     PlannerSettings,
@@ -37,6 +36,7 @@ from gnomon.common.config import (
     TelemetrySettings,
 )
 from gnomon.common.event_loop import EventLoopSettings
+from gnomon.common.faults import FaultSettings
 from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.stream_settings import StreamSettings
 from gnomon.common.throttle_settings import ConsoleSignInSettings, LogRepeatSettings
