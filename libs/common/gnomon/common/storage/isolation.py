@@ -48,8 +48,9 @@ async def commit_isolated(
     the single bad items, each handed to ``refused(item, error)``; the others commit.
 
     A transient failure (connection lost, serialization retries exhausted) calls ``failed(part,
-    error)`` for the part being committed and propagates; parts committed before it stay committed
-    (``committed`` was called for them) and the parts after it are not tried."""
+    error)`` for the part being committed and for every part not tried yet, and propagates: parts
+    committed before it stay committed (``committed`` was called for them), and every item of
+    ``batch`` is resolved one way or the other (a caller waiting on an item is never left hanging)."""
     try:
         out = await commit(batch)
     except Exception as exc:
@@ -59,8 +60,15 @@ async def commit_isolated(
             raise
         if len(batch) > 1:
             mid = len(batch) // 2
-            for part in (batch[:mid], batch[mid:]):
-                await commit_isolated(part, commit, committed=committed, refused=refused, failed=failed)
+            parts = (batch[:mid], batch[mid:])
+            for i, part in enumerate(parts):
+                try:
+                    await commit_isolated(part, commit, committed=committed, refused=refused, failed=failed)
+                except Exception as transient:
+                    if failed is not None:
+                        for untried in parts[i + 1 :]:
+                            failed(untried, transient)
+                    raise
             return
         refused(batch[0], exc)
         return
