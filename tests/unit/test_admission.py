@@ -166,3 +166,38 @@ def test_the_list_gate_gives_each_principal_its_turns_and_refuses_after_the_wait
         assert gate.running("evil") == 0 and not gate._turns  # nothing kept once idle
 
     asyncio.run(scenario())
+
+
+def test_the_list_gate_refuses_at_once_past_the_waiting_calls_of_a_principal():
+    from gnomon.api.list_gate import MAX_WAITING, ListGate
+    from gnomon.common.errors import Unavailable
+
+    async def scenario() -> None:
+        gate = ListGate(per_principal=1, wait_s=30)
+        release = asyncio.Event()
+        entered = []
+
+        async def hold(i: int) -> None:
+            async with gate.turn("evil"):
+                entered.append(i)
+                await release.wait()
+
+        tasks = [asyncio.create_task(hold(0))]
+        while not gate.running("evil"):
+            await asyncio.sleep(0.01)
+        tasks += [asyncio.create_task(hold(i)) for i in range(1, 1 + MAX_WAITING)]
+        await asyncio.sleep(0.05)
+        assert gate.running("evil") == 1
+        t0 = asyncio.get_running_loop().time()
+        with pytest.raises(Unavailable) as e:  # one call past the waiting ones: no 30 s wait
+            async with gate.turn("evil"):
+                pass
+        assert e.value.reason == "LISTINGS_BUSY"
+        assert asyncio.get_running_loop().time() - t0 < 1
+        async with gate.turn("acme"):  # another principal still gets its turn at once
+            assert gate.running("acme") == 1
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        assert sorted(entered) == list(range(1 + MAX_WAITING))  # every waiter got its turn
+
+    asyncio.run(scenario())
