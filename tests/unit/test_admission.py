@@ -176,15 +176,16 @@ def test_the_list_gate_refuses_at_once_past_the_waiting_calls_of_a_principal():
         gate = ListGate(per_principal=1, wait_s=30)
         release = asyncio.Event()
         entered = []
+        first_in = asyncio.Event()
 
         async def hold(i: int) -> None:
             async with gate.turn("evil"):
                 entered.append(i)
+                first_in.set()
                 await release.wait()
 
         tasks = [asyncio.create_task(hold(0))]
-        while not gate.running("evil"):
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(first_in.wait(), 5)
         tasks += [asyncio.create_task(hold(i)) for i in range(1, 1 + MAX_WAITING)]
         await asyncio.sleep(0.05)
         assert gate.running("evil") == 1
