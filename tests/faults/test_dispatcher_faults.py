@@ -120,7 +120,7 @@ def test_sigstop_past_lease_then_sigcont_is_fenced(
                         return mon.execute(
                             "SELECT 1 FROM pg_stat_activity WHERE application_name = 'gnomon-disp-a' "
                             "AND state = 'idle in transaction' AND backend_xid IS NOT NULL "
-                            "AND query LIKE 'WITH due AS%%'"
+                            "AND query LIKE 'WITH tg AS%%'"  # the claim statement (storage.claims)
                         ).fetchone()
 
                     def a_locks_fence_rows():
