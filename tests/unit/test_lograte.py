@@ -85,3 +85,8 @@ def test_not_implemented_is_unimplemented_and_not_logged(caplog):
     err = classify(NotImplementedError("Method not implemented!"))
     assert err.code == grpc.StatusCode.UNIMPLEMENTED and err.reason == "METHOD_NOT_IMPLEMENTED"
     assert not caplog.records
+
+
+def test_another_not_implemented_error_is_a_fault_of_ours():
+    err = classify(NotImplementedError("dialect feature missing"))
+    assert err.code == grpc.StatusCode.INTERNAL

@@ -112,9 +112,14 @@ def to_status(err: GnomonError) -> grpc.Status:
     return out
 
 
+#: The message of the ``NotImplementedError`` a grpcio-generated servicer base method raises.
+GENERATED_UNIMPLEMENTED = "Method not implemented!"
+
+
 def classify(exc: BaseException) -> GnomonError:
     """Maps any exception to a domain error: database connection failures -> UNAVAILABLE,
-    ``NotImplementedError`` (a servicer method the service does not implement) -> UNIMPLEMENTED
+    the ``NotImplementedError`` of a generated servicer method the service does not implement
+    (:data:`GENERATED_UNIMPLEMENTED`) -> UNIMPLEMENTED
     (``METHOD_NOT_IMPLEMENTED``), others INTERNAL (logged at ERROR with the traceback, at most once
     per ``GNOMON_LOG_REPEAT_INTERVAL_S`` per kind of fault: :func:`fault_key`)."""
     if isinstance(exc, GnomonError):
@@ -125,9 +130,10 @@ def classify(exc: BaseException) -> GnomonError:
         return Unavailable("database unavailable, nothing was written; retry later")
     if isinstance(exc, OSError):
         return Unavailable("dependency unavailable; retry later")
-    if isinstance(exc, NotImplementedError):
+    if isinstance(exc, NotImplementedError) and exc.args == (GENERATED_UNIMPLEMENTED,):
         # a generated servicer base's method the service does not implement (grpc's own stubs raise
-        # NotImplementedError after setting UNIMPLEMENTED, which an aio server would answer UNKNOWN)
+        # NotImplementedError after setting UNIMPLEMENTED, which an aio server would answer UNKNOWN);
+        # any other NotImplementedError is a fault of ours and goes on to INTERNAL below
         return GnomonError(
             "method not implemented by this service", reason=ErrorReason.METHOD_NOT_IMPLEMENTED
         )
