@@ -100,6 +100,10 @@ def assignment_messages(batch: list[wpb.Assignment], sizes: list[int]) -> list[t
     return out
 
 
+#: The fewest references one ownership check charges to its principal's rate (one query each).
+MIN_CHECK_COST = 10
+
+
 class OwnershipGate:
     """Checks, before any write, that attempts a stream was not given are its worker identity's
     (docs/protocol.md section 7: after a reconnect, or when another dispatcher delivered them, a
@@ -143,7 +147,9 @@ class OwnershipGate:
         Raises what the database read raises (the caller answers those items DATABASE_UNAVAILABLE)."""
         if owner is None or not keys:
             return set(keys)
-        n = min(len(keys), self.burst)
+        # a check costs at least MIN_CHECK_COST references of the principal's rate: a flood of
+        # one-reference messages gets at most rate / MIN_CHECK_COST queries a second, not rate
+        n = min(max(len(keys), MIN_CHECK_COST), self.burst)
         bucket = self._bucket(owner)
         while (wait := bucket.take(n)) > 0:  # noqa: ASYNC110 (tokens refill with time, no event)
             await asyncio.sleep(min(wait, 1.0))
