@@ -97,7 +97,7 @@ async def test_a_namespace_at_its_quota_neither_starves_other_releases_nor_spins
         steps += 1
         return await release_once(now)
 
-    p.release_once = counted  # type: ignore[method-assign]
+    p.release_once = counted
     stop = asyncio.Event()
     loop = asyncio.create_task(p.run(stop))
     try:
