@@ -19,6 +19,14 @@ One planning step (:meth:`Planner.plan_once`) is one transaction:
    catch-up budget slots, and write jobs + decision records idempotently;
 5. move ``planned_through``, ``next_fire_at`` and ``plan_at`` forward (one statement).
 
+A release step (:meth:`Planner.release_once`) claims up to ``batch`` schedules with BUFFERED
+occurrences in ``uid`` order from a cursor (where the previous step stopped), leaving out the
+namespaces an earlier step of the same round found without room; a short page ends the round (the
+cursor and those namespaces are forgotten, so the next round looks at every schedule again). So the
+schedules one namespace holds at its quota are looked at once a round, never ahead of every other
+namespace's, and the loop runs the next release step at once only after one that released something
+(otherwise it sleeps ``buffer_poll_s``): blocked schedules never keep the planner busy.
+
 A crash anywhere before the commit loses nothing: the next step (by any planner) replays it and,
 because occurrence ids are deterministic and inserts are ``ON CONFLICT DO NOTHING``, writes each
 occurrence exactly once.
@@ -32,6 +40,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -51,6 +60,10 @@ from gnomon.common.time import Recurrence, compile_rule
 from gnomon.planner import tracing as plan_tracing
 
 log = logging.getLogger(__name__)
+
+#: At most this many namespaces without room are left out of the release steps of one round (the
+#: ``NOT IN`` list stays bounded; past it, more such namespaces are just looked at again).
+MAX_SKIPPED_NAMESPACES = 500
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,10 @@ class Planner:
         self.rules = RuleCache()
         self.wake = asyncio.Event()
         self.stepped = asyncio.Event()  # set after every loop round (tests wait on it)
+        # the release round: the uid the next release step starts after, and the namespaces found
+        # without room this round (both forgotten when a step ends the round)
+        self._release_after: UUID | None = None
+        self._release_skip: set[str] = set()
 
     # -- one planning step -------------------------------------------------------------------
     async def plan_once(self, now: datetime | None = None) -> StepStats:
@@ -187,15 +204,35 @@ class Planner:
     # -- releases of buffered occurrences ------------------------------------------------------
     async def release_once(self, now: datetime | None = None) -> StepStats:
         """One transaction releasing BUFFERED occurrences whose schedule has no active occurrence
-        left (or whose policy lets them go now); ``now`` overrides the database clock."""
-        return await run_transaction(self.engine, lambda c: self._release(c, now))
+        left (or whose policy lets them go now) and whose namespace has room, over the next page of
+        the release round (see the module docstring); ``now`` overrides the database clock. The
+        round's cursor moves only once the transaction committed. ``records`` of the result: how
+        many occurrences were released (or skipped by their overlap policy)."""
+        st, last, full = await run_transaction(self.engine, lambda c: self._release(c, now))
+        if st.schedules < self.settings.batch:  # the round is over: start the next one afresh
+            self._release_after, self._release_skip = None, set()
+        else:
+            self._release_after = last
+            for ns in sorted(full):
+                if len(self._release_skip) >= MAX_SKIPPED_NAMESPACES:
+                    break
+                self._release_skip.add(ns)
+        return st
 
-    async def _release(self, conn, now: datetime | None) -> StepStats:
+    async def _release(self, conn, now: datetime | None) -> tuple[StepStats, UUID | None, set[str]]:
+        """One release step; returns its stats, the last uid it claimed and the namespaces it left
+        without room."""
         t0 = time.time_ns() if tracing.ENABLED else 0
         now = now or await db_now(conn)
-        rows = await store.claim_buffered(conn, regions=await self.served(conn), limit=self.settings.batch)
+        rows = await store.claim_buffered(
+            conn,
+            regions=await self.served(conn),
+            limit=self.settings.batch,
+            after=self._release_after,
+            skip=sorted(self._release_skip),
+        )
         if not rows:
-            return StepStats(0, 0, 0, None)
+            return StepStats(0, 0, 0, None), None, set()
         active = await store.active_occurrences(conn, [r["uid"] for r in rows])
         room = await ns_store.pending_room(conn, [r["namespace"] for r in rows])
         b = StepBuilder(now=now, shards=self.shards, room=room)
@@ -223,21 +260,25 @@ class Planner:
                 )
             )
         res = await self._finish(conn, b, t0, len(rows), "release")
-        return StepStats(len(rows), len(res.inserted), changed, res.earliest)
+        full = {ns for ns, left in b.room.items() if left <= 0}
+        return StepStats(len(rows), len(res.inserted), changed, res.earliest), rows[-1]["uid"], full
 
     # -- the loop ----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         """Plans and releases until ``stop`` is set. Sleeps until the next ``plan_at`` (at most
-        ``max_idle_poll_s``, at most ``buffer_poll_s`` while occurrences are buffered) or a hint."""
+        ``max_idle_poll_s``, at most ``buffer_poll_s`` while occurrences are buffered) or a hint;
+        runs the next round at once only after a planning step that took a full batch or a release
+        step that took a full batch and released something (never for schedules that stay blocked)."""
         s = self.settings
         while not stop.is_set():
             busy = False
             try:
-                for step in (self.plan_once, self.release_once):
+                for step, releasing in ((self.plan_once, False), (self.release_once, True)):
                     st = await step()
                     if st.jobs and self.hint is not None and st.earliest is not None:
                         self.hint(st.earliest)
-                    busy = busy or st.schedules >= s.batch
+                    progress = not releasing or st.records > 0
+                    busy = busy or (st.schedules >= s.batch and progress)
                 sleep = await self._sleep_for()
             except Unavailable as e:
                 log.warning("planner: %s", e)

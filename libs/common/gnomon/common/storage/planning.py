@@ -108,22 +108,34 @@ async def claim_due(conn: AsyncConnection, *, regions: list[str], now: datetime,
     return [dict(r) for r in (await conn.execute(due_schedules_stmt(regions, now, limit))).mappings()]
 
 
-@builder(regions=["r"], limit=10)
-def buffered_schedules_stmt(regions: list[str], limit: int) -> Select[Any]:
+@builder(regions=["r"], limit=10, after=_UID, skip=["ns"])
+def buffered_schedules_stmt(
+    regions: list[str], limit: int, after: uuid.UUID | None = None, skip: list[str] | None = None
+) -> Select[Any]:
     """Up to ``limit`` ``schedules`` rows of the home ``regions`` with BUFFERED occurrences
-    (``buffered > 0``), locked ``FOR UPDATE SKIP LOCKED``."""
-    return (
-        select(schedules)
-        .where(schedules.c.region.in_(regions), schedules.c.buffered > 0)
-        .limit(limit)
-        .with_for_update(skip_locked=True)
-    )
+    (``buffered > 0``) whose ``uid`` is after ``after`` (None: from the start) and whose namespace
+    is not one of ``skip``, in ``uid`` order, locked ``FOR UPDATE SKIP LOCKED``."""
+    q = select(schedules).where(schedules.c.region.in_(regions), schedules.c.buffered > 0)
+    if after is not None:
+        q = q.where(schedules.c.uid > after)
+    if skip:
+        q = q.where(schedules.c.namespace.not_in(skip))
+    return q.order_by(schedules.c.uid).limit(limit).with_for_update(skip_locked=True)
 
 
-async def claim_buffered(conn: AsyncConnection, *, regions: list[str], limit: int) -> list[Row]:
-    """Up to ``limit`` schedules of the home ``regions`` with BUFFERED occurrences, locked
-    ``FOR UPDATE SKIP LOCKED``."""
-    return [dict(r) for r in (await conn.execute(buffered_schedules_stmt(regions, limit))).mappings()]
+async def claim_buffered(
+    conn: AsyncConnection,
+    *,
+    regions: list[str],
+    limit: int,
+    after: uuid.UUID | None = None,
+    skip: list[str] | None = None,
+) -> list[Row]:
+    """Up to ``limit`` schedules of the home ``regions`` with BUFFERED occurrences, in ``uid`` order
+    after ``after`` (a release cursor; None: from the first), leaving out the namespaces ``skip``,
+    locked ``FOR UPDATE SKIP LOCKED`` (see :func:`buffered_schedules_stmt`)."""
+    stmt = buffered_schedules_stmt(regions, limit, after, skip)
+    return [dict(r) for r in (await conn.execute(stmt)).mappings()]
 
 
 @builder(regions=["r"])
