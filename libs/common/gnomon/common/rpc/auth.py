@@ -148,9 +148,10 @@ def authorize(principal: Principal, rule: Rule, request: Any) -> str | None:
 class AuditSink(Protocol):
     """Where the interceptor records mutating calls (see :class:`gnomon.common.rpc.audit.AuditLog`)."""
 
-    def admit(self) -> None:
-        """Reserves the entry of an authorized call about to run; raises ``Unavailable`` (reason
-        AUDIT_UNAVAILABLE) when no more can be buffered, so the call is refused, not run unaudited."""
+    def admit(self, caller: Caller) -> None:
+        """Reserves the entry of ``caller``'s authorized call about to run; raises ``Unavailable``
+        (reason AUDIT_UNAVAILABLE) when no more can be buffered, or when ``caller``'s principal holds
+        its share of the buffer, so the call is refused, not run unaudited."""
 
     def record(
         self,
@@ -267,7 +268,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 # record, and recording it would let anyone fill the log); an audited call refused
                 # for its input or its grants is recorded against the namespace it aimed at. An
                 # authorized one runs only once its entry is reserved (UNAVAILABLE when the audit
-                # buffer is full: never an unaudited success).
+                # buffer, or the caller's share of it, is full: never an unaudited success).
                 caller = await self._caller(context)
                 ns: str | None = None
                 response, outcome, admitted = None, "OK", False
@@ -277,7 +278,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                         ns = request_namespace(request, rule)[0]  # type: ignore[arg-type]
                     ns = self._permit(caller, method, rule, request) or ns
                     if audit is not None:
-                        audit.admit()
+                        audit.admit(caller)
                         admitted = True
                     response = await inner(request, context)
                     return response
