@@ -263,9 +263,13 @@ class AuditLog:
         self._close_windows(time.monotonic())  # O(windows ended): every open window is now current
         actor = row["actor"]
         key: Key = (actor, row["namespace"], row["action"], row["outcome"])
-        if key not in self._windows and row["namespace"] != "*" and (
-            self._open.get(actor, 0) >= self.coalesce_principal_keys
-            or len(self._windows) >= self.coalesce_keys
+        if (
+            key not in self._windows
+            and row["namespace"] != "*"
+            and (
+                self._open.get(actor, 0) >= self.coalesce_principal_keys
+                or len(self._windows) >= self.coalesce_keys
+            )
         ):  # this principal (or the process) has its windows: coalesce across namespaces
             row["namespace"] = "*"
             key = (actor, "*", row["action"], row["outcome"])
