@@ -13,7 +13,8 @@ before any storage access). For each call it
 4. makes the :class:`Caller` available to the handler (:func:`current_caller`) and, for mutating
    methods, records one audit entry with the authenticated principal and the outcome
    (:class:`gnomon.common.rpc.audit.AuditLog`); an authorized mutating call runs only once its entry
-   is reserved (``UNAVAILABLE``, reason ``AUDIT_UNAVAILABLE``, when the audit buffer is full).
+   is reserved (``UNAVAILABLE``, reason ``AUDIT_UNAVAILABLE``, when the audit buffer, or the
+   principal's share of it, is full).
 
 The worker stream (``STREAM`` scope) is authenticated here; the dispatcher checks the hello's
 namespace and queues against :meth:`Principal.worker_queues` once it arrives.
