@@ -206,7 +206,12 @@ def test_b_a_full_audit_buffer_refuses_calls_with_unavailable(pg_server, migrate
         pg_server,
         migrated_template,
         tmp_path,
-        env={"GNOMON_AUDIT_BUFFER_ROWS": "5", "GNOMON_AUTH_CACHE_S": "0.2"},
+        # the whole buffer may be one principal's (test e tests the per-principal share)
+        env={
+            "GNOMON_AUDIT_BUFFER_ROWS": "5",
+            "GNOMON_AUDIT_PRINCIPAL_SHARE": "1",
+            "GNOMON_AUTH_CACHE_S": "0.2",
+        },
     ) as s:
         admin = principal(s, "b-admin", ("client", "beta"))
         url = s.database_url.replace("postgresql+psycopg://", "postgresql://")
@@ -258,3 +263,73 @@ def test_c_sigterm_right_after_calls_writes_every_buffered_row(pg_server, migrat
         assert ("*", "CreateJob", "namespaces/acme\\x00", "INVALID_ARGUMENT", 1) in rows
         denied = [r for r in rows if r[3] == "PERMISSION_DENIED"]
         assert sum(r[4] for r in denied) == 5 and len(denied) == 2  # the first, then 4 coalesced
+
+
+def attempt(stub, parent: str, served: list[str], refusals: list[tuple]) -> None:
+    """One raw CreateJob: its job name into ``served``, or its (code, reason) into ``refusals``."""
+    try:
+        served.append(create(stub, parent).job.name)
+    except grpc.RpcError as e:
+        _, info, _ = decode(e)
+        refusals.append((e.code(), info.reason if info else ""))
+
+
+def test_e_one_principal_neither_fills_the_audit_buffer_nor_the_windows_of_others(
+    pg_server, migrated_template, tmp_path
+):
+    # a buffer of 64 rows: 8 per principal (1/8); 10 coalescing windows, 3 per principal
+    env = {
+        "GNOMON_AUDIT_BUFFER_ROWS": "64",
+        "GNOMON_AUDIT_COALESCE_S": "60",
+        "GNOMON_AUDIT_COALESCE_KEYS": "10",
+        "GNOMON_AUDIT_COALESCE_PRINCIPAL_KEYS": "3",
+        "GNOMON_AUTH_CACHE_S": "0.2",
+    }
+    with running_suite(pg_server, migrated_template, tmp_path, env=env) as s:
+        flood = principal(s, "e-flood", ("client", "beta"))
+        honest = principal(s, "e-honest", ("client", "gamma"))
+        url = s.database_url.replace("postgresql+psycopg://", "postgresql://")
+        with (
+            psycopg.connect(url) as lock,
+            resolve(s.api_address, api_key=flood).channel() as fch,
+            resolve(s.api_address, api_key=honest).channel() as hch,
+        ):
+            fstub, hstub = jgrpc.JobServiceStub(fch), jgrpc.JobServiceStub(hch)
+            warm = [create(fstub, "namespaces/beta").job.name, create(hstub, "namespaces/gamma").job.name]
+            wait_for(lambda: audited(s, warm) or None, 10, "the first calls' audit rows")
+
+            # (1) the audit writer stalls; the flooding principal fills its share and is refused ...
+            lock.execute("LOCK TABLE audit_log IN EXCLUSIVE MODE")  # the writer's INSERT now waits
+            fserved: list[str] = []
+            frefused: list[tuple] = []
+            for _ in range(30):
+                attempt(fstub, "namespaces/beta", fserved, frefused)
+            assert len(fserved) <= 8, fserved
+            assert frefused and set(frefused) == {(grpc.StatusCode.UNAVAILABLE, "AUDIT_UNAVAILABLE")}
+            # ... while the other principal's calls, within its own share, are still served
+            hserved: list[str] = []
+            hrefused: list[tuple] = []
+            for _ in range(5):
+                attempt(hstub, "namespaces/gamma", hserved, hrefused)
+            assert len(hserved) == 5 and not hrefused, hrefused
+            lock.rollback()  # the writer goes on
+            wait_for(lambda: audited(s, fserved + hserved) or None, 15, "every served call's audit row")
+
+            # (2) the flooding principal aims refused calls at 20 made-up namespaces: past its 3
+            # windows they coalesce in "*", and the other principal's refusal keeps its namespace
+            for i in range(20):
+                assert (
+                    refused(create, fstub, f"namespaces/made-up-{i}")[0] == grpc.StatusCode.PERMISSION_DENIED
+                )
+            assert refused(create, hstub, "namespaces/delta")[0] == grpc.StatusCode.PERMISSION_DENIED
+        assert s.stop_proc(api_proc(s), signal.SIGTERM) == 0  # the drain writes the held rows
+        jobs = sql(s.database_url, "SELECT count(*) FROM jobs WHERE namespace IN ('beta', 'gamma')")[0][0]
+        assert jobs == len(fserved) + len(hserved) + 2
+        assert [r for r in rows_of(s, "e-honest") if r[3] == "PERMISSION_DENIED"] == [
+            ("delta", "CreateJob", "namespaces/delta", "PERMISSION_DENIED", 1)
+        ]
+        denied = [r for r in rows_of(s, "e-flood") if r[3] == "PERMISSION_DENIED"]
+        assert sum(r[4] for r in denied) == 20
+        spaces = {r[0] for r in denied}
+        assert "*" in spaces and len(spaces - {"*"}) <= 3, denied
+        assert len(denied) <= 3 + 2, denied  # one row per namespace window, two for "*"

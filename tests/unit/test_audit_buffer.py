@@ -78,21 +78,77 @@ def test_past_the_key_bound_refusals_coalesce_across_namespaces():
 
 
 def test_a_full_buffer_refuses_admission_and_a_finished_call_frees_its_reservation():
-    log = AuditLog(None, buffer_rows=2, coalesce_s=60)
-    log.admit()
-    log.admit()
+    log = AuditLog(None, buffer_rows=2, coalesce_s=60, principal_share=1)
+    log.admit(ALICE)
+    log.admit(ALICE)
     with pytest.raises(AuditUnavailable) as e:
-        log.admit()
+        log.admit(ALICE)
     assert e.value.reason == "AUDIT_UNAVAILABLE" and e.value.code.name == "UNAVAILABLE"
     record(log, ALICE, "acme", "OK", admitted=True)  # its row replaces its reservation
     with pytest.raises(AuditUnavailable):
-        log.admit()
+        log.admit(ALICE)
     # a refusal while the buffer is full waits in its window instead of growing the buffer
     record(log, MALLORY, "acme", "UNAVAILABLE")
     record(log, ALICE, "acme", "OK", admitted=True)
     assert len(log.pending) == 2
     log._close_windows()
     assert [r["outcome"] for r in log.pending] == ["OK", "OK", "UNAVAILABLE"]
+
+
+def test_a_principal_holding_its_share_is_refused_while_another_is_admitted():
+    log = AuditLog(None, buffer_rows=16, coalesce_s=60)  # default share 1/8: 2 rows per principal
+    assert log.principal_rows == 2
+    log.admit(MALLORY)
+    record(log, MALLORY, "evil", "OK", admitted=True)  # a buffered row counts like a reservation
+    log.admit(MALLORY)
+    with pytest.raises(AuditUnavailable):
+        log.admit(MALLORY)
+    log.admit(ALICE)  # the buffer is far from full: alice keeps her share
+    log.admit(ALICE)
+    with pytest.raises(AuditUnavailable):
+        log.admit(ALICE)
+    assert (log.held(MALLORY), log.held(ALICE)) == (2, 2)
+    # a written row frees its principal's share
+    written = log.pending[:1]
+    del log.pending[:1]
+    log._forget(written)
+    log.admit(MALLORY)
+    assert log.held(MALLORY) == 2
+
+
+def test_past_its_own_window_cap_only_that_principals_refusals_go_to_star():
+    log = AuditLog(None, coalesce_s=60, coalesce_keys=1000, coalesce_principal_keys=3)
+    for i in range(10_000):  # mallory aims at a new namespace each time
+        record(log, MALLORY, f"ns{i}", "PERMISSION_DENIED")
+    for ns in ("acme", "beta"):  # alice's refusals keep their namespace
+        record(log, ALICE, ns, "PERMISSION_DENIED")
+        record(log, ALICE, ns, "PERMISSION_DENIED")
+    assert len(log._windows) == 3 + 1 + 2  # mallory: 3 namespaces and "*"; alice: 2
+    log._close_windows()
+    mallory = {r["namespace"]: r["count"] for r in log.pending if r["actor"] == "mallory" and r["count"] > 1}
+    assert mallory == {"*": 10_000 - 3 - 1}  # the first "*" refusal has its own row
+    assert sum(r["count"] for r in log.pending if r["actor"] == "mallory") == 10_000
+    assert len([r for r in log.pending if r["actor"] == "mallory"]) == 3 + 2
+    alice = sorted((r["namespace"], r["count"]) for r in log.pending if r["actor"] == "alice")
+    assert alice == [("acme", 1), ("acme", 1), ("beta", 1), ("beta", 1)]
+
+
+def test_windows_end_in_creation_order_without_a_scan(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr("gnomon.common.rpc.audit.time.monotonic", lambda: now[0])
+    log = AuditLog(None, coalesce_s=10, coalesce_principal_keys=2)
+    record(log, MALLORY, "a", "PERMISSION_DENIED")
+    now[0] += 5
+    record(log, MALLORY, "b", "PERMISSION_DENIED")
+    record(log, MALLORY, "b", "PERMISSION_DENIED")
+    now[0] += 5  # "a" ends, "b" is still open: mallory may open one more namespace window
+    record(log, MALLORY, "c", "PERMISSION_DENIED")
+    assert [w.key[1] for w in log._ends] == ["b", "c"] and log._open == {"mallory": 2}
+    now[0] += 5  # "b" ends: its held row joins the buffer
+    log._close_windows(now[0])
+    assert [(r["namespace"], r["count"]) for r in log.pending] == [("a", 1), ("b", 1), ("c", 1), ("b", 1)]
+    log._close_windows()
+    assert not log._windows and not log._ends and not log._open
 
 
 async def test_commit_isolated_bisects_down_to_the_bad_items():

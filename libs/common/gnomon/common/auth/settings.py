@@ -110,3 +110,20 @@ class AuditSettings(BaseSettings):
         description="Coalescing windows a process keeps open at most, keys (per process); past it, "
         "refusals coalesce per (principal, method, outcome) in namespace '*'.",
     )
+    principal_share: float = Field(
+        default=0.125,
+        gt=0,
+        le=1,
+        description="Share of the audit buffer one principal may hold, a fraction of buffer_rows "
+        "(per principal, per process): a principal holds at most max(1, floor(buffer_rows * "
+        "principal_share)) buffered or reserved rows; past it its audited calls are refused with "
+        "UNAVAILABLE (AUDIT_UNAVAILABLE) while other principals' calls still run.",
+    )
+    coalesce_principal_keys: int = Field(
+        default=100,
+        ge=1,
+        le=1_000_000,
+        description="Coalescing windows one principal keeps open at most, keys (per principal, per "
+        "process), windows in namespace '*' not counted; past it, that principal's refusals "
+        "coalesce per (principal, method, outcome) in namespace '*'.",
+    )

@@ -13,12 +13,19 @@ rows), so auditing costs a call no round trip. docs/security.md ("Audit") states
   (:func:`gnomon.common.storage.isolation.commit_isolated`): the other rows are written, the bad one
   is logged at ERROR (escaped, whole) and counted in ``gnomon_audit_rows_failed_total{reason="refused"}``.
   A database that is down keeps the rows buffered for the next flush.
-* **Bounded buffer.** At ``GNOMON_AUDIT_BUFFER_ROWS`` buffered rows an audited call is refused with
-  UNAVAILABLE (``AUDIT_UNAVAILABLE``) before it runs (:meth:`AuditLog.admit`): never an unaudited success.
+* **Bounded buffer, shared fairly.** At ``GNOMON_AUDIT_BUFFER_ROWS`` buffered (or reserved) rows,
+  or when the calling principal holds its share of them (``max(1, floor(buffer_rows *
+  GNOMON_AUDIT_PRINCIPAL_SHARE))``), an audited call is refused with UNAVAILABLE
+  (``AUDIT_UNAVAILABLE``) before it runs (:meth:`AuditLog.admit`): never an unaudited success, and
+  the principal filling the buffer is refused before the others.
 * **Coalesced refusals.** Refused calls (any outcome but ``OK``) of one (principal, namespace,
   method, outcome) within ``GNOMON_AUDIT_COALESCE_S`` share rows: the first is written at once, the
   others as one row whose ``count`` says how many when the window ends. A flood of refused calls
-  costs at most two rows per key and window.
+  costs at most two rows per key and window. A principal keeps at most
+  ``GNOMON_AUDIT_COALESCE_PRINCIPAL_KEYS`` windows open (its windows in namespace ``*`` not
+  counted) and the process at most ``GNOMON_AUDIT_COALESCE_KEYS``; past either, the principal's new
+  keys coalesce per (principal, method, outcome) in namespace ``*``. Windows end in creation order
+  (all have the same length): ending them costs O(1) per window, never a scan of all of them.
 * **Flushed at drain.** :meth:`AuditLog.stop` closes the windows and writes everything; what still
   cannot be written is logged at ERROR row by row and counted (``reason="shutdown"``), never dropped
   in silence.
@@ -30,11 +37,13 @@ DLQ replays also write their own detailed entry in the replay's transaction
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -57,6 +66,8 @@ _MAX_BATCH = 500
 _STOP_ATTEMPTS, _STOP_PAUSE_S = 3, 0.5
 
 Row = dict[str, Any]
+#: A coalescing key: (actor, namespace, action, outcome), escaped as in the row.
+Key = tuple[str, str, str, str]
 
 
 def escape(value: str, limit: int) -> str:
@@ -117,6 +128,7 @@ class _Window:
     """An open coalescing window of one key: until when (monotonic s), and the row gathering the
     refusals after the first (None until a second one comes)."""
 
+    key: Key
     until: float
     held: Row | None = None
 
@@ -133,6 +145,8 @@ class AuditLog:
         buffer_rows: int | None = None,
         coalesce_s: float | None = None,
         coalesce_keys: int | None = None,
+        principal_share: float | None = None,
+        coalesce_principal_keys: int | None = None,
     ) -> None:
         s = AuditSettings()
         self.engine = engine
@@ -140,11 +154,20 @@ class AuditLog:
         self.buffer_rows = s.buffer_rows if buffer_rows is None else buffer_rows
         self.coalesce_s = s.coalesce_s if coalesce_s is None else coalesce_s
         self.coalesce_keys = s.coalesce_keys if coalesce_keys is None else coalesce_keys
+        share = s.principal_share if principal_share is None else principal_share
+        #: rows (buffered or reserved) one principal may hold at most
+        self.principal_rows = max(1, int(self.buffer_rows * share))
+        self.coalesce_principal_keys = (
+            s.coalesce_principal_keys if coalesce_principal_keys is None else coalesce_principal_keys
+        )
         self.pending: list[Row] = []
         #: rows not written: refused by the database, or still buffered when stop() gave up
         self.failed = 0
         self._reserved = 0  # admitted calls still running: each will add a row
-        self._windows: dict[tuple[str, str, str, str], _Window] = {}
+        self._held: dict[str, int] = {}  # per actor (escaped): rows buffered + reserved, never 0
+        self._windows: dict[Key, _Window] = {}
+        self._ends: collections.deque[_Window] = collections.deque()  # open windows, oldest first
+        self._open: dict[str, int] = {}  # per actor: open windows outside namespace "*", never 0
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         # one flush at a time: two concurrent flushes (the background one and stop() or a caller's)
@@ -152,18 +175,45 @@ class AuditLog:
         # commit (a CI run saw an entry missing right after flush() returned)
         self._flushing = asyncio.Lock()
 
-    def _full(self) -> bool:
-        return len(self.pending) + self._reserved >= self.buffer_rows
+    def _full(self, actor: str | None = None) -> bool:
+        """The buffer is full, or ``actor`` holds its share of it."""
+        if len(self.pending) + self._reserved >= self.buffer_rows:
+            return True
+        return actor is not None and self._held.get(actor, 0) >= self.principal_rows
 
-    def admit(self) -> None:
-        """Reserves the row of an audited call about to run. Raises :class:`AuditUnavailable`
-        (UNAVAILABLE, ``AUDIT_UNAVAILABLE``) when ``buffer_rows`` rows are buffered or reserved: the
-        call must not run unaudited. Pair it with ``record(..., admitted=True)``."""
-        if self._full():
+    def _count(self, actor: str, n: int) -> None:
+        left = self._held.get(actor, 0) + n
+        if left > 0:
+            self._held[actor] = left
+        else:
+            self._held.pop(actor, None)
+
+    def _append(self, row: Row) -> None:
+        self.pending.append(row)
+        self._count(row["actor"], 1)
+
+    def _forget(self, rows: Iterable[Row]) -> None:
+        """Uncounts ``rows``, just removed from the buffer (written, refused or lost)."""
+        for row in rows:
+            self._count(row["actor"], -1)
+
+    def held(self, caller: Caller) -> int:
+        """Rows ``caller``'s principal holds now: buffered plus reserved."""
+        return self._held.get(escape(caller.actor, 512), 0)
+
+    def admit(self, caller: Caller) -> None:
+        """Reserves the row of ``caller``'s audited call about to run. Raises :class:`AuditUnavailable`
+        (UNAVAILABLE, ``AUDIT_UNAVAILABLE``) when ``buffer_rows`` rows are buffered or reserved, or
+        when the principal holds ``principal_rows`` of them (its share): the call must not run
+        unaudited, and a principal filling the buffer is refused before the others. Pair it with
+        ``record(..., admitted=True)``."""
+        actor = escape(caller.actor, 512)
+        if self._full(actor):
             metrics.AUDIT_BUFFER_FULL.add(1)
             self._wake.set()
             raise AuditUnavailable("the audit log cannot keep up; retry later")
         self._reserved += 1
+        self._count(actor, 1)
 
     def record(
         self,
@@ -181,6 +231,7 @@ class AuditLog:
         coalesced with others of its key (module docstring)."""
         if admitted:
             self._reserved = max(0, self._reserved - 1)
+            self._count(escape(caller.actor, 512), -1)
         try:
             resource = _resource(request, response)
         except Exception:  # a message shape not foreseen: record the call without its resource
@@ -203,21 +254,27 @@ class AuditLog:
         if outcome != "OK" and self.coalesce_s > 0:
             self._coalesce(row)
         else:
-            self.pending.append(row)
+            self._append(row)
         if len(self.pending) >= _MAX_BATCH:
             self._wake.set()
 
     def _coalesce(self, row: Row) -> None:
         """Buffers refused ``row`` as the first of its window, or folds it into the window's held row."""
-        now = time.monotonic()
-        key = (row["actor"], row["namespace"], row["action"], row["outcome"])
-        if key not in self._windows and len(self._windows) >= self.coalesce_keys:
-            self._close_windows(now)
-            if len(self._windows) >= self.coalesce_keys:  # still full: coalesce across namespaces
-                row["namespace"] = "*"
-                key = (row["actor"], "*", row["action"], row["outcome"])
+        self._close_windows(time.monotonic())  # O(windows ended): every open window is now current
+        actor = row["actor"]
+        key: Key = (actor, row["namespace"], row["action"], row["outcome"])
+        if (
+            key not in self._windows
+            and row["namespace"] != "*"
+            and (
+                self._open.get(actor, 0) >= self.coalesce_principal_keys
+                or len(self._windows) >= self.coalesce_keys
+            )
+        ):  # this principal (or the process) has its windows: coalesce across namespaces
+            row["namespace"] = "*"
+            key = (actor, "*", row["action"], row["outcome"])
         w = self._windows.get(key)
-        if w is not None and now < w.until:
+        if w is not None:
             if w.held is None:
                 w.held = row
             else:
@@ -225,22 +282,30 @@ class AuditLog:
                 w.held["details"] = json.dumps({"last_time": datetime.now(UTC).isoformat()})
                 metrics.AUDIT_COALESCED.add(1)
             return
-        if w is not None and w.held is not None:
-            self.pending.append(w.held)
-        w = self._windows[key] = _Window(now + self.coalesce_s)
-        if self._full():  # no room for it now: it waits for the end of its window
+        w = self._windows[key] = _Window(key, time.monotonic() + self.coalesce_s)
+        self._ends.append(w)
+        if key[1] != "*":
+            self._open[actor] = self._open.get(actor, 0) + 1
+        if self._full(actor):  # no room for it now: it waits for the end of its window
             w.held = row
         else:
-            self.pending.append(row)
+            self._append(row)
 
     def _close_windows(self, now: float | None = None) -> None:
         """Ends the coalescing windows past their time (all of them when ``now`` is None); their held
-        rows join the buffer."""
-        for key, w in list(self._windows.items()):
-            if now is None or now >= w.until:
-                del self._windows[key]
-                if w.held is not None:
-                    self.pending.append(w.held)
+        rows join the buffer. Windows all last ``coalesce_s``, so they end in creation order: this
+        pops them from the front of a deque, O(1) per window ended."""
+        while self._ends and (now is None or now >= self._ends[0].until):
+            w = self._ends.popleft()
+            del self._windows[w.key]
+            actor, ns = w.key[0], w.key[1]
+            if ns != "*":
+                if self._open[actor] > 1:
+                    self._open[actor] -= 1
+                else:
+                    del self._open[actor]
+            if w.held is not None:
+                self._append(w.held)
 
     def start(self) -> None:
         """Starts the background flusher."""
@@ -263,6 +328,7 @@ class AuditLog:
             if attempt + 1 < _STOP_ATTEMPTS:
                 await asyncio.sleep(_STOP_PAUSE_S)
         lost, self.pending = self.pending, []
+        self._forget(lost)
         for row in lost:
             log.error("audit row not written at shutdown: %s", _row_text(row))
         self.failed += len(lost)
@@ -311,9 +377,11 @@ class AuditLog:
         except Exception:
             # rows are only ever appended while we wait, so the batch is still the buffer's head
             self.pending[: len(batch)] = [r for r in batch if id(r) not in done]
+            self._forget(r for r in batch if id(r) in done)
             log.warning("audit log write failed; %d entries kept for the next flush", len(self.pending))
             return False
         del self.pending[: len(batch)]
+        self._forget(batch)
         return True
 
     async def _run(self) -> None:

@@ -13,7 +13,8 @@ before any storage access). For each call it
 4. makes the :class:`Caller` available to the handler (:func:`current_caller`) and, for mutating
    methods, records one audit entry with the authenticated principal and the outcome
    (:class:`gnomon.common.rpc.audit.AuditLog`); an authorized mutating call runs only once its entry
-   is reserved (``UNAVAILABLE``, reason ``AUDIT_UNAVAILABLE``, when the audit buffer is full).
+   is reserved (``UNAVAILABLE``, reason ``AUDIT_UNAVAILABLE``, when the audit buffer, or the
+   principal's share of it, is full).
 
 The worker stream (``STREAM`` scope) is authenticated here; the dispatcher checks the hello's
 namespace and queues against :meth:`Principal.worker_queues` once it arrives.
@@ -148,9 +149,10 @@ def authorize(principal: Principal, rule: Rule, request: Any) -> str | None:
 class AuditSink(Protocol):
     """Where the interceptor records mutating calls (see :class:`gnomon.common.rpc.audit.AuditLog`)."""
 
-    def admit(self) -> None:
-        """Reserves the entry of an authorized call about to run; raises ``Unavailable`` (reason
-        AUDIT_UNAVAILABLE) when no more can be buffered, so the call is refused, not run unaudited."""
+    def admit(self, caller: Caller) -> None:
+        """Reserves the entry of ``caller``'s authorized call about to run; raises ``Unavailable``
+        (reason AUDIT_UNAVAILABLE) when no more can be buffered, or when ``caller``'s principal holds
+        its share of the buffer, so the call is refused, not run unaudited."""
 
     def record(
         self,
@@ -267,7 +269,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 # record, and recording it would let anyone fill the log); an audited call refused
                 # for its input or its grants is recorded against the namespace it aimed at. An
                 # authorized one runs only once its entry is reserved (UNAVAILABLE when the audit
-                # buffer is full: never an unaudited success).
+                # buffer, or the caller's share of it, is full: never an unaudited success).
                 caller = await self._caller(context)
                 ns: str | None = None
                 response, outcome, admitted = None, "OK", False
@@ -277,7 +279,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                         ns = request_namespace(request, rule)[0]  # type: ignore[arg-type]
                     ns = self._permit(caller, method, rule, request) or ns
                     if audit is not None:
-                        audit.admit()
+                        audit.admit(caller)
                         admitted = True
                     response = await inner(request, context)
                     return response
