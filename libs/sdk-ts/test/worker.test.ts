@@ -82,13 +82,17 @@ test("an accept refused transiently 6 times is released, never dropped, and its 
   let runs = 0;
   const worker = new Worker({ ...QUIET, dispatchers: [fake.address], queues: ["q"], concurrency: 1, handler: () => void runs++ });
   const run = worker.run();
-  await until(() => fake.items("releases").length === 1, 15_000, "the release");
-  assert.equal(fake.items("accepts").length, 6); // the first send and 5 re-sends
-  assert.equal(fake.creditsReturned, 1);
-  worker.drain();
-  await run;
+  try {
+    // the release and the returned credit are two messages: wait for both, not for the first
+    await until(() => fake.items("releases").length === 1 && fake.creditsReturned >= 1, 15_000, "the release and its credit");
+    assert.equal(fake.items("accepts").length, 6); // the first send and 5 re-sends
+    assert.equal(fake.creditsReturned, 1);
+  } finally {
+    worker.drain();
+    await run;
+    fake.stop();
+  }
   assert.equal(runs, 0);
-  fake.stop();
 });
 
 test("cancel_requested on a heartbeat ack aborts ctx.signal; the escaped CancelledError is reported PERMANENT", async () => {
