@@ -98,7 +98,10 @@ def test_five_thousand_targets_of_one_tenant_do_not_slow_another(suite, evil_key
             time.sleep(12)
         attacked = acme.report
         print(f"under {STREAMS * QUEUES} targets of evil:", attacked)
-        attacked.assert_within(p99_s=max(2 * baseline.p99_s, 0.5))
+        # The bound every isolation test states (p99 <= 1 s), or twice the quiet baseline if that is
+        # larger. A 0.5 s floor was flaky on a CI run whose other worker ran tests beside it (one
+        # 0.8 s spike among 121 jobs); the claim rounds before the fix gave lags of many seconds.
+        attacked.assert_within(p99_s=max(2 * baseline.p99_s, 1.0))
     finally:
         for s in streams:
             s.close()
