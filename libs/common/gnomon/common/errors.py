@@ -122,6 +122,10 @@ REASONS: dict[ErrorReason, tuple[grpc.StatusCode, str]] = {
         grpc.StatusCode.INVALID_ARGUMENT,
         "The RRULE would expand without bound or too expensively to evaluate.",
     ),
+    ErrorReason.RULE_TOO_EXPENSIVE: (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "Finding the rule's next fire time exceeds the bounded work of one search (rare BY-filters).",
+    ),
     ErrorReason.INVALID_TIME_RANGE: (grpc.StatusCode.INVALID_ARGUMENT, "end_time is not after start_time."),
     ErrorReason.MALFORMED_REQUEST: (
         grpc.StatusCode.INVALID_ARGUMENT,

@@ -30,7 +30,7 @@ from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, parse_parent, parse_schedule_name, schedule_name
 from gnomon.common.scheduling.engine import ScheduleEngine
 from gnomon.common.storage.schedules import ScheduleValues
-from gnomon.common.time import tzdata_version
+from gnomon.common.time import RuleError, tzdata_version
 from gnomon.common.timeconv import to_timestamp
 
 MAX_PREVIEW, DEFAULT_PREVIEW = 1000, 10
@@ -269,9 +269,13 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
             v = Validator()
             after = rule_instant(v, request.from_time, "from_time")
             v.raise_if_any()
-        items = await self.schedules.preview(
-            count=request.count or DEFAULT_PREVIEW, spec=spec, schedule=schedule, after=after
-        )
+        try:
+            items = await self.schedules.preview(
+                count=request.count or DEFAULT_PREVIEW, spec=spec, schedule=schedule, after=after
+            )
+        except RuleError as e:  # RULE_TOO_EXPENSIVE: a search past its work budget
+            prefix = "" if schedule is not None else "rule."
+            raise InvalidArgument([FieldViolation(prefix + e.field, e.message)], reason=e.reason) from e
         return pb.PreviewScheduleResponse(
             tzdata_version=self.tzdata,
             fire_times=[

@@ -164,9 +164,12 @@ class Planner:
         s = self.settings
         try:
             rec = self.rules.get(sched)
-        except Exception as e:
+            plan = plan_schedule(
+                sched, rec, now, lookahead=timedelta(seconds=s.lookahead_s), limit=s.max_step_occurrences
+            )
+        except Exception as e:  # RuleError: no longer compiles, or RULE_TOO_EXPENSIVE from a search
             log.error(
-                "schedule %s/%s: rule no longer compiles (%s); not planned",
+                "schedule %s/%s: rule no longer compiles or is too expensive to expand (%s); not planned",
                 sched["namespace"],
                 sched["schedule_id"],
                 e,
@@ -175,9 +178,6 @@ class Planner:
                 self._state(sched, sched["planned_through"], None, None, Carry())
             )
             return
-        plan = plan_schedule(
-            sched, rec, now, lookahead=timedelta(seconds=s.lookahead_s), limit=s.max_step_occurrences
-        )
         state = OverlapState(active=len(active), buffered=sched["buffered"])
         for d in plan.decisions:
             b.add(sched, d, source="RULE", state=state, active=active)

@@ -10,6 +10,7 @@ RULE_ERROR_REASONS: dict[str, str] = {
     "INVALID_TIME_ZONE": "The time zone is not an IANA name known to the pinned tzdata.",
     "RULE_NEVER_FIRES": "The rule has no occurrence within 50 years of its search point (or before end_time).",
     "RRULE_UNBOUNDED": "The RRULE would expand too expensively (or COUNT/RDATE/EXDATE exceed the limits).",
+    "RULE_TOO_EXPENSIVE": "Finding the rule's next time exceeds the bounded work of one search.",
     "INVALID_TIME_RANGE": "end_time is before start_time, or the anchor/start time is missing.",
 }
 

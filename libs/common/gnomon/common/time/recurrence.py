@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 
 from . import cron as _cron
 from . import rrule as _rrule
+from . import rruleset as _rruleset
 from .errors import RuleError
 from .interval import check_interval
 from .interval import occurrences as _interval_occurrences
@@ -75,10 +76,18 @@ class Recurrence:
         zone = self._zone
         w0 = after_naive + min_offset_near(zone, after_naive)
         w0 = w0.replace(microsecond=0)
-        if isinstance(plan, _cron.CronPlan):
-            cands = _cron.candidates(plan, w0)
-        else:
-            cands = _rrule.candidates(plan, w0)
+        if isinstance(plan, _rrule.RRulePlan):
+            return _rruleset.occurrences(
+                plan,
+                zone,
+                elapsed=self.elapsed_time,
+                dst_gap=spec.dst_gap,
+                dst_fold=spec.dst_fold,
+                w0=w0,
+                after=after_naive,
+                end=self._end,
+            )
+        cands = _cron.candidates(plan, w0)
         return localize(
             cands,
             zone,
@@ -188,17 +197,6 @@ def _compile(spec: RuleSpec) -> Recurrence:
         # search from DTSTART (as an instant; one fold/gap either way is irrelevant here)
         d0 = rplan.dtstart - utc_offset(zone, rplan.dtstart)
         probe_from = max(d0, start) if start is not None else d0
-        if (
-            rplan.freq is not None
-            and _rrule.first_matching_date(
-                rplan, (probe_from + utc_offset(zone, rplan.dtstart) - timedelta(days=1)).date()
-            )
-            is None
-            and not rplan.rdates
-        ):
-            raise RuleError(
-                "RULE_NEVER_FIRES", "rrule", "no date in the next 50 years matches the BY-filters"
-            )
     first = next(rec._iter(probe_from - timedelta(seconds=1)), None)
     if first is None:
         where = " before end_time" if end is not None else " within 50 years"

@@ -19,6 +19,8 @@ from typing import Any, NoReturn
 from dateutil import rrule as du
 
 from .errors import RuleError
+from .rrule_checks import check_static
+from .rrule_expand import HORIZON, Filters, filters_of
 from .zones import UTC
 
 FREQS = {
@@ -47,16 +49,19 @@ MAX_COUNT = 100_000
 MAX_DATES = 1000
 MAX_SECONDLY_STEPS = 3600
 MAX_SETPOS_PERIOD = 100_000
-HORIZON = timedelta(days=365 * 50 + 13)
 
 
 @dataclass
 class RRulePlan:
     """A parsed RFC 5545 recurrence (RRULE + RDATE + EXDATE), with naive local DTSTART.
 
-    ``kwargs`` are dateutil ``rrule`` keyword arguments with the defaults dateutil would take
-    from DTSTART made explicit (so DTSTART can be re-based). ``elapsed``: FREQ HOURLY or finer
-    without BYHOUR. Mutable only for the lazily materialised list of a COUNT rule.
+    ``kwargs`` are dateutil-style ``rrule`` keyword arguments with the defaults dateutil would
+    take from DTSTART made explicit; ``until`` there is a local (floating) UNTIL, a wall time.
+    ``until_utc``: an UNTIL given in UTC, a naive UTC instant (an inclusive bound on the RRULE's
+    instants, RFC 5545 §3.3.10). ``rdates``/``exdates``: local wall times; ``rdates_utc`` /
+    ``exdates_utc``: values given in UTC, naive UTC instants. ``elapsed``: FREQ HOURLY or finer
+    without BYHOUR. ``filters``: the BYxxx parts as sets (None without RRULE). Mutable only for
+    the lazily materialised list of a COUNT rule.
     """
 
     dtstart: datetime
@@ -65,6 +70,10 @@ class RRulePlan:
     rdates: tuple[datetime, ...]
     exdates: tuple[datetime, ...]
     elapsed: bool
+    until_utc: datetime | None = None
+    rdates_utc: tuple[datetime, ...] = ()
+    exdates_utc: tuple[datetime, ...] = ()
+    filters: Filters | None = field(default=None, repr=False)
     _materialised: list[datetime] | None = field(default=None, repr=False)
 
 
@@ -72,7 +81,11 @@ def _bad(msg: str, reason: str = "INVALID_RRULE") -> RuleError:
     return RuleError(reason, "rrule", msg)
 
 
-def _parse_dt(value: str, zone: tzinfo, where: str, *, date_time: time | None = None) -> datetime:
+def _parse_dt(value: str, where: str, *, date_time: time | None = None) -> tuple[datetime, bool]:
+    """A DATE or DATE-TIME value: (naive datetime, True when it is UTC, i.e. ends in ``Z``).
+
+    A UTC value stays a naive UTC *instant* (RFC 5545 §3.3.5 form #2): it names one instant,
+    which a wall time inside a repeated hour could not."""
     m = _DT.match(value)
     if not m:
         raise _bad(f"{where} '{value}': expected YYYYMMDD or YYYYMMDDTHHMMSS[Z]")
@@ -85,9 +98,7 @@ def _parse_dt(value: str, zone: tzinfo, where: str, *, date_time: time | None = 
             d = datetime.combine(d.date(), date_time)
     except ValueError as e:
         raise _bad(f"{where} '{value}': not a valid date/time") from e
-    if m.group(4):  # UTC -> local wall time in the rule's zone
-        d = d.replace(tzinfo=UTC).astimezone(zone).replace(tzinfo=None)
-    return d
+    return d, bool(m.group(4))
 
 
 def _params(name_params: str, zone_name: str, where: str) -> dict[str, str]:
@@ -143,7 +154,8 @@ def _parse_rrule_value(value: str, zone: tzinfo) -> dict[str, Any]:
                 raise _bad(f"{where}: COUNT above {MAX_COUNT} is refused", "RRULE_UNBOUNDED")
             out["count"] = int(v)
         elif k == "UNTIL":
-            out["until"] = _parse_dt(v, zone, where, date_time=time(23, 59, 59))
+            until, utc = _parse_dt(v, where, date_time=time(23, 59, 59))
+            out["until_utc" if utc else "until"] = until
         elif k == "WKST":
             if v not in _DAYS:
                 raise _bad(f"{where}: WKST must be one of MO TU WE TH FR SA SU")
@@ -175,7 +187,7 @@ def _parse_rrule_value(value: str, zone: tzinfo) -> dict[str, Any]:
             out[k.lower()] = tuple(sorted(set(vals)))
         else:
             raise _bad(f"{where}: {k} is not an RFC 5545 RRULE part (or not supported)")
-    if "count" in out and "until" in out:
+    if "count" in out and ("until" in out or "until_utc" in out):
         raise _bad("RRULE: COUNT and UNTIL must not both be given (RFC 5545 3.3.10)")
     f = out["freq"]
     pos_of = {k: parts[k][0] for k in parts}
@@ -266,8 +278,9 @@ def parse_rrule(text: str, zone: tzinfo, zone_name: str, start_local: datetime |
         lines = ["RRULE:" + lines[0]]
     dtstart = None
     rule_kw = None
-    rdates: list[datetime] = []
-    exdates: list[datetime] = []
+    found: dict[tuple[str, bool], list[datetime]] = {
+        (n, u): [] for n in ("RDATE", "EXDATE") for u in (False, True)
+    }
     for lineno, line in enumerate(lines, start=1):
         where = f"line {lineno} '{line[:40]}'"
         if ":" not in line:
@@ -286,18 +299,18 @@ def parse_rrule(text: str, zone: tzinfo, zone_name: str, start_local: datetime |
             if name == "DTSTART":
                 if dtstart is not None or len(values) != 1:
                     raise _bad(f"{where}: exactly one DTSTART value is allowed")
-                dtstart = _parse_dt(values[0], zone, where, date_time=time(0))
+                d, utc = _parse_dt(values[0], where, date_time=time(0))
+                # DTSTART is the grid origin, a wall time: a UTC value is read in the zone
+                dtstart = d.replace(tzinfo=UTC).astimezone(zone).replace(tzinfo=None) if utc else d
                 continue
-            target = rdates if name == "RDATE" else exdates
             for v in values:
-                target.append(
-                    _parse_dt(v, zone, where, date_time=None if params.get("VALUE") != "DATE" else time(0))
-                )
-            if len(target) > MAX_DATES:
+                d, utc = _parse_dt(v, where, date_time=None if params.get("VALUE") != "DATE" else time(0))
+                found[(name, utc)].append(d)
+            if len(found[(name, False)]) + len(found[(name, True)]) > MAX_DATES:
                 raise _bad(f"{where}: more than {MAX_DATES} {name} values", "RRULE_UNBOUNDED")
         else:
             raise _bad(f"{where}: {name} is not supported (RRULE, RDATE, EXDATE, DTSTART)")
-    if rule_kw is None and not rdates:
+    if rule_kw is None and not (found[("RDATE", False)] or found[("RDATE", True)]):
         raise _bad("no RRULE or RDATE given")
     if dtstart is None:
         if start_local is None:
@@ -312,127 +325,26 @@ def parse_rrule(text: str, zone: tzinfo, zone_name: str, start_local: datetime |
         _check_cost(kw)
         elapsed = freq >= du.HOURLY and "byhour" not in rule_kw
         try:
-            du.rrule(dtstart=dtstart, **kw)
+            du.rrule(dtstart=dtstart, **{k: v for k, v in kw.items() if k != "until_utc"})
         except ValueError as e:
             raise RuleError("RULE_NEVER_FIRES", "rrule", f"the rule generates no time: {e}") from e
-    return RRulePlan(dtstart, freq, kw, tuple(sorted(set(rdates))), tuple(sorted(set(exdates))), elapsed)
-
-
-def _rebase(plan: RRulePlan, w0: datetime) -> datetime:
-    """The latest DTSTART <= ``w0`` on the rule's period grid (RFC 5545 INTERVAL alignment)."""
-    d, f = plan.dtstart, plan.freq
-    n = plan.kwargs.get("interval", 1)
-    if w0 <= d or "count" in plan.kwargs:
-        return d
-    if f == du.YEARLY:
-        return datetime(d.year + (w0.year - d.year) // n * n, 1, 1)
-    if f == du.MONTHLY:
-        total = d.year * 12 + d.month - 1 + ((w0.year * 12 + w0.month) - (d.year * 12 + d.month)) // n * n
-        return datetime(total // 12, total % 12 + 1, 1)
-    if f in (du.WEEKLY, du.DAILY):
-        span = 7 * n if f == du.WEEKLY else n
-        return datetime.combine(
-            d.date() + timedelta(days=(w0.date() - d.date()).days // span * span), time(0)
-        )
-    assert f is not None  # a plan without FREQ has no grid; w0 <= d was returned above
-    unit = {du.HOURLY: 3600, du.MINUTELY: 60, du.SECONDLY: 1}[f] * n
-    k = int((w0 - d).total_seconds()) // unit
-    return d + timedelta(seconds=k * unit)
-
-
-def _build(plan: RRulePlan, dtstart: datetime, until: datetime | None) -> du.rruleset:
-    rset = du.rruleset()
-    if plan.freq is not None:
-        kw = dict(plan.kwargs)
-        if until is not None and "count" not in kw:
-            kw["until"] = min(kw["until"], until) if "until" in kw else until
-        rset.rrule(du.rrule(dtstart=dtstart, **kw))
-    for r in plan.rdates:
-        rset.rdate(r)
-    for x in plan.exdates:
-        rset.exdate(x)
-    return rset
-
-
-def _materialise(plan: RRulePlan) -> list[datetime]:
-    """All wall times of a COUNT rule or RDATE-only set within 50 years of DTSTART, sorted: the
-    first COUNT rule times before the horizon (dateutil is given UNTIL instead of COUNT, then cut
-    at COUNT, so a rare rule never makes it scan to year 9999), plus RDATEs, minus EXDATEs."""
-    times: set[datetime] = set(plan.rdates)
-    if plan.freq is not None:
-        kw = {k: v for k, v in plan.kwargs.items() if k != "count"}
-        rule = du.rrule(dtstart=plan.dtstart, until=plan.dtstart + HORIZON, **kw)
-        times.update(itertools.islice(rule, plan.kwargs["count"]))
-    return sorted(times - set(plan.exdates))
-
-
-def candidates(plan: RRulePlan, start: datetime) -> Iterator[tuple[datetime, str]]:
-    """Naive wall times of the recurrence at or after naive ``start``, ascending, note ``""``.
-
-    COUNT rules and RDATE-only sets are materialised once (<= 100000 values, and only their first
-    50 years after DTSTART: a COUNT whose matches are rarer than that would make dateutil scan up to
-    year 9999, seconds of CPU); other rules are re-based near ``start`` and expanded up to 50 years ahead."""
-    if plan.freq is None or "count" in plan.kwargs:
-        if plan._materialised is None:
-            try:
-                plan._materialised = _materialise(plan)
-            except ValueError:
-                plan._materialised = []
-        lst = plan._materialised
-        for w in lst[bisect.bisect_left(lst, start) :]:
-            yield w, ""
-        return
-    start = (
-        start.replace(microsecond=0)
-        if start.microsecond == 0
-        else start.replace(microsecond=0) + timedelta(seconds=1)
+    until_utc = kw.pop("until_utc", None)
+    plan = RRulePlan(
+        dtstart,
+        freq,
+        kw,
+        _dates(found[("RDATE", False)]),
+        _dates(found[("EXDATE", False)]),
+        elapsed,
+        until_utc=until_utc,
+        rdates_utc=_dates(found[("RDATE", True)]),
+        exdates_utc=_dates(found[("EXDATE", True)]),
+        filters=filters_of(dtstart, kw) if freq is not None else None,
     )
-    base = _rebase(plan, start)
-    rset = _build(plan, base, start + HORIZON)
-    try:
-        for w in rset.xafter(start, inc=True):
-            yield w, ""
-    except ValueError:  # dateutil: "Invalid combination of interval and byhour..."
-        return
+    if freq is not None:
+        check_static(plan)
+    return plan
 
 
-def first_matching_date(plan: RRulePlan, start: date, horizon_days: int = 365 * 50 + 13) -> date | None:
-    """The first date >= ``start`` (within 50 years) passing the rule's date filters, using
-    dateutil's own masks (``_iterinfo``, the same test as ``rrule._iter``). Cheap (stops at the
-    first match); used to refuse rules that never match before dateutil would spin on them."""
-    if plan.freq is None:
-        return start
-    # dateutil's private masks carry no types: they are read, never written
-    rule: Any = du.rrule(
-        dtstart=plan.dtstart, **{k: v for k, v in plan.kwargs.items() if k not in ("count", "until")}
-    )
-    ii: Any = du._iterinfo(rule)
-    bymonth, byweekno, byweekday = rule._bymonth, rule._byweekno, rule._byweekday
-    bymonthday, bynmonthday, byyearday = rule._bymonthday, rule._bynmonthday, rule._byyearday
-    last = start + timedelta(days=horizon_days)
-    for year in range(start.year, last.year + 1):
-        months = range(1, 13) if rule._freq == du.MONTHLY else (1,)
-        for month in months:
-            ii.rebuild(year, month)
-            if rule._freq == du.MONTHLY:
-                lo, hi = ii.mrange[month - 1], ii.mrange[month]
-            else:
-                lo, hi = 0, ii.yearlen
-            for i in range(lo, hi):
-                if (
-                    (bymonth and ii.mmask[i] not in bymonth)
-                    or (byweekno and not ii.wnomask[i])
-                    or (byweekday and ii.wdaymask[i] not in byweekday)
-                    or (ii.nwdaymask and not ii.nwdaymask[i])
-                    or (
-                        (bymonthday or bynmonthday)
-                        and ii.mdaymask[i] not in bymonthday
-                        and ii.nmdaymask[i] not in bynmonthday
-                    )
-                    or (byyearday and i + 1 not in byyearday and -ii.yearlen + i not in byyearday)
-                ):
-                    continue
-                d = date.fromordinal(ii.yearordinal + i)
-                if start <= d <= last:
-                    return d
-    return None
+def _dates(values: list[datetime]) -> tuple[datetime, ...]:
+    return tuple(sorted(set(values)))

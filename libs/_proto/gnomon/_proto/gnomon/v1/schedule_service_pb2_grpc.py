@@ -31,8 +31,8 @@ class ScheduleServiceStub:
 
     Errors carry a `google.rpc.Status` with an `ErrorInfo` (domain `gnomon.dev`) and, for validation,
     a `google.rpc.BadRequest`. Rule errors have their own reasons: INVALID_CRON, INVALID_RRULE,
-    INVALID_INTERVAL, INVALID_TIME_ZONE, RULE_NEVER_FIRES, RRULE_UNBOUNDED, INVALID_TIME_RANGE
-    (docs/errors.md). A refused request writes nothing.
+    INVALID_INTERVAL, INVALID_TIME_ZONE, RULE_NEVER_FIRES, RRULE_UNBOUNDED, RULE_TOO_EXPENSIVE,
+    INVALID_TIME_RANGE (docs/errors.md). A refused request writes nothing.
     """
 
     def __init__(self, channel):
@@ -108,8 +108,8 @@ class ScheduleServiceServicer:
 
     Errors carry a `google.rpc.Status` with an `ErrorInfo` (domain `gnomon.dev`) and, for validation,
     a `google.rpc.BadRequest`. Rule errors have their own reasons: INVALID_CRON, INVALID_RRULE,
-    INVALID_INTERVAL, INVALID_TIME_ZONE, RULE_NEVER_FIRES, RRULE_UNBOUNDED, INVALID_TIME_RANGE
-    (docs/errors.md). A refused request writes nothing.
+    INVALID_INTERVAL, INVALID_TIME_ZONE, RULE_NEVER_FIRES, RRULE_UNBOUNDED, RULE_TOO_EXPENSIVE,
+    INVALID_TIME_RANGE (docs/errors.md). A refused request writes nothing.
     """
 
     def CreateSchedule(self, request, context):
@@ -291,8 +291,8 @@ class ScheduleService:
 
     Errors carry a `google.rpc.Status` with an `ErrorInfo` (domain `gnomon.dev`) and, for validation,
     a `google.rpc.BadRequest`. Rule errors have their own reasons: INVALID_CRON, INVALID_RRULE,
-    INVALID_INTERVAL, INVALID_TIME_ZONE, RULE_NEVER_FIRES, RRULE_UNBOUNDED, INVALID_TIME_RANGE
-    (docs/errors.md). A refused request writes nothing.
+    INVALID_INTERVAL, INVALID_TIME_ZONE, RULE_NEVER_FIRES, RRULE_UNBOUNDED, RULE_TOO_EXPENSIVE,
+    INVALID_TIME_RANGE (docs/errors.md). A refused request writes nothing.
     """
 
     @staticmethod
