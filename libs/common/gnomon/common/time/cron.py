@@ -1,10 +1,14 @@
 """Cron rules: parse (crontab(5) + Quartz extensions) and generate naive local wall-time candidates.
 
+Fields are expanded here (:func:`_expand`): ranges, steps, lists and names as crontab(5) and
+cronie's ``entry.c:get_range`` read them (``A-B/S`` steps from A up to B, so ``5-5/10`` is minute
+5 only), Quartz ``N/S`` read as ``N-max/S``, Quartz ``L``/``LW``/``NW``/``NL``/``N#K``/``?``.
 Matching is cronsim's (``cronsim.CronSim`` iterated over a *naive* datetime, i.e. pure wall
-clock); this module adds what cronsim lacks: ``@`` macros, Quartz ``W`` (nearest weekday in the
-same month), ``?`` (= ``*`` in a day field), positional error messages and a quick
-"never fires" check. Day of week follows crontab(5): 0 and 7 are Sunday. When both day fields
-are restricted (neither starts with ``*``) a day matches if EITHER matches (POSIX/Vixie).
+clock, fed the sets built here; cronsim's own field parser is not used), plus ``@`` macros,
+Quartz ``W`` (nearest weekday in the same month), positional error messages and a quick "never
+fires" check. Day of week follows crontab(5): 0 and 7 are Sunday. When both day fields are
+restricted (neither starts with ``*``) a day matches if EITHER matches (POSIX/Vixie, cronie
+``cron.c``: ``DOM_STAR``/``DOW_STAR``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from datetime import date, datetime, timedelta
 from typing import cast
 
 from cronsim import CronSim
-from cronsim.cronsim import SYMBOLIC_DAYS, CronSimError, Field
+from cronsim.cronsim import SYMBOLIC_DAYS
 
 from .errors import RuleError
 
@@ -35,6 +39,9 @@ _NAMES = ["second", "minute", "hour", "day-of-month", "month", "day-of-week"]
 _RANGES = [(0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
 _DAYS_IN_MONTH = [0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
 _W_TERM = re.compile(r"^(\d{1,2})W$")
+_DIGITS = re.compile(r"[0-9]+")
+_MONTH_NAMES = "JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split()
+_DOW_NAMES = "SUN MON TUE WED THU FRI SAT".split()
 _ONE_S = timedelta(seconds=1)
 OR_NOTE = "day-of-month OR day-of-week (POSIX): matched "
 
@@ -43,7 +50,9 @@ OR_NOTE = "day-of-month OR day-of-week (POSIX): matched "
 class CronPlan:
     """A parsed cron expression (immutable, cached by text).
 
-    ``fields`` are the 6 normalised field texts (seconds first); the sets are cronsim's.
+    ``fields`` are the 6 normalised field texts (seconds first); the sets are in cronsim's
+    representation (``CronSim.LAST``/``LAST_WEEKDAY`` in ``days``; ``(weekday, nth)`` and
+    ``(weekday, CronSim.LAST)`` pairs in ``weekdays``, Sunday as 0).
     ``elapsed`` is True when the hour field is ``*`` or has a step (an elapsed-time rule).
     """
 
@@ -64,34 +73,84 @@ def _fail(pos: int, idx: int, text: str, why: str) -> RuleError:
     return RuleError("INVALID_CRON", "cron", f"field {pos} ({_NAMES[idx]}) '{text}': {why}")
 
 
-def _diagnose(idx: int, term: str) -> str:
+class _BadTerm(ValueError):
+    """A list item that is not valid in its field; ``str(self)`` says why."""
+
+
+def _value(idx: int, token: str) -> int:
+    """One field value: a number in the field's range, or a name (``JAN``-``DEC`` in month,
+    ``SUN``-``SAT`` in day-of-week), as cronie's ``get_number`` reads them."""
+    if idx == 4 and token in _MONTH_NAMES:
+        return _MONTH_NAMES.index(token) + 1
+    if idx == 5 and token in _DOW_NAMES:
+        return _DOW_NAMES.index(token)
+    if not _DIGITS.fullmatch(token):
+        raise _BadTerm("not a valid value")
     lo, hi = _RANGES[idx]
-    for num in re.findall(r"\d+", term.split("/")[0].split("#")[0]):
-        if not lo <= int(num) <= hi:
-            return f"out of range {lo}-{hi}"
-    if "/" in term:
-        step = term.split("/", 1)[1]
-        if not step.isdigit():
-            return "step must be a positive integer"
-        if int(step) == 0:
-            return "step must be >= 1"
+    if len(token.lstrip("0")) > 2 or not lo <= int(token) <= hi:
+        raise _BadTerm(f"out of range {lo}-{hi}")
+    return int(token)
+
+
+def _step(text: str) -> int:
+    if not _DIGITS.fullmatch(text):
+        raise _BadTerm("step must be a positive integer")
+    if int(text) == 0:
+        raise _BadTerm("step must be >= 1")
+    return int(text) if len(text) < 9 else 10**8  # larger than every field anyway
+
+
+def _expand(idx: int, term: str) -> set[int | tuple[int, int]]:
+    """The values of one list item (no ``,``, no ``W``), in cronsim's representation.
+
+    ``*``, ``N``, ``A-B`` and each of them with ``/S``: the values from the first bound up to and
+    including the second, every S-th (crontab(5); cronie ``entry.c:get_range``: ``for (i = low_;
+    i <= high_; i += step)``), so ``A-A/S`` is ``{A}``. ``N/S`` (Quartz; cronie refuses it) is
+    ``N-max/S``, max being the field's largest value (7 in day-of-week). In day-of-week a range
+    ending at 0 (``SUN``) ends at 7 (cronie: ``if (low_ > high_ && high_ == 0) high_ = 7``), so
+    ``FRI-SUN`` is Friday to Sunday; other ranges whose start exceeds their end are refused. Plus
+    the Quartz day terms ``L`` and ``LW`` (day-of-month), ``NL`` and ``N#K`` (day-of-week). Day of
+    week 7 becomes 0 (Sunday). Raises :class:`_BadTerm` saying why the item is refused.
+    """
+    if idx == 3 and term in ("L", "LW"):
+        return {CronSim.LAST if term == "L" else CronSim.LAST_WEEKDAY}
+    if idx == 3 and term.split("/")[0] in ("L", "LW"):
+        raise _BadTerm("no step is allowed after L or LW")
     if "#" in term:
-        nth = term.split("#", 1)[1]
-        if not nth.isdigit() or not 1 <= int(nth) <= 5:
-            return "'#' needs an occurrence 1-5 (e.g. FRI#2)"
-    m = re.match(r"^(\w+)-(\w+)", term)
-    if m:
-        return (
-            "range start must not exceed its end" if all(x.isdigit() for x in m.groups()) else "invalid range"
-        )
-    return "not a valid value"
+        if idx != 5:
+            raise _BadTerm("'#' is only allowed in day-of-week (e.g. FRI#2)")
+        day, nth = term.split("#", 1)
+        if not re.fullmatch(r"[1-5]", nth):
+            raise _BadTerm("'#' needs an occurrence 1-5 (e.g. FRI#2)")
+        return {(_value(idx, day) % 7, int(nth))}
+    if idx == 5 and term.endswith("L"):
+        return {(_value(idx, term[:-1]) % 7, CronSim.LAST)}
+    base, slash, step_text = term.partition("/")
+    step = _step(step_text) if slash else 1
+    lo, hi = _RANGES[idx]
+    if base == "*":
+        first, last = lo, hi
+    elif "-" in base:
+        start, _, end = base.partition("-")
+        first, last = _value(idx, start), _value(idx, end)
+        if idx == 5 and last == 0 < first:
+            last = 7
+        if first > last:
+            raise _BadTerm("range start must not exceed its end")
+    else:
+        first = _value(idx, base)
+        last = hi if slash else first
+    values = range(first, last + 1, step)
+    return {v % 7 for v in values} if idx == 5 else set(values)
 
 
 def _parse_field(idx: int, pos: int, text: str) -> tuple[frozenset[int | tuple[int, int]], tuple[int, ...]]:
+    """One field (index ``idx``, seconds = 0; position ``pos`` as written) as its value set and
+    its Quartz ``NW`` days. Raises RuleError ``INVALID_CRON`` naming the field and the item."""
     if text == "":
         raise _fail(pos, idx, text, "empty")
     w_days: list[int] = []
-    rest: list[str] = []
+    values: set[int | tuple[int, int]] = set()
     for term in text.split(","):
         if term == "":
             raise _fail(pos, idx, text, "empty list item")
@@ -105,13 +164,9 @@ def _parse_field(idx: int, pos: int, text: str) -> tuple[frozenset[int | tuple[i
         if idx == 3 and "W" in term and term != "LW":
             raise _fail(pos, idx, term, "'W' is only allowed as NW (nearest weekday, N 1-31) or LW")
         try:
-            Field(idx).parse(term)
-        except (CronSimError, ValueError, IndexError) as e:
-            raise _fail(pos, idx, term, _diagnose(idx, term)) from e
-        rest.append(term)
-    values: set[int | tuple[int, int]] = set()
-    for term in rest:
-        values |= Field(idx).parse(term)
+            values |= _expand(idx, term)
+        except _BadTerm as e:
+            raise _fail(pos, idx, term, str(e)) from None
     return frozenset(values), tuple(sorted(set(w_days)))
 
 
