@@ -49,9 +49,14 @@ def rules(draw) -> tuple[str, datetime]:
     if freq != "MINUTELY" and draw(st.booleans()):
         parts += _part("BYHOUR", draw(st.lists(st.integers(0, 23), min_size=1, max_size=3, unique=True)))
     if draw(st.booleans()):
-        parts += _part("BYMINUTE", draw(st.lists(st.sampled_from([0, 15, 30, 45]), min_size=1, max_size=2, unique=True)))
+        parts += _part(
+            "BYMINUTE", draw(st.lists(st.sampled_from([0, 15, 30, 45]), min_size=1, max_size=2, unique=True))
+        )
     if freq not in ("WEEKLY", "MINUTELY") and draw(st.booleans()):
-        parts += _part("BYSETPOS", draw(st.lists(st.sampled_from([1, 2, -1, -2, 3]), min_size=1, max_size=2, unique=True)))
+        parts += _part(
+            "BYSETPOS",
+            draw(st.lists(st.sampled_from([1, 2, -1, -2, 3]), min_size=1, max_size=2, unique=True)),
+        )
     if draw(st.booleans()):
         parts += f";WKST={draw(st.sampled_from(DAYS))}"
     start = datetime(2019, 1, 1) + timedelta(minutes=15 * draw(st.integers(0, 4 * 24 * 800)))

@@ -15,6 +15,7 @@ from .interval import check_interval
 from .interval import occurrences as _interval_occurrences
 from .localize import localize
 from .model import DstFold, DstGap, Occurrence, RuleKind, RuleSpec
+from .rrule_expand import HORIZON
 from .zones import get_zone, min_offset_near, utc_offset
 
 UTC = UTC
@@ -185,7 +186,7 @@ def _compile(spec: RuleSpec) -> Recurrence:
         if start is not None:
             probe_from = start
         elif end is not None:
-            probe_from = end - _rrule.HORIZON
+            probe_from = end - HORIZON
         else:
             probe_from = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     else:

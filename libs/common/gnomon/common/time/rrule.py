@@ -8,19 +8,16 @@ search far after DTSTART does not replay every earlier occurrence.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta, tzinfo
+from datetime import datetime, time, tzinfo
 from typing import Any, NoReturn
 
 from dateutil import rrule as du
 
 from .errors import RuleError
 from .rrule_checks import check_static
-from .rrule_expand import HORIZON, Filters, filters_of
+from .rrule_expand import Filters, filters_of
 from .zones import UTC
 
 FREQS = {

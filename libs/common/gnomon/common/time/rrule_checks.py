@@ -10,7 +10,7 @@ left (a rule whose BY-filters are merely rare) is bounded by the expansion's wor
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dateutil import rrule as du
 
@@ -26,7 +26,7 @@ _FREQ_NAMES = {du.YEARLY: "YEARLY", du.MONTHLY: "MONTHLY", du.WEEKLY: "WEEKLY", 
 _FREQ_NAMES.update({du.HOURLY: "HOURLY", du.MINUTELY: "MINUTELY", du.SECONDLY: "SECONDLY"})
 
 
-def max_set_size(kw: dict) -> int:
+def max_set_size(kw: dict[str, Any]) -> int:
     """An upper bound on the number of instants one period of the rule can hold (the set BYSETPOS
     picks from, RFC 5545 §3.3.10), from the explicit dateutil-style keyword arguments ``kw``.
     Exact for DAILY, WEEKLY and finer periods; an upper bound for MONTHLY and YEARLY."""

@@ -77,15 +77,16 @@ def filters_of(dtstart: datetime, kw: dict[str, Any]) -> Filters:
     """The :class:`Filters` of dateutil-style keyword arguments ``kw`` (explicit defaults, see
     ``rrule._explicit``) with DTSTART ``dtstart`` (naive local)."""
     f = kw["freq"]
-    days = kw.get("byweekday")
-    plain = frozenset(d.weekday for d in days if not d.n) if days else None
-    nth = bool(days) and any(d.n for d in days)
+    days: tuple[Any, ...] = kw.get("byweekday") or ()
+    plain = frozenset(d.weekday for d in days if not d.n)
+    nth = any(d.n for d in days)
     months = frozenset(kw["bymonth"]) if "bymonth" in kw else None
     masks = f in (du.YEARLY, du.MONTHLY) and (nth or "byweekno" in kw or "byyearday" in kw)
     hours, minutes, seconds = kw.get("byhour"), kw.get("byminute"), kw.get("bysecond")
     times: tuple[time, ...] = ()
     if f <= du.DAILY:
-        times = tuple(time(h, m, s) for h in hours for m in minutes for s in seconds)
+        hs, ms, ss = kw["byhour"], kw["byminute"], kw["bysecond"]  # explicit below HOURLY
+        times = tuple(time(h, m, s) for h in hs for m in ms for s in ss)
     rule = None
     if masks:
         rule = du.rrule(dtstart=dtstart, **{k: v for k, v in kw.items() if k not in ("count", "until")})
@@ -95,7 +96,7 @@ def filters_of(dtstart: datetime, kw: dict[str, Any]) -> Filters:
         dtstart=dtstart,
         wkst=kw.get("wkst", 0),
         months=months,
-        weekdays=plain if not nth or plain else None,
+        weekdays=plain or None,
         monthdays=frozenset(kw["bymonthday"]) if "bymonthday" in kw else None,
         yeardays=frozenset(kw["byyearday"]) if "byyearday" in kw else None,
         hours=tuple(hours) if hours is not None else None,
@@ -196,7 +197,9 @@ def _day_periods(fl: Filters, first: date, last: date, budget: Budget) -> Iterat
         y = d0.year + max(0, (first.year - d0.year) // n * n)
         while y <= last.year:
             budget.spend(366 if fl.masks else 12)
-            yield list(_masked_days(fl, y, 0)) if fl.masks else _plain_days(fl, date(y, 1, 1), date(y, 12, 31))
+            yield (
+                list(_masked_days(fl, y, 0)) if fl.masks else _plain_days(fl, date(y, 1, 1), date(y, 12, 31))
+            )
             y += n
     elif f == du.MONTHLY:
         m = d0.year * 12 + d0.month - 1
@@ -236,7 +239,9 @@ def _plain_days(fl: Filters, lo: date, hi: date) -> list[date]:
         if fl.months is None or m in fl.months:
             last = calendar.monthrange(y, m)[1]
             if fl.monthdays is not None:
-                days = sorted({md if md > 0 else last + md + 1 for md in fl.monthdays} & set(range(1, last + 1)))
+                days = sorted(
+                    {md if md > 0 else last + md + 1 for md in fl.monthdays} & set(range(1, last + 1))
+                )
             else:
                 days = list(range(1, last + 1))
             out.extend(d for d in (date(y, m, x) for x in days) if _day_ok(fl, d))

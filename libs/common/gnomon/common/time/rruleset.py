@@ -123,15 +123,20 @@ def occurrences(
         RuleError: ``RULE_TOO_EXPENSIVE`` (field ``rrule``) from ``next()`` when the RRULE's
             expansion exceeds its work budget.
     """
-    policy = {"elapsed": elapsed, "dst_gap": dst_gap, "dst_fold": dst_fold, "after": after}
+
+    def local(cands: Iterable[tuple[datetime, str]], until: datetime | None) -> Iterator[Occurrence]:
+        return localize(
+            cands, zone, elapsed=elapsed, dst_gap=dst_gap, dst_fold=dst_fold, after=after, end=until
+        )
+
     rule_end = end
     if plan.until_utc is not None:
         rule_end = plan.until_utc if end is None else min(end, plan.until_utc)
-    streams = [localize(_rule_walls(plan, w0), zone, end=rule_end, **policy)]
+    streams = [local(_rule_walls(plan, w0), rule_end)]
     ex = set(plan.exdates)
     local_rdates = [(r, "") for r in plan.rdates[bisect.bisect_left(plan.rdates, w0) :] if r not in ex]
     if local_rdates:
-        streams.append(localize(local_rdates, zone, end=end, **policy))
+        streams.append(local(local_rdates, end))
     if plan.rdates_utc:
         streams.append(_utc_rdates(plan, zone, after, end))
     if len(streams) == 1 and not plan.exdates_utc:
