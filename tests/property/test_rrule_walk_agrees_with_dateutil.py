@@ -19,7 +19,7 @@ from gnomon.common.time.rrule import parse_rrule
 from gnomon.common.time.rrule_expand import walls
 from gnomon.common.time.zones import get_zone
 
-FREQS = ["YEARLY", "MONTHLY", "WEEKLY", "DAILY", "HOURLY", "MINUTELY"]
+FREQS = ["YEARLY", "MONTHLY", "WEEKLY", "DAILY", "HOURLY", "MINUTELY", "SECONDLY"]
 DAYS = ["MO", "TU", "WE", "TH", "FR", "SA", "SU"]
 
 
@@ -43,7 +43,7 @@ def rules(draw) -> tuple[str, datetime]:
         parts += _part("BYDAY", days)
     if freq == "YEARLY" and draw(st.booleans()):
         parts += _part("BYWEEKNO", draw(st.lists(st.integers(1, 53), min_size=1, max_size=2, unique=True)))
-    if freq in ("YEARLY", "HOURLY", "MINUTELY") and draw(st.booleans()):
+    if freq in ("YEARLY", "HOURLY", "MINUTELY", "SECONDLY") and draw(st.booleans()):
         yd = st.one_of(st.integers(1, 366), st.integers(-366, -1))
         parts += _part("BYYEARDAY", draw(st.lists(yd, min_size=1, max_size=3, unique=True)))
     if freq != "MINUTELY" and draw(st.booleans()):
@@ -52,7 +52,11 @@ def rules(draw) -> tuple[str, datetime]:
         parts += _part(
             "BYMINUTE", draw(st.lists(st.sampled_from([0, 15, 30, 45]), min_size=1, max_size=2, unique=True))
         )
-    if freq not in ("WEEKLY", "MINUTELY") and draw(st.booleans()):
+    if freq in ("MINUTELY", "SECONDLY") and draw(st.booleans()):
+        parts += _part(
+            "BYSECOND", draw(st.lists(st.sampled_from([0, 10, 30, 45]), min_size=1, max_size=3, unique=True))
+        )
+    if freq != "WEEKLY" and draw(st.booleans()):  # dateutil's first week is partial: see test_rrule_periods
         parts += _part(
             "BYSETPOS",
             draw(st.lists(st.sampled_from([1, 2, -1, -2, 3]), min_size=1, max_size=2, unique=True)),

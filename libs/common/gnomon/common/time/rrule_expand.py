@@ -266,71 +266,68 @@ def _fine(fl: Filters, first: datetime, last: datetime, budget: Budget) -> Itera
     """HOURLY/MINUTELY/SECONDLY: grid units (counted from DTSTART's unit) of each matching day;
     the BYxxx parts finer than FREQ expand each unit (RFC 5545 §3.3.10)."""
     unit, n = _UNIT[fl.freq], fl.interval
-    t0 = fl.dtstart.toordinal() * 86400 + _tsec(fl.dtstart.time())
-    g0 = t0 // unit  # DTSTART's grid unit
-    hours = fl.hours or tuple(range(24))
-    mins = fl.minutes if fl.minutes is not None else tuple(range(60))
-    secs = fl.seconds if fl.seconds is not None else tuple(range(60))
-    per_unit = {du.HOURLY: len(mins) * len(secs), du.MINUTELY: len(secs), du.SECONDLY: 1}[fl.freq]
+    g0 = (fl.dtstart.toordinal() * 86400 + _tsec(fl.dtstart.time())) // unit  # DTSTART's unit
+    offsets = _unit_offsets(fl)
+    keys = _unit_keys(fl)
+    allowed = None if keys is None else frozenset(keys)
+    per_day = 86400 // unit
+    lo = (first.toordinal() * 86400 + _tsec(first.time())) // unit  # the unit holding ``first``
     day, one = first.date(), timedelta(days=1)
     while day <= last.date():
         budget.spend(1)
         if _day_ok(fl, day):
-            base = day.toordinal() * 86400
-            for u in _day_units(fl, base // unit, 86400 // unit, g0, n, hours, mins, budget):
-                s = u * unit - base
-                if fl.freq == du.HOURLY:
-                    inst = [(s + m * 60 + x) for m in mins for x in secs]
-                elif fl.freq == du.MINUTELY:
-                    inst = [s + x for x in secs]
-                else:
-                    inst = [s]
-                budget.spend(per_unit)
-                cands = [datetime.combine(day, time(v // 3600, v // 60 % 60, v % 60)) for v in inst]
+            base = day.toordinal() * per_day
+            start = max(base, lo, g0)
+            start += (g0 - start) % n
+            end = base + per_day
+            if keys is not None and len(keys) * n < end - start:
+                budget.spend(len(keys))
+                units: Iterable[int] = (u for u in (base + k for k in keys) if u >= start and (u - g0) % n == 0)
+            else:
+                budget.spend((end - start) // n + 1)
+                units = (u for u in range(start, end, n) if allowed is None or u - base in allowed)
+            for u in units:
+                s0 = (u - base) * unit
+                budget.spend(len(offsets))
+                cands = [datetime.combine(day, time((s0 + v) // 3600, (s0 + v) // 60 % 60, (s0 + v) % 60)) for v in offsets]
                 for w in _select(fl, cands):
                     if w > last:
                         return
-                    if w >= first and w >= fl.dtstart:
+                    if w >= first:
                         budget.produced()
                         yield w
         day += one
 
 
-def _day_units(
-    fl: Filters,
-    first_unit: int,
-    count: int,
-    g0: int,
-    n: int,
-    hours: Iterable[int],
-    mins: Iterable[int],
-    budget: Budget,
-) -> Iterator[int]:
-    """The grid units of one day (``count`` units from ``first_unit``) whose hour (and minute,
-    for MINUTELY; and second, for SECONDLY) pass the BYHOUR/BYMINUTE/BYSECOND filters: the
-    filter product or the grid, whichever is shorter."""
+def _unit_offsets(fl: Filters) -> tuple[int, ...]:
+    """Seconds after the start of a grid unit at which the rule's instants fall: BYMINUTE x BYSECOND
+    in an hour (HOURLY), BYSECOND in a minute (MINUTELY), 0 (SECONDLY)."""
+    secs = fl.seconds if fl.seconds is not None else tuple(range(60))
     if fl.freq == du.HOURLY:
-        keys = list(hours)
-    elif fl.freq == du.MINUTELY:
-        keys = [h * 60 + m for h in hours for m in mins]
-    else:
-        secs = fl.seconds if fl.seconds is not None else range(60)
-        keys = [h * 3600 + m * 60 + s for h in hours for m in mins for s in secs]
-    grid = count // n + 1
-    if len(keys) <= grid:
-        budget.spend(len(keys))
-        for k in keys:
-            u = first_unit + k
-            if u >= g0 and (u - g0) % n == 0:
-                yield u
-        return
-    allowed = set(keys)
-    u = first_unit + (-(first_unit - g0)) % n if first_unit >= g0 else g0
-    budget.spend(grid)
-    while u < first_unit + count:
-        if (u - first_unit) in allowed:
-            yield u
-        u += n
+        mins = fl.minutes if fl.minutes is not None else tuple(range(60))
+        return tuple(m * 60 + x for m in mins for x in secs)
+    if fl.freq == du.MINUTELY:
+        return secs
+    return (0,)
+
+
+def _unit_keys(fl: Filters) -> tuple[int, ...] | None:
+    """The units of a day (hour, minute or second of the day, by FREQ) that pass BYHOUR (and
+    BYMINUTE, BYSECOND where they limit rather than expand), ascending; None when every unit does."""
+    if fl.freq == du.HOURLY:
+        return fl.hours
+    if fl.freq == du.MINUTELY:
+        if fl.hours is None and fl.minutes is None:
+            return None
+        hours = fl.hours or tuple(range(24))
+        mins = fl.minutes if fl.minutes is not None else tuple(range(60))
+        return tuple(h * 60 + m for h in hours for m in mins)
+    if fl.hours is None and fl.minutes is None and fl.seconds is None:
+        return None
+    hours = fl.hours or tuple(range(24))
+    mins = fl.minutes if fl.minutes is not None else tuple(range(60))
+    secs = fl.seconds if fl.seconds is not None else tuple(range(60))
+    return tuple(h * 3600 + m * 60 + x for h in hours for m in mins for x in secs)
 
 
 def walls(fl: Filters, first: datetime, last: datetime, budget: Budget | None = None) -> Iterator[datetime]:
