@@ -202,12 +202,14 @@ async def test_each_statement_kind_fails_its_first_n_firings_however_few_stateme
 
         return engine_mod.run_transaction(engine, tx, max_attempts=10, max_delay_s=0.01)
 
-    await one("UPDATE attempts SET error = error WHERE false")  # a statement-level trigger fires on 0 rows
-    assert (calls["UPDATE attempts SET error = error WHERE false"], injected(db_url, "attempts_update")) == (4, 3)
-    await one("UPDATE attempts SET error = error WHERE false")
+    noop_update = "UPDATE attempts SET error = error WHERE false"  # the trigger fires on 0 rows too
+    await one(noop_update)
+    assert (calls[noop_update], injected(db_url, "attempts_update")) == (4, 3)
+    await one(noop_update)
     assert injected(db_url, "attempts_update") == 3  # past its first 3: p = 0 fails nothing more
-    await one("DELETE FROM jobs WHERE false")
-    assert (calls["DELETE FROM jobs WHERE false"], injected(db_url, "jobs_delete")) == (4, 3)
+    noop_delete = "DELETE FROM jobs WHERE false"
+    await one(noop_delete)
+    assert (calls[noop_delete], injected(db_url, "jobs_delete")) == (4, 3)
     assert injected(db_url) == 6
     # with p > 0 the draws of a kind are fixed by the seed: the 200-job run's first 200 creates see
     # 3 forced failures and 32 drawn ones, however the creates interleave with claims and results

@@ -105,7 +105,7 @@ def _bare_enum_literals(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
                     yield lit.lineno, "passed as reason=", lit.value
         elif isinstance(node, ast.keyword) and node.arg == "quota":
             for lit in _literals(node.value):
-                yield lit.lineno, "passed as quota=", lit.value
+                yield lit.lineno, "passed as quota=", str(lit.value)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(_names_state(t) for t in targets):

@@ -46,7 +46,6 @@ R = TypeVar("R")  # what is sent to accept/release an attempt (its reference)
 S = TypeVar("S")  # what is sent to report a result
 
 
-
 class AckReason(enum.StrEnum):
     """The ack ``reason`` values the worker acts on (worker_service.proto; the same text as the
     server's error reasons, docs/errors.md): each one is a final refusal. Any other reason on an
