@@ -167,21 +167,27 @@ def test_backfill_past_the_quota_is_refused_whole_and_writes_nothing(suite):
         wait_for(lambda: pending(c) == 5, 60, "the planner releasing the second backfill")
 
 
-def test_replay_is_admitted_for_what_it_writes_and_its_refusal_is_audited(suite, tmp_path):
-    limited(suite, "dlq", 5)
+def dead_letters(suite, namespace: str, n: int, record: str) -> None:
+    """``n`` dead letters in ``namespace`` (queue ``doomed``: a worker whose handler fails PERMANENT),
+    the worker stopped afterwards (replayed jobs stay pending)."""
     worker = suite.start_worker(
         ["doomed"],
         "gnomon_test_handlers:permanent_failure",
         concurrency=4,
-        env={"GNOMON_NAMESPACE": "dlq", "PYTHONPATH": TESTS_DIR, "GNOMON_TEST_RECORD": str(tmp_path / "rec")},
+        env={"GNOMON_NAMESPACE": namespace, "PYTHONPATH": TESTS_DIR, "GNOMON_TEST_RECORD": record},
     )
     try:
-        with admin(suite, "dlq") as c:
-            for _ in range(4):
+        with admin(suite, namespace) as c:
+            for _ in range(n):
                 c.create_job("doomed", b"x")
-            wait_for(lambda: len(list(c.list_dead_letters())) == 4 or None, 60, "4 dead letters")
+            wait_for(lambda: len(list(c.list_dead_letters())) == n or None, 60, f"{n} dead letters")
     finally:
         suite.stop_proc(worker)
+
+
+def test_replay_is_admitted_for_what_it_writes_and_its_refusal_is_audited(suite, tmp_path):
+    limited(suite, "dlq", 5)
+    dead_letters(suite, "dlq", 4, str(tmp_path / "rec"))
     time.sleep(PENDING_TTL_S + 0.2)  # the API counted the doomed jobs as pending until its cache expires
     with admin(suite, "dlq") as c:
         parked(c, 2)
@@ -212,24 +218,6 @@ def test_replay_is_admitted_for_what_it_writes_and_its_refusal_is_audited(suite,
         assert e.reason == "QUOTA_EXCEEDED"
         assert pending(c) == 5
         assert sum(1 for d in c.list_dead_letters() if not d.replayed_by) == 1
-
-
-def dead_letters(suite, namespace: str, n: int, record: str) -> None:
-    """``n`` dead letters in ``namespace`` (queue ``doomed``: a worker whose handler fails PERMANENT),
-    the worker stopped afterwards (replayed jobs stay pending)."""
-    worker = suite.start_worker(
-        ["doomed"],
-        "gnomon_test_handlers:permanent_failure",
-        concurrency=4,
-        env={"GNOMON_NAMESPACE": namespace, "PYTHONPATH": TESTS_DIR, "GNOMON_TEST_RECORD": record},
-    )
-    try:
-        with admin(suite, namespace) as c:
-            for _ in range(n):
-                c.create_job("doomed", b"x")
-            wait_for(lambda: len(list(c.list_dead_letters())) == n or None, 60, f"{n} dead letters")
-    finally:
-        suite.stop_proc(worker)
 
 
 def test_a_replay_that_fills_the_namespace_is_answered_ok_and_its_retry_returns_the_same(suite, tmp_path):
