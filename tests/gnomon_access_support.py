@@ -76,7 +76,7 @@ async def serving_api(engine) -> AsyncIterator[Api]:
     services = [
         (
             jg.add_JobServiceServicer_to_server,
-            JobServicer(JobEngine(engine, wake_dispatchers=None), region="local", shards=4, quotas=quotas),
+            JobServicer(JobEngine(engine, wake_dispatchers=None), region="local", shards=4),
             "gnomon.v1.JobService",
         ),
         (
@@ -90,7 +90,7 @@ async def serving_api(engine) -> AsyncIterator[Api]:
         ),
         (
             dg.add_DeadLetterServiceServicer_to_server,
-            DeadLetterServicer(DeadLetterEngine(engine, shards=4, wake_dispatchers=None), quotas=quotas),
+            DeadLetterServicer(DeadLetterEngine(engine, shards=4, wake_dispatchers=None)),
             "gnomon.v1.DeadLetterService",
         ),
         (
@@ -111,6 +111,7 @@ async def serving_api(engine) -> AsyncIterator[Api]:
         authenticator=Authenticator(engine, cache_s=CACHE_S),
         audit=audit,
         credentials=session_tls(),
+        admitter=quotas.admitter,
     )
     await server.start()
     await server.set_serving(True)

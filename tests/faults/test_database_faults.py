@@ -1,10 +1,18 @@
 """Database faults (docs/faults.md): injected serialization failures (SQLSTATE 40001) and a database outage.
 
 40001 is injected on PostgreSQL by a test-only trigger (:data:`FAULT_SQL`): a statement-level
-``BEFORE INSERT OR UPDATE OR DELETE`` trigger on ``jobs`` and ``attempts`` that raises 40001 with
-probability ``p`` (read from table ``gnomon_fault_40001``). The draw is deterministic: the
-``n``-th trigger firing fails iff ``hashint8(n) mod 2^31 / 2^31 < p``, ``n`` from a sequence (the seed
-is its start value). Sequences ignore rollback, so ``gnomon_fault_40001_hits`` counts every
+``BEFORE INSERT OR UPDATE OR DELETE`` trigger on ``jobs`` and ``attempts``. The injection is
+deterministic per statement kind (table and operation: ``jobs_insert``, ``attempts_update``, ...), so
+what a test sees does not depend on how the services happened to batch their work:
+
+* the first ``first_n`` firings of each kind fail, whatever the timing: a kind that runs at all is
+  hit at least ``first_n`` times (each failure re-runs the transaction, which fires the kind again);
+* after them, the ``i``-th firing of a kind fails iff ``hashint8(seed + i - 1) mod 2^31 / 2^31 < p``
+  (``p`` and ``first_n`` read from table ``gnomon_fault_40001``; ``seed`` is the start value of the
+  kind's sequence ``gnomon_fault_40001_seq_<kind>``), so which firings of a kind fail is fixed by
+  the seed, not by the interleaving of the kinds (:func:`drawn_failures` counts them).
+
+Sequences ignore rollback, so ``gnomon_fault_40001_hits`` (and ``..._hits_<kind>``) counts every
 injected failure, including those in retried transactions.
 
 The outage test stops the suite's own PostgreSQL (``pg_ctl stop -m immediate``, same port and
@@ -29,28 +37,36 @@ TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 FAULT_SQL = """
-CREATE TABLE gnomon_fault_40001 (p double precision NOT NULL);
-INSERT INTO gnomon_fault_40001 VALUES (0);
-CREATE SEQUENCE gnomon_fault_40001_seq START {seed};
+CREATE TABLE gnomon_fault_40001 (p double precision NOT NULL, first_n bigint NOT NULL);
+INSERT INTO gnomon_fault_40001 VALUES (0, 0);
 CREATE SEQUENCE gnomon_fault_40001_hits;
+CREATE SEQUENCE gnomon_fault_40001_seq_jobs_insert START {seed};
 CREATE SEQUENCE gnomon_fault_40001_hits_jobs_insert;
+CREATE SEQUENCE gnomon_fault_40001_seq_jobs_update START {seed};
 CREATE SEQUENCE gnomon_fault_40001_hits_jobs_update;
+CREATE SEQUENCE gnomon_fault_40001_seq_jobs_delete START {seed};
 CREATE SEQUENCE gnomon_fault_40001_hits_jobs_delete;
+CREATE SEQUENCE gnomon_fault_40001_seq_attempts_insert START {seed};
 CREATE SEQUENCE gnomon_fault_40001_hits_attempts_insert;
+CREATE SEQUENCE gnomon_fault_40001_seq_attempts_update START {seed};
 CREATE SEQUENCE gnomon_fault_40001_hits_attempts_update;
+CREATE SEQUENCE gnomon_fault_40001_seq_attempts_delete START {seed};
 CREATE SEQUENCE gnomon_fault_40001_hits_attempts_delete;
 CREATE FUNCTION gnomon_fault_40001() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   prob double precision;
+  forced bigint;
+  kind text := TG_TABLE_NAME || '_' || lower(TG_OP);
   n bigint;
 BEGIN
-  SELECT f.p INTO prob FROM gnomon_fault_40001 f;
-  IF prob > 0 THEN
-    n := nextval('gnomon_fault_40001_seq');
-    IF (hashint8(n) & 2147483647)::double precision / 2147483648.0 < prob THEN
+  SELECT f.p, f.first_n INTO prob, forced FROM gnomon_fault_40001 f;
+  IF prob > 0 OR forced > 0 THEN
+    n := nextval('gnomon_fault_40001_seq_' || kind);
+    -- the i-th firing of this kind is n = seed + i - 1: the first `forced` ones fail, then the draw
+    IF n - {seed} < forced OR (hashint8(n) & 2147483647)::double precision / 2147483648.0 < prob THEN
       PERFORM nextval('gnomon_fault_40001_hits');
-      PERFORM nextval(format('gnomon_fault_40001_hits_%s_%s', TG_TABLE_NAME, lower(TG_OP)));
-      RAISE EXCEPTION 'restart transaction: injected serialization failure on %', TG_TABLE_NAME
+      PERFORM nextval('gnomon_fault_40001_hits_' || kind);
+      RAISE EXCEPTION 'restart transaction: injected serialization failure on % (%)', TG_TABLE_NAME, kind
         USING ERRCODE = '40001';
     END IF;
   END IF;
@@ -72,12 +88,33 @@ def slow_record(ctx) -> None:
     gnomon_test_handlers.record(ctx)
 
 
-def install_faults(url: str, p: float, seed: int = 1) -> None:
+def install_faults(url: str, p: float, seed: int = 1, first_n: int = 0) -> None:
+    """Installs the 40001 trigger in database ``url``: the first ``first_n`` firings of each statement
+    kind fail, then each firing fails with probability ``p`` (a draw fixed by ``seed``)."""
     import psycopg
 
     with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as c:
-        c.execute(FAULT_SQL.format(seed=seed))
-        c.execute("UPDATE gnomon_fault_40001 SET p = %s", (p,))
+        c.execute(FAULT_SQL.format(seed=int(seed)))
+        c.execute("UPDATE gnomon_fault_40001 SET p = %s, first_n = %s", (p, first_n))
+
+
+def drawn_failures(url: str, p: float, seed: int, first_n: int, firings: int) -> int:
+    """How many of the first ``firings`` firings of one statement kind the trigger fails, for
+    ``p``, ``seed`` and ``first_n`` as installed: a lower bound of that kind's injected failures once
+    it fired at least that often (the same hash as the trigger, computed by the database)."""
+    from gnomon_test_support import sql
+
+    [(n,)] = sql(
+        url,
+        "SELECT count(*) FROM generate_series(%s::bigint, %s::bigint) n WHERE n - %s < %s "
+        "OR (hashint8(n) & 2147483647)::double precision / 2147483648.0 < %s",
+        seed,
+        seed + firings - 1,
+        seed,
+        first_n,
+        p,
+    )
+    return n
 
 
 def set_fault_probability(url: str, p: float) -> None:
@@ -147,6 +184,38 @@ async def test_run_transaction_retries_injected_40001_and_writes_exactly_once(fa
     assert (0, 0.01) in bounds and (0, 0.02) in bounds  # exponential growth up to the cap
 
 
+async def test_each_statement_kind_fails_its_first_n_firings_however_few_statements_run(db_url, engine):
+    """The injection does not depend on batching: one statement of a kind (as one claim of a whole
+    batch would be) is still hit exactly ``first_n`` times; a kind already past its first ``first_n``
+    firings is not forced again, and another kind has a count of its own."""
+    from sqlalchemy import text
+
+    from gnomon.common.storage import engine as engine_mod
+
+    install_faults(db_url, 0.0, seed=11, first_n=3)
+    calls = collections.Counter()
+
+    def one(stmt: str):
+        async def tx(c):
+            calls[stmt] += 1
+            await c.execute(text(stmt))
+
+        return engine_mod.run_transaction(engine, tx, max_attempts=10, max_delay_s=0.01)
+
+    noop_update = "UPDATE attempts SET error = error WHERE false"  # the trigger fires on 0 rows too
+    await one(noop_update)
+    assert (calls[noop_update], injected(db_url, "attempts_update")) == (4, 3)
+    await one(noop_update)
+    assert injected(db_url, "attempts_update") == 3  # past its first 3: p = 0 fails nothing more
+    noop_delete = "DELETE FROM jobs WHERE false"
+    await one(noop_delete)
+    assert (calls[noop_delete], injected(db_url, "jobs_delete")) == (4, 3)
+    assert injected(db_url) == 6
+    # with p > 0 the draws of a kind are fixed by the seed: the 200-job run's first 200 creates see
+    # 3 forced failures and 32 drawn ones, however the creates interleave with claims and results
+    assert drawn_failures(db_url, 0.2, 7, 3, 200) == 35
+
+
 async def test_run_transaction_gives_up_after_max_attempts_and_writes_nothing(faulty):
     from sqlalchemy.exc import OperationalError
 
@@ -187,6 +256,13 @@ def _worker_env(record: str, **extra) -> dict:
     return {"GNOMON_TEST_RECORD": record, "PYTHONPATH": os.pathsep.join([TESTS_DIR, FAULTS_DIR]), **extra}
 
 
+#: The 200-job run: each statement kind's first FIRST_N_40001 firings fail, then P_40001 of them
+#: (draws fixed by SEED_40001); FIRST_N_40001 stays well under run_transaction's 10 attempts.
+P_40001, SEED_40001, FIRST_N_40001 = 0.2, 7, 3
+#: The statement kinds the 200-job run must have hit (the suite's creates, claims and results).
+KINDS_40001 = ("jobs_insert", "jobs_update", "attempts_insert", "attempts_update")
+
+
 @pytest.mark.timeout(120)
 def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(
     pg_server, migrated_template, tmp_path
@@ -202,7 +278,7 @@ def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(
         env={"GNOMON_DISPATCHER_HEARTBEAT_INTERVAL_S": "1"},
     ) as s:
         url = s.database_url
-        install_faults(url, 0.2, seed=7)
+        install_faults(url, P_40001, seed=SEED_40001, first_n=FIRST_N_40001)
         record = str(tmp_path / "r40001.txt")
         s.start()
         s.start_worker(["r40001"], "gnomon_test_handlers:record", concurrency=32, env=_worker_env(record))
@@ -226,13 +302,15 @@ def test_suite_under_20_percent_injected_40001_runs_200_jobs_exactly_once(
             "WHERE j.queue = 'r40001'",
         )[0] == (200, 1)
         hits = injected(url)
-        per_op = {
-            w: injected(url, w) for w in ("jobs_insert", "jobs_update", "attempts_insert", "attempts_update")
-        }
+        per_op = {w: injected(url, w) for w in KINDS_40001}
         print(f"injected 40001s: {hits} {per_op}")
-        assert hits > 50  # the trigger really fired, often
-        # ... on creates (api), claims (dispatcher: jobs UPDATE + attempts INSERT) and results (attempts UPDATE)
-        assert all(per_op.values()), per_op
+        # Every kind the suite runs (creates: jobs INSERT by the api; claims: jobs UPDATE + attempts
+        # INSERT by the dispatcher; results: attempts UPDATE) failed its first FIRST_N_40001 firings,
+        # however the dispatcher batched its claims; each failure re-ran the whole transaction.
+        assert all(n >= FIRST_N_40001 for n in per_op.values()), per_op
+        # 200 CreateJob calls fire jobs INSERT at least 200 times: at least the failures the seed
+        # draws among the kind's first 200 firings were injected (and retried) there
+        assert per_op["jobs_insert"] >= drawn_failures(url, P_40001, SEED_40001, FIRST_N_40001, 200) > 30
         for p in s.procs:  # no service died of a 40001
             assert p.popen.poll() is None, f"{p.role} exited: see {p.log_path}"
 

@@ -6,7 +6,9 @@ suite (api, planner, dispatcher and reaper processes, PostgreSQL, etcd, real ``g
 * BackfillSchedule is refused whole (RESOURCE_EXHAUSTED, nothing written) when pending jobs plus the
   range's new occurrences would pass the limit, and admitted when they fit;
 * ReplayDeadLetters is admitted for the jobs it would write (min(dead letters, max_jobs)); a refusal
-  writes nothing and is audited; a replay that fills the namespace to its limit is answered OK;
+  writes nothing and is audited; a replay that fills the namespace to its limit is answered OK, once
+  (nothing is admitted after the write), and its retry with the same request_id returns the same
+  result instead of counting its own jobs against the limit;
 * ListJobs reads payloads only within the reply budget: 8 concurrent ListJobs of 256 KiB payloads
   from one tenant keep the API's RSS bounded while an honest tenant's jobs run on time.
 """
@@ -30,8 +32,10 @@ from gnomon_isolation_support import TESTS_DIR, honest_tenant
 from gnomon_test_support import running_suite, wait_for
 
 PENDING = ("SCHEDULED", "QUEUED")
-#: The API's pending-count cache (gnomon.api.quotas: pending_ttl_s), seconds.
-PENDING_TTL_S = 1.0
+#: The API's pending-count cache (gnomon.api.quotas: pending_ttl_s), seconds: 0 here, so every
+#: admission counts afresh, as when the cache expires in the middle of a call
+#: (GNOMON_QUOTA_CACHE_PENDING_TTL_S).
+PENDING_TTL_S = 0.0
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +44,7 @@ def suite(pg_server, migrated_template, tmp_path_factory):
         pg_server,
         migrated_template,
         tmp_path_factory.mktemp("admission"),
-        env={"GNOMON_AUTH_CACHE_S": "0.2"},
+        env={"GNOMON_AUTH_CACHE_S": "0.2", "GNOMON_QUOTA_CACHE_PENDING_TTL_S": str(PENDING_TTL_S)},
     ) as s:
         yield s
 
@@ -163,21 +167,27 @@ def test_backfill_past_the_quota_is_refused_whole_and_writes_nothing(suite):
         wait_for(lambda: pending(c) == 5, 60, "the planner releasing the second backfill")
 
 
-def test_replay_is_admitted_for_what_it_writes_and_its_refusal_is_audited(suite, tmp_path):
-    limited(suite, "dlq", 5)
+def dead_letters(suite, namespace: str, n: int, record: str) -> None:
+    """``n`` dead letters in ``namespace`` (queue ``doomed``: a worker whose handler fails PERMANENT),
+    the worker stopped afterwards (replayed jobs stay pending)."""
     worker = suite.start_worker(
         ["doomed"],
         "gnomon_test_handlers:permanent_failure",
         concurrency=4,
-        env={"GNOMON_NAMESPACE": "dlq", "PYTHONPATH": TESTS_DIR, "GNOMON_TEST_RECORD": str(tmp_path / "rec")},
+        env={"GNOMON_NAMESPACE": namespace, "PYTHONPATH": TESTS_DIR, "GNOMON_TEST_RECORD": record},
     )
     try:
-        with admin(suite, "dlq") as c:
-            for _ in range(4):
+        with admin(suite, namespace) as c:
+            for _ in range(n):
                 c.create_job("doomed", b"x")
-            wait_for(lambda: len(list(c.list_dead_letters())) == 4 or None, 60, "4 dead letters")
+            wait_for(lambda: len(list(c.list_dead_letters())) == n or None, 60, f"{n} dead letters")
     finally:
         suite.stop_proc(worker)
+
+
+def test_replay_is_admitted_for_what_it_writes_and_its_refusal_is_audited(suite, tmp_path):
+    limited(suite, "dlq", 5)
+    dead_letters(suite, "dlq", 4, str(tmp_path / "rec"))
     time.sleep(PENDING_TTL_S + 0.2)  # the API counted the doomed jobs as pending until its cache expires
     with admin(suite, "dlq") as c:
         parked(c, 2)
@@ -208,6 +218,30 @@ def test_replay_is_admitted_for_what_it_writes_and_its_refusal_is_audited(suite,
         assert e.reason == "QUOTA_EXCEEDED"
         assert pending(c) == 5
         assert sum(1 for d in c.list_dead_letters() if not d.replayed_by) == 1
+
+
+def test_a_replay_that_fills_the_namespace_is_answered_ok_and_its_retry_returns_the_same(suite, tmp_path):
+    # the pending count is read afresh at every admission (cache TTL 0): a check after the replay
+    # committed would count the replayed jobs themselves and refuse a replay that happened
+    limited(suite, "again", 4)
+    dead_letters(suite, "again", 2, str(tmp_path / "rec"))
+    with admin(suite, "again") as c:
+        parked(c, 2)
+        assert pending(c) == 2
+        rid = str(uuid.uuid4())
+        replay = dict(max_rate=100, max_jobs=10, reason="near the limit", request_id=rid)
+        ok = c.replay_dead_letters(**replay)  # 2 pending + 2 replayed = 4: admitted, and answered OK
+        assert (ok.matched, ok.replayed, ok.dry_run, ok.request_id) == (2, 2, False, rid)
+        assert pending(c) == 4  # the jobs are back, pending, filling the namespace to its limit
+        assert {d.replayed_by for d in c.list_dead_letters(include_replayed=True)} == set(ok.job_names)
+        # a retry (e.g. the client lost the answer) is the same replay: same result, nothing written,
+        # not refused for the jobs it wrote itself
+        assert c.replay_dead_letters(**replay) == ok
+        assert pending(c) == 4
+        audited = [a for a in c.list_audit_entries() if a.request_id == rid]
+        # one audit entry, of the replay; no refusal recorded
+        assert [a.action for a in audited] == ["dead_letters.replay"], audited
+        assert audited[0].outcome != "RESOURCE_EXHAUSTED" and "refused" not in audited[0].details
 
 
 def cpu_s(pid: int) -> float:

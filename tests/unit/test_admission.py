@@ -29,7 +29,7 @@ JOB_CREATING = {
 
 
 def test_every_job_creating_method_declares_its_admission_beside_its_permission():
-    declared = {m: r.admits for m, r in POLICY.items() if r.admits is not None}
+    declared = {m: r.admits for m, r in POLICY.items() if r.admits is not None and r.admits.counts}
     assert declared == JOB_CREATING
     # created at once: they take create-rate tokens; paced ones do not
     assert {m for m, a in declared.items() if a.rated} == {
@@ -39,19 +39,79 @@ def test_every_job_creating_method_declares_its_admission_beside_its_permission(
     }
 
 
-def test_the_servicers_admit_through_the_methods_the_table_names():
-    from gnomon.api import dead_letter_servicer, schedule_servicer
-
-    assert POLICY[schedule_servicer.TRIGGER].admits is Admission.TRIGGER
-    assert POLICY[schedule_servicer.BACKFILL].admits is Admission.BACKFILL
-    assert POLICY[dead_letter_servicer.REPLAY].admits is Admission.REPLAY
+def test_every_mutating_method_declares_its_admission_or_explicitly_none():
+    undeclared = sorted(m for m, r in POLICY.items() if r.mutating and r.admits is None)
+    assert not undeclared, f"declare admits= (Admission.NONE if it creates no job): {undeclared}"
+    # a method that declares a counting admission writes (ReplayDeadLetters is audited by the replay
+    # itself, so it is not marked mutating); a read-only method declares nothing
+    for m, r in POLICY.items():
+        if not r.mutating and m not in JOB_CREATING:
+            assert r.admits is None, m
 
 
 def test_a_method_without_an_admission_cannot_be_admitted():
     guard = QuotaGuard(None)  # refused before any read
     with pytest.raises(ValueError, match="declares no admission"):
         asyncio.run(guard.admit("/gnomon.v1.JobService/CancelJob", "ns", 1))
+    with pytest.raises(ValueError, match="declares no admission"):
+        guard.admitter("/gnomon.v1.JobService/GetJob", "ns")
     asyncio.run(guard.admit("/gnomon.v1.JobService/CreateJob", "ns", 0))  # nothing to admit, no read
+
+
+def test_the_handler_layer_binds_each_call_its_own_admission():
+    from gnomon.common.rpc.admission import bound, current_admit
+
+    made = []
+
+    def admitter(method, ns):
+        made.append((method, ns))
+        return lambda conn, n: None
+
+    replay = "/gnomon.v1.DeadLetterService/ReplayDeadLetters"
+    with bound(admitter, replay, POLICY[replay], "acme"):
+        assert current_admit() is not None
+    assert current_admit() is None and made == [(replay, "acme")]
+    cancel = "/gnomon.v1.JobService/CancelJob"
+    with bound(admitter, cancel, POLICY[cancel], "acme"):  # declares NONE: nothing bound
+        assert current_admit() is None
+    with bound(None, replay, POLICY[replay], "acme"):  # a server without job quotas
+        assert current_admit() is None
+    assert made == [(replay, "acme")]
+
+
+#: The quota guard's admission methods: only the handler layer may reach them.
+_ADMISSION_CALLS = {"admit", "admitter", "admit_jobs", "admit_pending"}
+
+
+def test_no_servicer_or_engine_calls_the_admission_itself():
+    """Admission is decided in one place: the interceptor binds it (gnomon.common.rpc.admission) and
+    the engines call what it bound. No API module but the guard itself calls the guard's admission
+    methods, and no servicer imports the admission pieces but ``current_admit``."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    api = root / "services" / "api" / "gnomon" / "api"
+    found = []
+    for path in sorted(api.rglob("*.py")):
+        if path.name == "quotas.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _ADMISSION_CALLS
+            ):
+                found.append(f"{path.name}:{node.lineno}: .{node.func.attr}(...)")
+            if isinstance(node, ast.ImportFrom) and path.name.endswith("servicer.py"):
+                names = {a.name for a in node.names}
+                if node.module == "gnomon.common.rpc.admission" and names - {"current_admit"}:
+                    found.append(f"{path.name}:{node.lineno}: imports {sorted(names)}")
+    assert not found, "admit through current_admit() (bound by the interceptor):\n" + "\n".join(found)
+    # the wiring: the API hands the guard's admitter to its server, nowhere else
+    service = (api / "service.py").read_text(encoding="utf-8")
+    assert "admitter=quotas.admitter" in service
 
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)

@@ -37,6 +37,7 @@ from gnomon.common.config import (
 )
 from gnomon.common.event_loop import EventLoopSettings
 from gnomon.common.faults import FaultSettings
+from gnomon.common.quota_cache_settings import QuotaCacheSettings
 from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.stream_settings import StreamSettings
 from gnomon.common.throttle_settings import ConsoleSignInSettings, LogRepeatSettings
@@ -50,6 +51,7 @@ SETTINGS_CLASSES: tuple[type[BaseSettings], ...] = (
     DispatcherSettings,
     StreamSettings,
     StreamQuotaSettings,
+    QuotaCacheSettings,
     ReaperSettings,
     RetryBudgetSettings,
     BreakerSettings,

@@ -85,8 +85,8 @@ CONNECTED_WORKERS = _METER.create_gauge(
 OUTBOX_PUBLICATION_LAG = _METER.create_histogram(
     "gnomon_outbox_publication_lag_seconds",
     unit="s",
-    description="Outbox row published_at - created_at, i.e. accepted_at - dispatched_at of each attempt a worker "
-    "accepted (database clock; the accept marks the row published).",
+    description="accepted_at - dispatched_at of each attempt a worker accepted: how long its QUEUED attempt row "
+    "(the outbox record; there is no outbox table) waited for the accept (database clock).",
     explicit_bucket_boundaries_advisory=_LAG_BUCKETS,
 )  # attrs: queue
 THROTTLED_RESULTS = _METER.create_counter(

@@ -38,6 +38,11 @@ class Quota(StrEnum):
     #: queues of a namespace with a dispatch rate limit (per region; a config default,
     #: ``GNOMON_MAX_QUEUE_LIMITS``), checked by QueueService.SetQueueRateLimit
     MAX_QUEUE_LIMITS = "max_queue_limits"
+    #: worker streams one dispatcher process holds, all namespaces together (a config cap,
+    #: ``GNOMON_DISPATCHER_MAX_STREAMS``; namespace ``*``), checked before the hello is read
+    DISPATCHER_STREAMS = "dispatcher_streams"
+    #: a namespace's fair share of that cap once most of it is used (reason STREAM_FAIR_SHARE)
+    DISPATCHER_FAIR_SHARE = "dispatcher_fair_share"
 
 
 #: The worker-stream quotas: None means the dispatcher's default, never "no limit".

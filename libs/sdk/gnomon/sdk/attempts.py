@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 import grpc
@@ -22,9 +23,42 @@ from .protocol import is_final_refusal
 if TYPE_CHECKING:  # pragma: no cover
     from .session import DispatcherSession
 
-__all__ = ["Attempt", "SessionHost", "WorkerIdentity", "QUEUED", "RUNNING", "DONE", "RELEASED", "DROPPED"]
+__all__ = [
+    "Attempt",
+    "AttemptPhase",
+    "SessionHost",
+    "WorkerIdentity",
+    "QUEUED",
+    "RUNNING",
+    "DONE",
+    "RELEASED",
+    "DROPPED",
+]
 
-QUEUED, RUNNING, DONE, RELEASED, DROPPED = "queued", "running", "done", "released", "dropped"
+
+class AttemptPhase(StrEnum):
+    """Where an assignment is on the worker (:attr:`Attempt.state`; worker-side only, never sent:
+    the server's attempt states are ``gnomon.v1.AttemptState``)."""
+
+    #: received, waiting for a handler slot
+    QUEUED = "queued"
+    #: accept sent; the handler starts once the accept is acknowledged
+    RUNNING = "running"
+    #: the handler ended (or the attempt took a slot and never ran)
+    DONE = "done"
+    #: returned to the dispatcher unstarted
+    RELEASED = "released"
+    #: its dispatcher session ended before it started
+    DROPPED = "dropped"
+
+
+QUEUED, RUNNING, DONE, RELEASED, DROPPED = (
+    AttemptPhase.QUEUED,
+    AttemptPhase.RUNNING,
+    AttemptPhase.DONE,
+    AttemptPhase.RELEASED,
+    AttemptPhase.DROPPED,
+)
 
 log = logging.getLogger("gnomon.sdk.worker")
 

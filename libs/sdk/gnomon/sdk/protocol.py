@@ -32,6 +32,7 @@ from .lease import LocalLease
 __all__ = [
     "LeaseProtocol",
     "Ack",
+    "AckReason",
     "Pending",
     "FINAL_REFUSALS",
     "MAX_ACCEPT_RETRIES",
@@ -44,19 +45,23 @@ K = TypeVar("K")  # identity of an attempt, e.g. ``(job, attempt, fencing_token)
 R = TypeVar("R")  # what is sent to accept/release an attempt (its reference)
 S = TypeVar("S")  # what is sent to report a result
 
-#: Ack ``reason`` values that are final refusals (worker_service.proto). Any other reason on an
-#: ``ok = false`` ack (e.g. ``DATABASE_UNAVAILABLE``) is taken as transient: the item is re-sent.
-FINAL_REFUSALS = frozenset(
-    {
-        "STALE_ATTEMPT",
-        "STALE_FENCING_TOKEN",
-        "LEASE_EXPIRED",
-        "NOT_FOUND",
-        "INVALID_FIELD",
-        "INVALID_ITEM",
-        "CHECKPOINT_TOO_LARGE",
-    }
-)
+
+class AckReason(enum.StrEnum):
+    """The ack ``reason`` values the worker acts on (worker_service.proto; the same text as the
+    server's error reasons, docs/errors.md): each one is a final refusal. Any other reason on an
+    ``ok = false`` ack (e.g. ``DATABASE_UNAVAILABLE``) is taken as transient: the item is re-sent."""
+
+    STALE_ATTEMPT = "STALE_ATTEMPT"
+    STALE_FENCING_TOKEN = "STALE_FENCING_TOKEN"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_FIELD = "INVALID_FIELD"
+    INVALID_ITEM = "INVALID_ITEM"
+    CHECKPOINT_TOO_LARGE = "CHECKPOINT_TOO_LARGE"
+
+
+#: Ack ``reason`` values that are final refusals: every :class:`AckReason`.
+FINAL_REFUSALS = frozenset(AckReason)
 #: An accept refused for a transient reason is re-sent at most this many times.
 MAX_ACCEPT_RETRIES = 5
 #: Largest credit grant of one hello (the dispatcher's limit).
@@ -225,7 +230,7 @@ class LeaseProtocol(Generic[K, R, S]):
         """True when a checkpoint ack settles the checkpoint in flight (ok, ``CHECKPOINT_TOO_LARGE``
         or a final refusal); False for a transient refusal (the latest checkpoint then goes out with
         the next heartbeat)."""
-        return ok or reason == "CHECKPOINT_TOO_LARGE" or is_final_refusal(reason)
+        return ok or reason == AckReason.CHECKPOINT_TOO_LARGE or is_final_refusal(reason)
 
     @staticmethod
     def heartbeat_ack(lease: LocalLease, ok: bool, reason: str = "") -> bool:

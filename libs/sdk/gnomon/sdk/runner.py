@@ -16,7 +16,7 @@ from gnomon._proto.gnomon.v1 import failure_class_pb2 as fpb
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
 
 from . import convert
-from .attempts import QUEUED, RUNNING, Attempt
+from .attempts import DONE, QUEUED, RUNNING, Attempt
 from .context import JobContext
 from .errors import Cancelled
 from .failures import FailureClass, classify_exception
@@ -169,7 +169,7 @@ class Runner:
         if not self.active:
             self.signals.idle.set()
         self.signals.starter_wake.set()
-        att.state = "done"
+        att.state = DONE
         session = att.session
         ctx = att.ctx
         if isinstance(exc, Cancelled) and ctx.cancel_reason in ("refused", "lease_lost"):

@@ -27,7 +27,7 @@ from .context import JobContext
 from .errors import GnomonError
 from .lease import LocalLease, initial_lease_seconds
 from .outgoing import OutgoingBuffer, RefKey, ref_key
-from .protocol import Ack, LeaseProtocol
+from .protocol import Ack, AckReason, LeaseProtocol
 from .reconnect import FATAL_CODES, FatalStreamError, Reconnecting
 
 __all__ = ["DispatcherSession"]
@@ -378,7 +378,7 @@ class DispatcherSession(Reconnecting):
                     log.info("cancellation requested for %s attempt %d", att.ctx.job, att.ctx.attempt)
         elif att.dropped_reason is None:
             reason = ack.reason or "REFUSED"
-            att.drop(reason, "lease_lost" if reason == "LEASE_EXPIRED" else "refused")
+            att.drop(reason, "lease_lost" if reason == AckReason.LEASE_EXPIRED else "refused")
             log.warning(
                 "dispatcher %s refused %s attempt %d (%s); dropping it",
                 self.address,

@@ -26,7 +26,6 @@ from gnomon._proto.gnomon.v1 import dead_letter_service_pb2_grpc as pb_grpc
 from gnomon.api.convert import job_to_proto
 from gnomon.api.dead_letters import DeadLetterEngine
 from gnomon.api.list_gate import ListGate
-from gnomon.api.quotas import QuotaGuard
 from gnomon.api.validation import request_fingerprint
 from gnomon.common import pagination
 from gnomon.common.auth.principals import ALL
@@ -36,6 +35,7 @@ from gnomon.common.domain.dead_letters import DeadLetterFilter, ReplayRequest
 from gnomon.common.errors import InvalidArgument, Validator
 from gnomon.common.failure_wire import failure_class_filter, failure_class_to_wire
 from gnomon.common.names import QUEUE_RE, audit_entry_name, job_name, parse_parent
+from gnomon.common.rpc.admission import current_admit
 from gnomon.common.rpc.auth import CLUSTER_PARENT, current_caller
 from gnomon.common.timeconv import check_timestamp, to_timestamp
 
@@ -179,28 +179,23 @@ def audit_to_proto(row: dict) -> pb.AuditEntry:
     )
 
 
-#: The job-creating method (its admission is declared in the policy table).
-REPLAY = "/gnomon.v1.DeadLetterService/ReplayDeadLetters"
-
-
 class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
     """``gnomon.v1.DeadLetterService`` over the dead-letter engine ``dead_letters`` (built by
     :func:`gnomon.api.service.build`, or by :meth:`on`). The caller's grants are checked by the
-    authorization interceptor before any handler runs (PERMISSION_DENIED, NAMESPACE_NOT_ALLOWED)."""
+    authorization interceptor before any handler runs (PERMISSION_DENIED, NAMESPACE_NOT_ALLOWED), and
+    the interceptor binds the replay's job admission to the call
+    (:func:`gnomon.common.rpc.admission.current_admit`)."""
 
     def __init__(
         self,
         dead_letters: DeadLetterEngine,
         *,
         reply_budget_bytes: int = REPLY_BUDGET_BYTES,
-        quotas: QuotaGuard | None = None,
         list_gate: ListGate | None = None,
     ):
         self.dead_letters = dead_letters
         #: per-principal turns of ListDeadLetters (shared with ListJobs)
         self.list_gate = list_gate or ListGate()
-        #: namespace quotas a replay is admitted against (None: not checked)
-        self.quotas = quotas
         #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
         self.reply_budget_bytes = reply_budget_bytes
 
@@ -259,13 +254,13 @@ class DeadLetterServicer(pb_grpc.DeadLetterServiceServicer):
         ``request_id``. INVALID_ARGUMENT for bad fields; ALREADY_EXISTS for a reused request id with
         another request; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when pending jobs plus the jobs the
         replay would write (min(matching dead letters, ``max_jobs``), counted in its first
-        transaction as the policy table's ``Admission.REPLAY`` says) would exceed the namespace's
-        ``max_pending_jobs`` (not for a dry run): nothing is written and the refusal is audited. An
-        error is never answered for a replay that wrote jobs."""
+        transaction, once, as the policy table's ``Admission.REPLAY`` says, through the admission the
+        interceptor bound) would exceed the namespace's ``max_pending_jobs`` (not for a dry run, nor
+        for a repeat of a known ``request_id``): nothing is written and the refusal is audited. An
+        error is never answered for a replay that wrote jobs: nothing is admitted after the write."""
         ns = parse_parent(request.parent)
         req = validate_replay(request, ns, context)
-        admit = self.quotas.admitter(REPLAY, ns) if self.quotas is not None and not req.dry_run else None
-        out = await self.dead_letters.replay(req, admit=admit)
+        out = await self.dead_letters.replay(req, admit=current_admit())
         return pb.ReplayDeadLettersResponse(
             matched_count=out.matched,
             replayed_count=out.replayed,

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon.api.validation import Reschedule
 from gnomon.common.domain.jobs import NewJob
+from gnomon.common.quotas import Admit
 from gnomon.common.storage import attempts as attempts_store
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import jobs as jobs_store
@@ -51,8 +52,12 @@ class JobEngine:
         if soon and self.wake_dispatchers is not None:
             self.wake_dispatchers(min(soon))
 
-    async def create(self, new: NewJob) -> tuple[Row, bool]:
-        """Inserts ``new`` (idempotent per request id / idempotency key): ``(row, created)``."""
+    async def create(self, new: NewJob, *, admit: Admit | None = None) -> tuple[Row, bool]:
+        """Inserts ``new`` (idempotent per request id / idempotency key): ``(row, created)``. ``admit``
+        (None: no quota) admits the one job first, before the insert and outside its transaction (the
+        insert stays one statement); its :class:`QuotaExceeded` means nothing was written."""
+        if admit is not None:
+            await admit(None, 1)
         row, created = await run_transaction(
             self.engine,
             lambda c: jobs_store.insert_job(c, new),
@@ -62,8 +67,11 @@ class JobEngine:
             self._hint([(row["scheduled_at"], row["created_at"])])
         return row, created
 
-    async def create_batch(self, batch: list[NewJob]) -> list[Row]:
-        """Inserts every job of ``batch`` in one transaction (all or none); rows in request order."""
+    async def create_batch(self, batch: list[NewJob], *, admit: Admit | None = None) -> list[Row]:
+        """Inserts every job of ``batch`` in one transaction (all or none); rows in request order.
+        ``admit`` (None: no quota) admits all of them first, as :meth:`create` does."""
+        if admit is not None:
+            await admit(None, len(batch))
         rows = await run_transaction(self.engine, lambda c: jobs_store.insert_jobs(c, batch))
         self._hint([(r["scheduled_at"], r["created_at"]) for r in rows])
         return rows

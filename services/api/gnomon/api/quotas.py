@@ -74,7 +74,7 @@ class QuotaGuard:
         :class:`QuotaExceeded`; ``ValueError`` when the method declares no admission (a bug: it
         would create jobs unchecked)."""
         rule = POLICY.get(method)
-        if rule is None or rule.admits is None:
+        if rule is None or rule.admits is None or not rule.admits.counts:
             raise ValueError(f"{method} declares no admission in the policy table")
         if n <= 0:
             return
@@ -85,8 +85,14 @@ class QuotaGuard:
 
     def admitter(self, method: str, namespace: str) -> Admit:
         """``admit(conn, n)``: :meth:`admit` of ``method`` in ``namespace`` on the transaction
-        ``conn``, for an engine that counts the jobs inside its write transaction and admits them
-        before it writes (a refusal rolls the transaction back)."""
+        ``conn`` (None: outside any), bound to each admitted call by the authorization interceptor
+        (:mod:`gnomon.common.rpc.admission`; the API passes this method as the server's admitter).
+        The engine calls it once, before it writes: inside its write transaction when it counts
+        there (a refusal rolls the transaction back). Raises ``ValueError`` at once for a method
+        that declares no counting admission."""
+        rule = POLICY.get(method)
+        if rule is None or rule.admits is None or not rule.admits.counts:
+            raise ValueError(f"{method} declares no admission in the policy table")
 
         async def admit(conn: AsyncConnection, n: int) -> None:
             await self.admit(method, namespace, n, conn)

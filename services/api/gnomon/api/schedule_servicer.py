@@ -28,6 +28,7 @@ from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import FieldViolation, InvalidArgument, Validator
 from gnomon.common.names import QUEUE_RE, parse_parent, parse_schedule_name, schedule_name
+from gnomon.common.rpc.admission import current_admit
 from gnomon.common.scheduling.engine import ScheduleEngine
 from gnomon.common.storage.schedules import ScheduleValues
 from gnomon.common.time import RuleError, tzdata_version
@@ -38,9 +39,6 @@ MAX_PREVIEW, DEFAULT_PREVIEW = 1000, 10
 MAX_SIMULATE_PAGE, DEFAULT_SIMULATE_PAGE = 100, 20
 MAX_RUNS_LISTED, DEFAULT_RUNS_LISTED = 1000, 100
 MAX_ASSUME_ACTIVE = 1000
-#: The job-creating methods (their admission is declared in the policy table).
-TRIGGER = "/gnomon.v1.ScheduleService/TriggerSchedule"
-BACKFILL = "/gnomon.v1.ScheduleService/BackfillSchedule"
 #: UpdateSchedule mask paths -> the Schedule fields they copy.
 MASK_PATHS = {
     "cron": "rule",
@@ -64,7 +62,10 @@ MASK_PATHS = {
 class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
     """``gnomon.v1.ScheduleService`` (proto/gnomon/v1/schedule_service.proto has each method's
     contract). ``schedules``: the engine every handler calls (built by
-    :func:`gnomon.api.service.build`, or by :meth:`on`); ``region``: the API's region."""
+    :func:`gnomon.api.service.build`, or by :meth:`on`); ``region``: the API's region; ``quotas``:
+    checks ``max_schedules`` on CreateSchedule (None: not checked). The jobs TriggerSchedule and
+    BackfillSchedule write are admitted through the admission the interceptor binds to the call
+    (:func:`gnomon.common.rpc.admission.current_admit`), never here."""
 
     def __init__(
         self,
@@ -205,17 +206,16 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         per ``request_id``. Returns the occurrence and its job (if one was created). INVALID_ARGUMENT
         for bad fields, NOT_FOUND for an unknown schedule; RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when
         the job the overlap policy lets run would exceed the namespace's ``max_pending_jobs`` or
-        ``max_create_rate`` (``quotas``; None: not checked; admitted inside the write transaction,
-        as the policy table's ``Admission.TRIGGER`` says), nothing written."""
+        ``max_create_rate`` (admitted inside the write transaction through the admission the
+        interceptor bound, as the policy table's ``Admission.TRIGGER`` says), nothing written."""
         ns, sid = parse_schedule_name(request.name)
         v = Validator()
         policy = overlap_of(v, request.overlap_policy, "overlap_policy", "")
         request_id = parse_request_id(v, request.request_id)
         v.raise_if_any()
-        admit = self.quotas.admitter(TRIGGER, ns) if self.quotas is not None else None
         with tracing.caller(context.invocation_metadata() if tracing.ENABLED else None):
             out = await self.schedules.trigger(
-                ns, sid, policy=policy or None, request_id=request_id, admit=admit
+                ns, sid, policy=policy or None, request_id=request_id, admit=current_admit()
             )
         return pb.TriggerScheduleResponse(
             occurrence=occurrence_to_proto(out.record, schedule_name(ns, sid)),
@@ -228,8 +228,8 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
         INVALID_ARGUMENT (INVALID_TIME_RANGE when ``end_time <= start_time``), NOT_FOUND;
         RESOURCE_EXHAUSTED (QUOTA_EXCEEDED) when pending jobs plus the range's new BUFFERED
         occurrences (counted inside the write transaction after deduplication, as the policy table's
-        ``Admission.BACKFILL`` says) would exceed ``max_pending_jobs`` (``quotas``; None: not
-        checked): the whole backfill is refused and nothing is written (docs/schedules.md)."""
+        ``Admission.BACKFILL`` says; the admission the interceptor bound) would exceed
+        ``max_pending_jobs``: the whole backfill is refused and nothing is written (docs/schedules.md)."""
         ns, sid = parse_schedule_name(request.name)
         v = Validator()
         start = rule_instant(v, request.start_time, "start_time") if request.HasField("start_time") else None
@@ -246,8 +246,9 @@ class ScheduleServicer(schedule_service_pb2_grpc.ScheduleServiceServicer):
                 [FieldViolation("end_time", "must be after start_time")],
                 reason=ErrorReason.INVALID_TIME_RANGE,
             )
-        admit = self.quotas.admitter(BACKFILL, ns) if self.quotas is not None else None
-        out = await self.schedules.backfill(ns, sid, start=start, end=end, policy=policy or None, admit=admit)
+        out = await self.schedules.backfill(
+            ns, sid, start=start, end=end, policy=policy or None, admit=current_admit()
+        )
         name = schedule_name(ns, sid)
         return pb.BackfillScheduleResponse(occurrences=[occurrence_to_proto(r, name) for r in out])
 

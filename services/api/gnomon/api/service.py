@@ -55,6 +55,7 @@ from gnomon.common.coordination.etcd import EtcdClient
 from gnomon.common.coordination.hints import DispatcherHints, PlannerHints
 from gnomon.common.event_loop import run
 from gnomon.common.metrics import serve_metrics
+from gnomon.common.quota_cache_settings import QuotaCacheSettings
 from gnomon.common.rpc.health import HealthWatch
 from gnomon.common.rpc.lifecycle import run_service
 from gnomon.common.rpc.runner import configure_logging
@@ -115,7 +116,8 @@ def build(
     etcd = EtcdClient.from_settings(etcd_s)
     hints = DispatcherHints(etcd, etcd_s.prefix, cluster.region)
     planner_hints = PlannerHints(etcd, etcd_s.prefix, cluster.region)
-    quotas = QuotaGuard(engine)
+    cache = QuotaCacheSettings()
+    quotas = QuotaGuard(engine, settings_ttl_s=cache.settings_ttl_s, pending_ttl_s=cache.pending_ttl_s)
     lists = ListGate(srv.list_concurrency_per_principal, srv.list_wait_s)
     services = [
         (
@@ -125,7 +127,6 @@ def build(
                 region=cluster.region,
                 shards=cluster.shards,
                 reply_budget_bytes=srv.reply_budget_bytes,
-                quotas=quotas,
                 list_gate=lists,
             ),
             job_service_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
@@ -135,7 +136,6 @@ def build(
             DeadLetterServicer(
                 DeadLetterEngine(engine, shards=cluster.shards, wake_dispatchers=hints.wake),
                 reply_budget_bytes=srv.reply_budget_bytes,
-                quotas=quotas,
                 list_gate=lists,
             ),
             dead_letter_service_pb2.DESCRIPTOR.services_by_name["DeadLetterService"].full_name,
@@ -188,7 +188,8 @@ def build(
     return ApiService(
         engine=engine,
         etcd=etcd,
-        server=secure_server(srv.listen, services, engine, role="api"),
+        # the one place job admission is enforced: the interceptor binds it to each admitting call
+        server=secure_server(srv.listen, services, engine, role="api", admitter=quotas.admitter),
         region=cluster.region,
         metrics_listen=srv.metrics_listen,
     )

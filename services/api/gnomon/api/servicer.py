@@ -19,13 +19,13 @@ from gnomon.api.cluster import ClusterEngine
 from gnomon.api.convert import attempt_to_proto, job_to_proto
 from gnomon.api.jobs import JobEngine
 from gnomon.api.list_gate import ListGate
-from gnomon.api.quotas import QuotaGuard
 from gnomon.api.validation import validate_batch, validate_create, validate_reschedule
 from gnomon.common import pagination, tracing
 from gnomon.common.config import REPLY_BUDGET_BYTES
 from gnomon.common.coordination.hints import DispatcherHints
 from gnomon.common.errors import FieldViolation, InvalidArgument
 from gnomon.common.names import parse_job_name, parse_parent
+from gnomon.common.rpc.admission import current_admit
 from gnomon.common.rpc.auth import current_caller
 from gnomon.common.timeconv import to_timestamp
 
@@ -39,8 +39,9 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     """``gnomon.v1.JobService``: validates and converts, then calls the job engine
     (:class:`gnomon.api.jobs.JobEngine`). ``shards``: the region's shard count (a new job's shard is
     a hash of its id). ``jobs``: the engine every handler calls (built by
-    :func:`gnomon.api.service.build`, or by :meth:`on`). ``quotas`` (None: none enforced) admits
-    creates against the namespace's ``max_pending_jobs`` and ``max_create_rate``."""
+    :func:`gnomon.api.service.build`, or by :meth:`on`). Creates are admitted against the
+    namespace's ``max_pending_jobs`` and ``max_create_rate`` through the admission the interceptor
+    binds to the call (:func:`gnomon.common.rpc.admission.current_admit`; the engine calls it)."""
 
     def __init__(
         self,
@@ -49,10 +50,9 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         region: str,
         shards: int,
         reply_budget_bytes: int = REPLY_BUDGET_BYTES,
-        quotas: QuotaGuard | None = None,
         list_gate: ListGate | None = None,
     ):
-        self.region, self.shards, self.jobs, self.quotas = region, shards, jobs, quotas
+        self.region, self.shards, self.jobs = region, shards, jobs
         #: most serialized bytes of a List reply's items (``GNOMON_REPLY_BUDGET_BYTES``)
         self.reply_budget_bytes = reply_budget_bytes
         #: per-principal turns of ListJobs (GNOMON_LIST_CONCURRENCY_PER_PRINCIPAL)
@@ -80,10 +80,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         INVALID_ARGUMENT lists every bad field; ALREADY_EXISTS for a key reused with another request;
         RESOURCE_EXHAUSTED (QUOTA_EXCEEDED, with RetryInfo) over a namespace quota, nothing written."""
         new = validate_create(request, region=self.region, shards=self.shards)
-        if self.quotas is not None:
-            await self.quotas.admit("/gnomon.v1.JobService/CreateJob", new.namespace, 1)
         with tracing.creating(_metadata(context), [new]) as (traced,):
-            row, _ = await self.jobs.create(traced)
+            row, _ = await self.jobs.create(traced, admit=current_admit())
         return job_service_pb2.CreateJobResponse(job=job_to_proto(row))
 
     async def BatchCreateJobs(self, request, context):
@@ -91,10 +89,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         INVALID_ARGUMENT names ``requests[i].field`` for every bad field; RESOURCE_EXHAUSTED
         (QUOTA_EXCEEDED) when the batch's jobs exceed a namespace quota (each job counts)."""
         batch = validate_batch(request.parent, request.requests, region=self.region, shards=self.shards)
-        if self.quotas is not None and batch:
-            await self.quotas.admit("/gnomon.v1.JobService/BatchCreateJobs", batch[0].namespace, len(batch))
         with tracing.creating(_metadata(context), batch) as traced:
-            rows = await self.jobs.create_batch(traced)
+            rows = await self.jobs.create_batch(traced, admit=current_admit())
         return job_service_pb2.BatchCreateJobsResponse(jobs=[job_to_proto(r) for r in rows])
 
     async def GetJob(self, request, context):

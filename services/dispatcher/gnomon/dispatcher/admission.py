@@ -22,7 +22,7 @@ from collections.abc import Mapping
 
 from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.errors import QuotaExceeded
-from gnomon.common.quotas import Quotas, StreamUsage, check_hello_quota
+from gnomon.common.quotas import Quota, Quotas, StreamUsage, check_hello_quota
 from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.dispatcher.hello import Hello
 from gnomon.dispatcher.sessions import SessionRegistry
@@ -37,7 +37,7 @@ def refuse_if_full(registry: SessionRegistry, max_streams: int) -> None:
     if len(registry.sessions) >= max_streams:
         raise QuotaExceeded(
             f"this dispatcher holds its maximum of {max_streams} worker streams; connect to another",
-            quota="dispatcher_streams",
+            quota=Quota.DISPATCHER_STREAMS,
             limit=max_streams,
             namespace="*",
             retry_after_s=FULL_RETRY_S,
@@ -77,7 +77,7 @@ def admit(
                 f"this dispatcher's worker streams are nearly all taken ({len(registry.sessions)} of "
                 f"{max_streams}) and namespace {ns!r} holds {held}, its fair share of {share}; "
                 f"retry later or connect to another dispatcher",
-                quota="dispatcher_fair_share",
+                quota=Quota.DISPATCHER_FAIR_SHARE,
                 limit=share,
                 namespace=ns,
                 retry_after_s=FULL_RETRY_S,

@@ -1,4 +1,5 @@
-"""The claim loop: turns due SCHEDULED jobs of owned shards into QUEUED attempts + outbox rows.
+"""The claim loop: turns due SCHEDULED jobs of owned shards into QUEUED attempts (each QUEUED attempt
+row is the outbox record the relay delivers; :mod:`gnomon.common.storage.outbox`).
 
 Timing: after each claim the loop asks the database how long until the next due job of its shards
 (within ``prefetch_s``) and arms a timer for exactly that, so a job due in 20 ms is claimed ~20 ms

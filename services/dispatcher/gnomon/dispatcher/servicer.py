@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import timedelta
 from typing import Any
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
@@ -152,9 +153,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 welcome=wpb.DispatcherWelcome(
                     dispatcher_id=self.dispatcher_id,
                     region=self.region,
-                    heartbeat_interval=to_duration(
-                        __import__("datetime").timedelta(seconds=self.heartbeat_interval_s)
-                    ),
+                    heartbeat_interval=to_duration(timedelta(seconds=self.heartbeat_interval_s)),
                 )
             )
             out, cap = session.out, self.registry.max_queued_bytes

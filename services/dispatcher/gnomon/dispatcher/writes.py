@@ -1,4 +1,5 @@
-"""Batched writes of the data plane: many accepts, heartbeats, results and outbox marks per transaction.
+"""Batched writes of the data plane: many accepts, heartbeats, checkpoints and results per transaction
+(an accept takes its attempt out of the outbox: the attempt row leaves QUEUED).
 
 docs/performance.md: a transaction per accept/heartbeat/result caps the system near 1.5 k jobs/s, so
 stream handlers enqueue operations here and one flusher commits whatever is pending in a single
@@ -329,6 +330,6 @@ class WriteBatcher:
             elif op.kind == "heartbeat":
                 op.resolve(renewed.get((item.job_id, item.attempt)))
             elif op.kind == "result":
-                op.resolve(results.get((item.key.job_id, item.key.attempt), "STALE_ATTEMPT"))
+                op.resolve(results.get((item.key.job_id, item.key.attempt), ErrorReason.STALE_ATTEMPT))
             elif op.kind == "checkpoint":
                 op.resolve((item.job_id, item.attempt, item.token) in saved)

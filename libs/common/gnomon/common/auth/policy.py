@@ -10,12 +10,16 @@ A :class:`Rule` names a :class:`Permission` and where the namespace comes from (
 * ``STREAM``: any authenticated caller; the worker stream checks its namespace and queues itself
   against the principal's worker grants once the hello arrives.
 
-A method that creates jobs also declares, beside its permission, how it is admitted against the
+Every mutating method also declares, beside its permission, how it is admitted against the
 namespace's job quotas (:class:`Admission`: how it counts the jobs it will write, and which quotas
-apply); :meth:`gnomon.api.quotas.QuotaGuard.admit` is the one place that enforces it, before the
-write. A method without an admission may not create jobs (a unit test keeps the declared set equal to
-the job-creating methods). The planner, which creates jobs without an RPC, admits in its planning
-transaction (:mod:`gnomon.planner.planning`: a run at the quota is recorded SKIPPED_QUOTA).
+apply; :attr:`Admission.NONE` for a method that creates no job). The admission is enforced in one
+place: the authorization interceptor binds it to the call (:mod:`gnomon.common.rpc.admission`) once
+the caller is authorized, and the engine calls it with its exact count before it writes
+(:meth:`gnomon.api.quotas.QuotaGuard.admit` checks the quotas); no servicer admits by itself. Unit
+tests keep the counting set equal to the job-creating methods, require a declaration on every
+mutating method, and forbid a servicer to call the quota guard's admission. The planner, which creates
+jobs without an RPC, admits in its planning transaction (:mod:`gnomon.planner.planning`: a run at the
+quota is recorded SKIPPED_QUOTA).
 
 A method of a registered service that is missing here is refused (deny by default); a unit test
 checks that every method of every service the servers register has a rule.
@@ -39,7 +43,7 @@ class Scope(StrEnum):
 
 
 class Admission(StrEnum):
-    """How a job-creating method counts the jobs it will write. The count is admitted against
+    """How a method counts the jobs it will write (:attr:`NONE`: it writes none). The count is admitted against
     ``max_pending_jobs`` (pending + count must stay within it) and, for the :attr:`rated` kinds
     (jobs created at once), ``max_create_rate``, before anything is written; a refusal writes nothing.
 
@@ -51,14 +55,22 @@ class Admission(StrEnum):
       write transaction (BackfillSchedule; the planner releases them paced by the catch-up budget,
       so no create-rate token is taken);
     * ``REPLAY``: min(matching dead letters, ``max_jobs``), counted inside the replay's first
-      transaction (ReplayDeadLetters; paced by ``max_rate``, so no create-rate token is taken).
+      transaction (ReplayDeadLetters; paced by ``max_rate``, so no create-rate token is taken);
+    * ``NONE``: the method creates no job (it may change one, or a schedule whose runs the planner
+      admits when it creates them); declared explicitly on every other mutating method.
     """
 
+    NONE = "none"
     JOB = "job"
     REQUESTS = "requests"
     TRIGGER = "trigger"
     BACKFILL = "backfill"
     REPLAY = "replay"
+
+    @property
+    def counts(self) -> bool:
+        """Whether the method creates jobs, so its calls are admitted (every kind but :attr:`NONE`)."""
+        return self is not Admission.NONE
 
     @property
     def rated(self) -> bool:
@@ -73,7 +85,9 @@ class Rule:
     when the request has neither ``parent`` nor ``name``); ``optional_name``: an empty ``name`` reads
     nothing stored (PreviewSchedule of an unsaved rule), so any authenticated caller may send it;
     ``cluster_parent``: ``parent`` may be ``namespaces/*`` (the cluster-wide entries), which needs the
-    permission in ``*`` (only ``*`` grants count); for other rules it is malformed."""
+    permission in ``*`` (only ``*`` grants count); for other rules it is malformed; ``admits``: how
+    the call is admitted against the job quotas (:class:`Admission`; None: not declared, allowed only
+    for a method that writes nothing)."""
 
     permission: P | None
     scope: Scope
@@ -96,8 +110,11 @@ def _ns(
     return Rule(permission, Scope.NAMESPACE, mutating, field, optional_name, cluster_parent, admits)
 
 
-def _cluster(permission: P, *, mutating: bool = False) -> Rule:
-    return Rule(permission, Scope.CLUSTER, mutating)
+def _cluster(permission: P, *, mutating: bool = False, admits: Admission | None = None) -> Rule:
+    return Rule(permission, Scope.CLUSTER, mutating, admits=admits)
+
+
+_NO_JOBS = Admission.NONE
 
 
 _ANY = Rule(None, Scope.AUTHENTICATED)
@@ -109,17 +126,17 @@ _METHODS: dict[str, dict[str, Rule]] = {
         "GetJob": _ns(P.JOBS_READ),
         "ListJobs": _ns(P.JOBS_READ),
         "ListJobAttempts": _ns(P.JOBS_READ),
-        "CancelJob": _ns(P.JOBS_WRITE, mutating=True),
-        "RescheduleJob": _ns(P.JOBS_WRITE, mutating=True),
+        "CancelJob": _ns(P.JOBS_WRITE, mutating=True, admits=_NO_JOBS),
+        "RescheduleJob": _ns(P.JOBS_WRITE, mutating=True, admits=_NO_JOBS),
     },
     "gnomon.v1.ScheduleService": {
-        "CreateSchedule": _ns(P.SCHEDULES_WRITE, mutating=True),
+        "CreateSchedule": _ns(P.SCHEDULES_WRITE, mutating=True, admits=_NO_JOBS),
         "GetSchedule": _ns(P.SCHEDULES_READ),
         "ListSchedules": _ns(P.SCHEDULES_READ),
-        "UpdateSchedule": _ns(P.SCHEDULES_WRITE, mutating=True, field="schedule.name"),
-        "DeleteSchedule": _ns(P.SCHEDULES_WRITE, mutating=True),
-        "PauseSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
-        "ResumeSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True),
+        "UpdateSchedule": _ns(P.SCHEDULES_WRITE, mutating=True, admits=_NO_JOBS, field="schedule.name"),
+        "DeleteSchedule": _ns(P.SCHEDULES_WRITE, mutating=True, admits=_NO_JOBS),
+        "PauseSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True, admits=_NO_JOBS),
+        "ResumeSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True, admits=_NO_JOBS),
         "TriggerSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True, admits=Admission.TRIGGER),
         "BackfillSchedule": _ns(P.SCHEDULES_OPERATE, mutating=True, admits=Admission.BACKFILL),
         "PreviewSchedule": _ns(P.SCHEDULES_READ, optional_name=True),
@@ -129,7 +146,7 @@ _METHODS: dict[str, dict[str, Rule]] = {
     },
     "gnomon.v1.QueueService": {
         "GetQueue": _ns(P.QUEUES_READ),
-        "SetQueueRateLimit": _ns(P.QUEUES_WRITE, mutating=True),
+        "SetQueueRateLimit": _ns(P.QUEUES_WRITE, mutating=True, admits=_NO_JOBS),
     },
     "gnomon.v1.DeadLetterService": {
         "ListDeadLetters": _ns(P.DEAD_LETTERS_READ),
@@ -143,22 +160,22 @@ _METHODS: dict[str, dict[str, Rule]] = {
         "ListShards": _ANY,
     },
     "gnomon.v1.NamespaceService": {
-        "CreateNamespace": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "CreateNamespace": _cluster(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS),
         "GetNamespace": _ns(P.NAMESPACE_READ),
         "ListNamespaces": _ANY,
-        "UpdateNamespace": _ns(P.NAMESPACE_ADMIN, mutating=True, field="namespace.name"),
-        "DeleteNamespace": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "UpdateNamespace": _ns(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS, field="namespace.name"),
+        "DeleteNamespace": _cluster(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS),
     },
     "gnomon.v1.AccessService": {
-        "CreatePrincipal": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "CreatePrincipal": _cluster(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS),
         "GetPrincipal": _cluster(P.NAMESPACE_ADMIN),
         "ListPrincipals": _cluster(P.NAMESPACE_ADMIN),
-        "DisablePrincipal": _cluster(P.NAMESPACE_ADMIN, mutating=True),
-        "CreateApiKey": _cluster(P.NAMESPACE_ADMIN, mutating=True),
+        "DisablePrincipal": _cluster(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS),
+        "CreateApiKey": _cluster(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS),
         "ListApiKeys": _cluster(P.NAMESPACE_ADMIN),
-        "RevokeApiKey": _cluster(P.NAMESPACE_ADMIN, mutating=True),
-        "GrantRole": _ns(P.NAMESPACE_ADMIN, mutating=True, field="namespace"),
-        "RevokeRole": _ns(P.NAMESPACE_ADMIN, mutating=True, field="namespace"),
+        "RevokeApiKey": _cluster(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS),
+        "GrantRole": _ns(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS, field="namespace"),
+        "RevokeRole": _ns(P.NAMESPACE_ADMIN, mutating=True, admits=_NO_JOBS, field="namespace"),
         "ListGrants": _ns(P.NAMESPACE_ADMIN, field="namespace"),
         "WhoAmI": _ANY,
     },

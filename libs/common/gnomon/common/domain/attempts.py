@@ -1,7 +1,7 @@
 """Attempt identity and the messages of the lease protocol's data plane (docs/concepts.md, "The worker lease protocol").
 
 An attempt is identified **once**, by :class:`AttemptId` ``(job_id, attempt)``: the primary key of the
-``attempts`` and ``outbox`` rows. What a worker echoes adds the ``version`` and fencing ``token`` it
+``attempts`` row (a QUEUED attempt row is also the outbox record: there is no separate outbox table). What a worker echoes adds the ``version`` and fencing ``token`` it
 was dispatched under (:class:`AttemptKey`); a dispatched attempt (:class:`Claimed`) and a worker's
 report (:class:`Result`) carry that key. ``AttemptId`` is a named tuple, so it equals (and hashes as)
 the plain ``(job_id, attempt)`` tuple results are keyed by.

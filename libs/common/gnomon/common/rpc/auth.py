@@ -10,7 +10,9 @@ before any storage access). For each call it
    held in the namespace the request names (its ``parent``, ``name`` or the rule's ``field``) or
    cluster-wide. A caller without it gets PERMISSION_DENIED whether or not the resource exists, so it
    learns nothing about the namespace (https://google.aip.dev/211). Methods without a rule are refused;
-4. makes the :class:`Caller` available to the handler (:func:`current_caller`) and, for mutating
+4. makes the :class:`Caller` available to the handler (:func:`current_caller`), binds the method's
+   job admission to the authorized namespace (:func:`gnomon.common.rpc.admission.current_admit`, as
+   the rule's ``admits`` declares: the one place admission is decided) and, for mutating
    methods, records one audit entry with the authenticated principal and the outcome
    (:class:`gnomon.common.rpc.audit.AuditLog`); an authorized mutating call runs only once its entry
    is reserved (``UNAVAILABLE``, reason ``AUDIT_UNAVAILABLE``, when the audit buffer, or the
@@ -36,6 +38,7 @@ from gnomon.common.auth.policy import POLICY, PUBLIC_SERVICES, REFLECTION_SERVIC
 from gnomon.common.auth.principals import ALL, Principal
 from gnomon.common.errors import FieldViolation, GnomonError, InvalidArgument, PermissionDenied
 from gnomon.common.names import namespace_of
+from gnomon.common.rpc import admission
 from gnomon.common.rpc.errors import check_request
 from gnomon.common.rpc.handlers import HandlerCache
 
@@ -198,7 +201,9 @@ def _checked_only(handler: Handler) -> Handler:
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates and authorizes every call (see the module docstring). ``reflection``: ``open``,
-    ``authenticated`` or ``off``; ``audit``: sink for mutating calls (None: not recorded)."""
+    ``authenticated`` or ``off``; ``audit``: sink for mutating calls (None: not recorded);
+    ``admitter``: the job admission of each call of a method that declares one (None: this server
+    enforces no job quotas)."""
 
     def __init__(
         self,
@@ -206,8 +211,10 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         *,
         audit: AuditSink | None = None,
         reflection: str = "authenticated",
+        admitter: admission.Admitter | None = None,
     ) -> None:
         self.authenticator, self.audit, self.reflection = authenticator, audit, reflection
+        self.admitter = admitter
         self._cache = HandlerCache()
 
     async def intercept_service(
@@ -281,7 +288,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                     if audit is not None:
                         audit.admit(caller)
                         admitted = True
-                    response = await inner(request, context)
+                    with admission.bound(self.admitter, method, rule, ns):
+                        response = await inner(request, context)
                     return response
                 except BaseException as exc:
                     outcome = _outcome(exc, context)

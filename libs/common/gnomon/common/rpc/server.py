@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection as reflection_module
 
 from gnomon.common.auth.authenticator import Authenticator
 from gnomon.common.auth.settings import AuthSettings, InsecureSettings
+from gnomon.common.rpc.admission import Admitter
 from gnomon.common.rpc.audit import AuditLog
 from gnomon.common.rpc.auth import AuthInterceptor
 from gnomon.common.rpc.errors import ErrorInterceptor
@@ -45,7 +46,9 @@ class GrpcServer:
     ``host:port`` (port 0 picks a free one; :attr:`port` tells which). ``authenticator`` decides who
     calls (required: pass ``Authenticator(None, insecure=True)`` for an open test server);
     ``audit`` records mutating calls; ``credentials`` are the listener's TLS (None: plaintext);
-    ``reflection``: ``open``, ``authenticated`` or ``off``. Health starts NOT_SERVING until
+    ``reflection``: ``open``, ``authenticated`` or ``off``; ``admitter``: the job admission the
+    authorization interceptor binds to each call of a method that declares one
+    (:mod:`gnomon.common.rpc.admission`; None: no job quotas). Health starts NOT_SERVING until
     :meth:`set_serving` is called.
     """
 
@@ -58,6 +61,7 @@ class GrpcServer:
         audit: AuditLog | None = None,
         credentials: grpc.ServerCredentials | None = None,
         reflection: str = "authenticated",
+        admitter: Admitter | None = None,
     ) -> None:
         self.audit = audit
         self.tls = credentials is not None
@@ -65,7 +69,7 @@ class GrpcServer:
             # the error interceptor is outermost, so a refusal by the auth seam is a rich status too
             interceptors=[
                 ErrorInterceptor(),
-                AuthInterceptor(authenticator, audit=audit, reflection=reflection),
+                AuthInterceptor(authenticator, audit=audit, reflection=reflection, admitter=admitter),
             ],
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -130,10 +134,11 @@ def secure_server(
     engine: AsyncEngine | None,
     *,
     role: str,
+    admitter: Admitter | None = None,
 ) -> GrpcServer:
     """The server of service ``role`` (``api``, ``dispatcher``, ...) as the settings say: TLS from
     ``GNOMON_TLS_*``, authentication from ``GNOMON_AUTH_*`` against ``engine`` (principals and API
-    keys), mutating calls audited to ``engine``.
+    keys), mutating calls audited to ``engine``, job admission by ``admitter`` (see :class:`GrpcServer`).
 
     Raises :class:`InsecureRefused` when no TLS certificate is configured and ``GNOMON_INSECURE`` is
     not true; with it, serves plaintext without authentication and logs a warning saying so (at every
@@ -161,4 +166,5 @@ def secure_server(
         audit=AuditLog(engine) if engine is not None else None,
         credentials=credentials,
         reflection=settings.reflection,
+        admitter=admitter,
     )
