@@ -282,14 +282,19 @@ def _fine(fl: Filters, first: datetime, last: datetime, budget: Budget) -> Itera
             end = base + per_day
             if keys is not None and len(keys) * n < end - start:
                 budget.spend(len(keys))
-                units: Iterable[int] = (u for u in (base + k for k in keys) if u >= start and (u - g0) % n == 0)
+                units: Iterable[int] = (
+                    u for u in (base + k for k in keys) if u >= start and (u - g0) % n == 0
+                )
             else:
                 budget.spend((end - start) // n + 1)
                 units = (u for u in range(start, end, n) if allowed is None or u - base in allowed)
             for u in units:
                 s0 = (u - base) * unit
                 budget.spend(len(offsets))
-                cands = [datetime.combine(day, time((s0 + v) // 3600, (s0 + v) // 60 % 60, (s0 + v) % 60)) for v in offsets]
+                cands = [
+                    datetime.combine(day, time((s0 + v) // 3600, (s0 + v) // 60 % 60, (s0 + v) % 60))
+                    for v in offsets
+                ]
                 for w in _select(fl, cands):
                     if w > last:
                         return
