@@ -47,69 +47,13 @@ def localize(
 
     Fired occurrences strictly increase; a skip marker at the instant of a fired one is dropped.
     """
-    heap: list[_Event] = []
-    seq = 0
+    return _bounded(_ordered(candidates, zone, elapsed, dst_gap, dst_fold), after, end)
+
+
+def _bounded(occs: Iterable[Occurrence], after: datetime, end: datetime | None) -> Iterator[Occurrence]:
+    """``occs`` (ascending) strictly after ``after``, ending after ``end``, each instant once."""
     last = None
-    push = heapq.heappush
-    pop = heapq.heappop
-    for wall, extra in candidates:
-        kind, off0, off1 = classify(zone, wall)
-        if kind == 0:
-            u = wall - off0
-            seq += 1
-            push(heap, (u, seq, wall, 0, extra, False))
-            frontier, inclusive = u, True
-        elif kind == FOLD:
-            u0, u1 = wall - off0, wall - off1
-            if elapsed or dst_fold is DstFold.BOTH or dst_fold is DstFold.FIRST:
-                seq += 1
-                push(heap, (u0, seq, wall, 0, _join(extra, FIRST_PASS), False))
-            if elapsed or dst_fold is DstFold.BOTH or dst_fold is DstFold.SECOND:
-                seq += 1
-                push(heap, (u1, seq, wall, 1, _join(extra, SECOND_PASS), False))
-            frontier, inclusive = u0, True
-        else:  # GAP
-            t = gap_transition(zone, wall, off0, off1)
-            seq += 1
-            if elapsed:
-                push(
-                    heap,
-                    (
-                        wall - off0,
-                        seq,
-                        wall,
-                        0,
-                        _join(extra, f"DST gap: {fmt_wall(wall)} does not exist (elapsed-time rule)"),
-                        True,
-                    ),
-                )
-            elif dst_gap is DstGap.SKIP:
-                push(
-                    heap,
-                    (
-                        wall - off0,
-                        seq,
-                        wall,
-                        0,
-                        _join(extra, f"DST gap: {fmt_wall(wall)} does not exist, skipped"),
-                        True,
-                    ),
-                )
-            else:
-                push(heap, (t, seq, None, 0, _join(extra, f"DST gap: shifted from {fmt_wall(wall)}"), False))
-            frontier, inclusive = t, False
-        while heap and (heap[0][0] < frontier or (inclusive and heap[0][0] == frontier)):
-            occ = _emit(heap, pop, zone)
-            u = occ.fire_time
-            if end is not None and u.replace(tzinfo=None) > end:
-                return
-            if last is not None and u <= last:
-                continue
-            last = u
-            if u.replace(tzinfo=None) > after:
-                yield occ
-    while heap:
-        occ = _emit(heap, pop, zone)
+    for occ in occs:
         u = occ.fire_time
         if end is not None and u.replace(tzinfo=None) > end:
             return
@@ -118,6 +62,55 @@ def localize(
         last = u
         if u.replace(tzinfo=None) > after:
             yield occ
+
+
+def _ordered(
+    candidates: Iterable[tuple[datetime, str]],
+    zone: tzinfo,
+    elapsed: bool,
+    dst_gap: DstGap,
+    dst_fold: DstFold,
+) -> Iterator[Occurrence]:
+    """The events of every candidate in UTC order: an event leaves the heap once no later
+    candidate can produce an earlier (or equal) instant."""
+    heap: list[_Event] = []
+    seq = 0
+    for wall, extra in candidates:
+        events, frontier, inclusive = _events(wall, extra, zone, elapsed, dst_gap, dst_fold)
+        for u, w, fold, note, skipped in events:
+            seq += 1
+            heapq.heappush(heap, (u, seq, w, fold, note, skipped))
+        while heap and (heap[0][0] < frontier or (inclusive and heap[0][0] == frontier)):
+            yield _emit(heap, heapq.heappop, zone)
+    while heap:
+        yield _emit(heap, heapq.heappop, zone)
+
+
+def _events(
+    wall: datetime, extra: str, zone: tzinfo, elapsed: bool, dst_gap: DstGap, dst_fold: DstFold
+) -> tuple[list[tuple[datetime, datetime | None, int, str, bool]], datetime, bool]:
+    """The events of one wall time (instant, wall or None, fold, note, skipped) under the policies,
+    with the frontier no later candidate can precede (and whether it is inclusive)."""
+    kind, off0, off1 = classify(zone, wall)
+    if kind == 0:
+        u = wall - off0
+        return [(u, wall, 0, extra, False)], u, True
+    if kind == FOLD:
+        u0, u1 = wall - off0, wall - off1
+        out = []
+        if elapsed or dst_fold is DstFold.BOTH or dst_fold is DstFold.FIRST:
+            out.append((u0, wall, 0, _join(extra, FIRST_PASS), False))
+        if elapsed or dst_fold is DstFold.BOTH or dst_fold is DstFold.SECOND:
+            out.append((u1, wall, 1, _join(extra, SECOND_PASS), False))
+        return out, u0, True
+    t = gap_transition(zone, wall, off0, off1)
+    if elapsed:
+        note = f"DST gap: {fmt_wall(wall)} does not exist (elapsed-time rule)"
+        return [(wall - off0, wall, 0, _join(extra, note), True)], t, False
+    if dst_gap is DstGap.SKIP:
+        note = f"DST gap: {fmt_wall(wall)} does not exist, skipped"
+        return [(wall - off0, wall, 0, _join(extra, note), True)], t, False
+    return [(t, None, 0, _join(extra, f"DST gap: shifted from {fmt_wall(wall)}"), False)], t, False
 
 
 def _emit(heap: list[_Event], pop: Callable[[list[_Event]], _Event], zone: tzinfo) -> Occurrence:

@@ -1,48 +1,24 @@
-"""RFC 5545 recurrence rules: parse, bound the cost, and generate naive local wall-time candidates.
+"""RFC 5545 recurrence text (RRULE, RDATE, EXDATE, DTSTART lines): parse it into an
+:class:`RRulePlan` and refuse what would be unbounded or too expensive to expand.
 
-Expansion is dateutil's ``rrule``/``rruleset`` over a *naive* DTSTART (pure wall clock). This
-module parses the text itself (to report the position of a fault and to refuse rules whose
-expansion would be unbounded or too expensive), and re-bases DTSTART by whole periods so a
-search far after DTSTART does not replay every earlier occurrence.
+The text is parsed here (to report the position of a fault); the RRULE's periods are walked by
+``rrule_expand``, the set (RRULE + RDATE - EXDATE) is assembled by ``rruleset``.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, time, tzinfo
-from typing import Any, NoReturn
+from typing import Any
 
 from dateutil import rrule as du
 
 from .errors import RuleError
 from .rrule_checks import check_static
 from .rrule_expand import Filters, filters_of
+from .rrule_parts import bad, parse_dt, parse_rrule_value
 from .zones import UTC
 
-FREQS = {
-    "YEARLY": du.YEARLY,
-    "MONTHLY": du.MONTHLY,
-    "WEEKLY": du.WEEKLY,
-    "DAILY": du.DAILY,
-    "HOURLY": du.HOURLY,
-    "MINUTELY": du.MINUTELY,
-    "SECONDLY": du.SECONDLY,
-}
-_DAYS = {"MO": 0, "TU": 1, "WE": 2, "TH": 3, "FR": 4, "SA": 5, "SU": 6}
-_INT_PARTS = {  # name -> (lo, hi, zero allowed, negatives allowed)
-    "BYSECOND": (0, 59, True, False),
-    "BYMINUTE": (0, 59, True, False),
-    "BYHOUR": (0, 23, True, False),
-    "BYMONTHDAY": (1, 31, False, True),
-    "BYYEARDAY": (1, 366, False, True),
-    "BYWEEKNO": (1, 53, False, True),
-    "BYMONTH": (1, 12, False, False),
-    "BYSETPOS": (1, 366, False, True),
-}
-_BYDAY = re.compile(r"^([+-]?\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)$")
-_DT = re.compile(r"^(\d{8})(T(\d{6})(Z)?)?$")
-MAX_COUNT = 100_000
 MAX_DATES = 1000
 MAX_SECONDLY_STEPS = 3600
 MAX_SETPOS_PERIOD = 100_000
@@ -74,139 +50,23 @@ class RRulePlan:
     _materialised: list[datetime] | None = field(default=None, repr=False)
 
 
-def _bad(msg: str, reason: str = "INVALID_RRULE") -> RuleError:
-    return RuleError(reason, "rrule", msg)
-
-
-def _parse_dt(value: str, where: str, *, date_time: time | None = None) -> tuple[datetime, bool]:
-    """A DATE or DATE-TIME value: (naive datetime, True when it is UTC, i.e. ends in ``Z``).
-
-    A UTC value stays a naive UTC *instant* (RFC 5545 §3.3.5 form #2): it names one instant,
-    which a wall time inside a repeated hour could not."""
-    m = _DT.match(value)
-    if not m:
-        raise _bad(f"{where} '{value}': expected YYYYMMDD or YYYYMMDDTHHMMSS[Z]")
-    try:
-        d = datetime.strptime(m.group(1), "%Y%m%d")
-        if m.group(3):
-            t = datetime.strptime(m.group(3), "%H%M%S").time()
-            d = datetime.combine(d.date(), t)
-        elif date_time is not None:
-            d = datetime.combine(d.date(), date_time)
-    except ValueError as e:
-        raise _bad(f"{where} '{value}': not a valid date/time") from e
-    return d, bool(m.group(4))
-
-
 def _params(name_params: str, zone_name: str, where: str) -> dict[str, str]:
     parts = name_params.split(";")
     params = {}
     for p in parts[1:]:
         if "=" not in p:
-            raise _bad(f"{where}: parameter '{p}' is not NAME=VALUE")
+            raise bad(f"{where}: parameter '{p}' is not NAME=VALUE")
         k, v = p.split("=", 1)
         params[k.upper()] = v
     tzid = params.get("TZID")
     if tzid is not None and tzid != zone_name:
-        raise _bad(f"{where}: TZID '{tzid}' must equal the schedule time_zone '{zone_name}'")
+        raise bad(f"{where}: TZID '{tzid}' must equal the schedule time_zone '{zone_name}'")
     for k in params:
         if k not in ("TZID", "VALUE"):
-            raise _bad(f"{where}: parameter '{k}' is not supported")
+            raise bad(f"{where}: parameter '{k}' is not supported")
     if params.get("VALUE", "DATE-TIME").upper() not in ("DATE", "DATE-TIME"):
-        raise _bad(f"{where}: VALUE={params['VALUE']} is not supported (DATE or DATE-TIME)")
+        raise bad(f"{where}: VALUE={params['VALUE']} is not supported (DATE or DATE-TIME)")
     return params
-
-
-def _parse_rrule_value(value: str, zone: tzinfo) -> dict[str, Any]:
-    parts: dict[str, tuple[int, str, str]] = {}
-    for pos, part in enumerate(value.split(";"), start=1):
-        if not part:
-            raise _bad(f"RRULE part {pos} is empty")
-        if "=" not in part:
-            raise _bad(f"RRULE part {pos} '{part}': expected NAME=VALUE")
-        k, v = part.split("=", 1)
-        k = k.upper()
-        if k in parts:
-            raise _bad(f"RRULE part {pos} '{part}': {k} given twice")
-        if v == "":
-            raise _bad(f"RRULE part {pos} '{part}': empty value")
-        parts[k] = (pos, part, v.upper())
-    if "FREQ" not in parts:
-        raise _bad("RRULE: FREQ is required (RFC 5545 3.3.10)")
-    out: dict[str, Any] = {}
-    for k, (pos, part, v) in parts.items():
-        where = f"RRULE part {pos} '{part}'"
-        if k == "FREQ":
-            if v not in FREQS:
-                raise _bad(f"{where}: FREQ must be one of {', '.join(FREQS)}")
-            out["freq"] = FREQS[v]
-        elif k == "INTERVAL":
-            if not v.isdigit() or not 1 <= int(v) <= 1_000_000:
-                raise _bad(f"{where}: INTERVAL must be an integer 1-1000000")
-            out["interval"] = int(v)
-        elif k == "COUNT":
-            if not v.isdigit() or int(v) < 1:
-                raise _bad(f"{where}: COUNT must be a positive integer")
-            if int(v) > MAX_COUNT:
-                raise _bad(f"{where}: COUNT above {MAX_COUNT} is refused", "RRULE_UNBOUNDED")
-            out["count"] = int(v)
-        elif k == "UNTIL":
-            until, utc = _parse_dt(v, where, date_time=time(23, 59, 59))
-            out["until_utc" if utc else "until"] = until
-        elif k == "WKST":
-            if v not in _DAYS:
-                raise _bad(f"{where}: WKST must be one of MO TU WE TH FR SA SU")
-            out["wkst"] = _DAYS[v]
-        elif k == "BYDAY":
-            days = []
-            for item in v.split(","):
-                m = _BYDAY.match(item)
-                if not m:
-                    raise _bad(f"{where}: '{item}' is not a weekday ([+-]n)MO..SU")
-                n = int(m.group(1)) if m.group(1) else None
-                if n is not None and not 1 <= abs(n) <= 53:
-                    raise _bad(f"{where}: '{item}': ordinal must be 1-53 or -53..-1")
-                days.append(du.weekday(_DAYS[m.group(2)], n))
-            out["byweekday"] = tuple(days)
-            out["_nth"] = any(d.n for d in days)
-        elif k in _INT_PARTS:
-            lo, hi, zero, neg = _INT_PARTS[k]
-            vals = []
-            for item in v.split(","):
-                if not re.fullmatch(r"[+-]?\d{1,3}", item):
-                    raise _bad(f"{where}: '{item}' is not an integer")
-                n = int(item)
-                ok = (lo <= n <= hi) or (zero and n == 0) or (neg and -hi <= n <= -lo)
-                if not ok:
-                    rng = f"{lo}-{hi}" + (f" or -{hi}..-{lo}" if neg else "")
-                    raise _bad(f"{where}: {item} out of range {rng}")
-                vals.append(n)
-            out[k.lower()] = tuple(sorted(set(vals)))
-        else:
-            raise _bad(f"{where}: {k} is not an RFC 5545 RRULE part (or not supported)")
-    if "count" in out and ("until" in out or "until_utc" in out):
-        raise _bad("RRULE: COUNT and UNTIL must not both be given (RFC 5545 3.3.10)")
-    f = out["freq"]
-    pos_of = {k: parts[k][0] for k in parts}
-
-    def refuse(key: str, why: str) -> NoReturn:
-        k = key.upper()
-        raise _bad(f"RRULE part {pos_of[k]} '{parts[k][1]}': {why} (RFC 5545 3.3.10)")
-
-    if out.get("_nth") and f not in (du.MONTHLY, du.YEARLY):
-        refuse("BYDAY", "a numbered BYDAY is only allowed with FREQ=MONTHLY or YEARLY")
-    if out.get("_nth") and f == du.YEARLY and "byweekno" in out:
-        refuse("BYDAY", "a numbered BYDAY is not allowed with BYWEEKNO")
-    if "bymonthday" in out and f == du.WEEKLY:
-        refuse("BYMONTHDAY", "BYMONTHDAY is not allowed with FREQ=WEEKLY")
-    if "byyearday" in out and f in (du.DAILY, du.WEEKLY, du.MONTHLY):
-        refuse("BYYEARDAY", "BYYEARDAY is not allowed with FREQ=DAILY, WEEKLY or MONTHLY")
-    if "byweekno" in out and f != du.YEARLY:
-        refuse("BYWEEKNO", "BYWEEKNO is only allowed with FREQ=YEARLY")
-    if "bysetpos" in out and not any(k.startswith("by") and k != "bysetpos" for k in out):
-        refuse("BYSETPOS", "BYSETPOS needs another BYxxx part")
-    out.pop("_nth", None)
-    return out
 
 
 def _explicit(kw: dict[str, Any], d: datetime) -> dict[str, Any]:
@@ -239,7 +99,7 @@ def _check_cost(kw: dict[str, Any]) -> None:
         sod = sorted(h * 3600 + m * 60 + s for h in hs for m in ms for s in ss)
         gap = max([b - a for a, b in zip(sod, sod[1:])] + [sod[0] + 86400 - sod[-1]])
         if gap // n > MAX_SECONDLY_STEPS:
-            raise _bad(
+            raise bad(
                 f"FREQ=SECONDLY with these BYHOUR/BYMINUTE filters steps {gap // n} times between "
                 f"occurrences (limit {MAX_SECONDLY_STEPS}); use FREQ=DAILY/HOURLY with BYSECOND",
                 "RRULE_UNBOUNDED",
@@ -250,9 +110,67 @@ def _check_cost(kw: dict[str, Any]) -> None:
         if f >= du.HOURLY:
             times = 1
         if days * times * len(kw["bysetpos"]) > MAX_SETPOS_PERIOD:
-            raise _bad(
+            raise bad(
                 f"BYSETPOS over a period of up to {days * times} instants is too expensive", "RRULE_UNBOUNDED"
             )
+
+
+@dataclass
+class _Lines:
+    """What the content lines of an RRULE text gave: DTSTART, the RRULE's parts, and the
+    RDATE/EXDATE values keyed by (name, given in UTC)."""
+
+    dtstart: datetime | None = None
+    rule_kw: dict[str, Any] | None = None
+    dates: dict[tuple[str, bool], list[datetime]] = field(
+        default_factory=lambda: {(n, u): [] for n in ("RDATE", "EXDATE") for u in (False, True)}
+    )
+
+    def date_values(self, name: str, utc: bool) -> tuple[datetime, ...]:
+        return tuple(sorted(set(self.dates[(name, utc)])))
+
+
+def _read_line(got: _Lines, lineno: int, line: str, zone: tzinfo, zone_name: str) -> None:
+    where = f"line {lineno} '{line[:40]}'"
+    if ":" not in line:
+        raise bad(f"{where}: expected NAME:VALUE (RRULE:, RDATE:, EXDATE:, DTSTART:)")
+    head, value = line.split(":", 1)
+    name = head.split(";", 1)[0].upper()
+    if name == "RRULE":
+        if got.rule_kw is not None:
+            raise bad(f"{where}: only one RRULE line is supported")
+        if ";" in head:
+            raise bad(f"{where}: RRULE takes no parameters")
+        got.rule_kw = parse_rrule_value(value)
+        return
+    if name not in ("RDATE", "EXDATE", "DTSTART"):
+        raise bad(f"{where}: {name} is not supported (RRULE, RDATE, EXDATE, DTSTART)")
+    params = _params(head, zone_name, where)
+    values = value.split(",")
+    if name == "DTSTART":
+        if got.dtstart is not None or len(values) != 1:
+            raise bad(f"{where}: exactly one DTSTART value is allowed")
+        d, utc = parse_dt(values[0], where, date_time=time(0))
+        # DTSTART is the grid origin, a wall time: a UTC value is read in the zone
+        got.dtstart = d.replace(tzinfo=UTC).astimezone(zone).replace(tzinfo=None) if utc else d
+        return
+    for v in values:
+        d, utc = parse_dt(v, where, date_time=None if params.get("VALUE") != "DATE" else time(0))
+        got.dates[(name, utc)].append(d)
+    if len(got.dates[(name, False)]) + len(got.dates[(name, True)]) > MAX_DATES:
+        raise bad(f"{where}: more than {MAX_DATES} {name} values", "RRULE_UNBOUNDED")
+
+
+def _rule_kwargs(rule_kw: dict[str, Any], dtstart: datetime) -> dict[str, Any]:
+    """The explicit keyword arguments of the RRULE, after the cost checks and dateutil's own
+    refusal of impossible INTERVAL/BYxxx combinations."""
+    kw = _explicit(rule_kw, dtstart)
+    _check_cost(kw)
+    try:
+        du.rrule(dtstart=dtstart, **{k: v for k, v in kw.items() if k != "until_utc"})
+    except ValueError as e:
+        raise RuleError("RULE_NEVER_FIRES", "rrule", f"the rule generates no time: {e}") from e
+    return kw
 
 
 def parse_rrule(text: str, zone: tzinfo, zone_name: str, start_local: datetime | None) -> RRulePlan:
@@ -260,88 +178,47 @@ def parse_rrule(text: str, zone: tzinfo, zone_name: str, start_local: datetime |
 
     ``text``: a bare ``FREQ=...`` line, or content lines ``RRULE:``, ``RDATE:``, ``EXDATE:``,
     ``DTSTART[;TZID=zone]:`` (RFC 5545 3.8.5; folded lines are unfolded). UTC values (``...Z``)
-    are converted to local wall time in ``zone``. ``start_local``: DTSTART when the text has none.
+    of UNTIL, RDATE and EXDATE stay instants (see ``rruleset``); a UTC DTSTART is converted to
+    local wall time in ``zone``. ``start_local``: DTSTART when the text has none.
 
     Raises:
         RuleError: ``INVALID_RRULE`` (field ``rrule``) with the line/part position;
             ``RRULE_UNBOUNDED`` for COUNT > 100000, > 1000 RDATE/EXDATE values or too expensive
-            BY-filters; ``INVALID_TIME_RANGE`` (field ``start_time``) when there is no DTSTART.
+            BY-filters; ``RULE_NEVER_FIRES`` / ``RULE_TOO_EXPENSIVE`` (``rrule_checks``);
+            ``INVALID_TIME_RANGE`` (field ``start_time``) when there is no DTSTART.
     """
     if not isinstance(text, str) or not text.strip():
-        raise _bad("empty RRULE")
+        raise bad("empty RRULE")
     raw = text.replace("\r\n", "\n").replace("\n ", "").replace("\n\t", "")
     lines = [ln.strip() for ln in raw.split("\n") if ln.strip()]
     if len(lines) == 1 and ":" not in lines[0] and "=" in lines[0]:
         lines = ["RRULE:" + lines[0]]
-    dtstart = None
-    rule_kw = None
-    found: dict[tuple[str, bool], list[datetime]] = {
-        (n, u): [] for n in ("RDATE", "EXDATE") for u in (False, True)
-    }
+    got = _Lines()
     for lineno, line in enumerate(lines, start=1):
-        where = f"line {lineno} '{line[:40]}'"
-        if ":" not in line:
-            raise _bad(f"{where}: expected NAME:VALUE (RRULE:, RDATE:, EXDATE:, DTSTART:)")
-        head, value = line.split(":", 1)
-        name = head.split(";", 1)[0].upper()
-        if name == "RRULE":
-            if rule_kw is not None:
-                raise _bad(f"{where}: only one RRULE line is supported")
-            if ";" in head:
-                raise _bad(f"{where}: RRULE takes no parameters")
-            rule_kw = _parse_rrule_value(value, zone)
-        elif name in ("RDATE", "EXDATE", "DTSTART"):
-            params = _params(head, zone_name, where)
-            values = value.split(",")
-            if name == "DTSTART":
-                if dtstart is not None or len(values) != 1:
-                    raise _bad(f"{where}: exactly one DTSTART value is allowed")
-                d, utc = _parse_dt(values[0], where, date_time=time(0))
-                # DTSTART is the grid origin, a wall time: a UTC value is read in the zone
-                dtstart = d.replace(tzinfo=UTC).astimezone(zone).replace(tzinfo=None) if utc else d
-                continue
-            for v in values:
-                d, utc = _parse_dt(v, where, date_time=None if params.get("VALUE") != "DATE" else time(0))
-                found[(name, utc)].append(d)
-            if len(found[(name, False)]) + len(found[(name, True)]) > MAX_DATES:
-                raise _bad(f"{where}: more than {MAX_DATES} {name} values", "RRULE_UNBOUNDED")
-        else:
-            raise _bad(f"{where}: {name} is not supported (RRULE, RDATE, EXDATE, DTSTART)")
-    if rule_kw is None and not (found[("RDATE", False)] or found[("RDATE", True)]):
-        raise _bad("no RRULE or RDATE given")
+        _read_line(got, lineno, line, zone, zone_name)
+    if got.rule_kw is None and not (got.dates[("RDATE", False)] or got.dates[("RDATE", True)]):
+        raise bad("no RRULE or RDATE given")
+    dtstart = got.dtstart
     if dtstart is None:
         if start_local is None:
             raise RuleError("INVALID_TIME_RANGE", "start_time", "an RRULE needs start_time (DTSTART)")
         dtstart = start_local.replace(microsecond=0)
-    kw: dict[str, Any] = {}
-    freq: int | None = None
-    elapsed = False
-    if rule_kw is not None:
-        freq = rule_kw["freq"]
-        kw = _explicit(rule_kw, dtstart)
-        _check_cost(kw)
-        elapsed = freq >= du.HOURLY and "byhour" not in rule_kw
-        try:
-            du.rrule(dtstart=dtstart, **{k: v for k, v in kw.items() if k != "until_utc"})
-        except ValueError as e:
-            raise RuleError("RULE_NEVER_FIRES", "rrule", f"the rule generates no time: {e}") from e
+    rule_kw = got.rule_kw
+    kw = _rule_kwargs(rule_kw, dtstart) if rule_kw is not None else {}
+    freq = rule_kw["freq"] if rule_kw is not None else None
     until_utc = kw.pop("until_utc", None)
     plan = RRulePlan(
         dtstart,
         freq,
         kw,
-        _dates(found[("RDATE", False)]),
-        _dates(found[("EXDATE", False)]),
-        elapsed,
+        got.date_values("RDATE", False),
+        got.date_values("EXDATE", False),
+        rule_kw is not None and freq >= du.HOURLY and "byhour" not in rule_kw,
         until_utc=until_utc,
-        rdates_utc=_dates(found[("RDATE", True)]),
-        exdates_utc=_dates(found[("EXDATE", True)]),
+        rdates_utc=got.date_values("RDATE", True),
+        exdates_utc=got.date_values("EXDATE", True),
         filters=filters_of(dtstart, kw) if freq is not None else None,
     )
     if freq is not None:
         check_static(plan)
     return plan
-
-
-def _dates(values: list[datetime]) -> tuple[datetime, ...]:
-    return tuple(sorted(set(values)))
