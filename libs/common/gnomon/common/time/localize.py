@@ -86,9 +86,13 @@ def _ordered(
         yield _emit(heap, heapq.heappop, zone)
 
 
+#: One event of a wall time: (UTC instant, local wall time or None, fold, note, skipped).
+_WallEvent = tuple[datetime, datetime | None, int, str, bool]
+
+
 def _events(
     wall: datetime, extra: str, zone: tzinfo, elapsed: bool, dst_gap: DstGap, dst_fold: DstFold
-) -> tuple[list[tuple[datetime, datetime | None, int, str, bool]], datetime, bool]:
+) -> tuple[list[_WallEvent], datetime, bool]:
     """The events of one wall time (instant, wall or None, fold, note, skipped) under the policies,
     with the frontier no later candidate can precede (and whether it is inclusive)."""
     kind, off0, off1 = classify(zone, wall)
@@ -97,7 +101,7 @@ def _events(
         return [(u, wall, 0, extra, False)], u, True
     if kind == FOLD:
         u0, u1 = wall - off0, wall - off1
-        out = []
+        out: list[_WallEvent] = []
         if elapsed or dst_fold is DstFold.BOTH or dst_fold is DstFold.FIRST:
             out.append((u0, wall, 0, _join(extra, FIRST_PASS), False))
         if elapsed or dst_fold is DstFold.BOTH or dst_fold is DstFold.SECOND:

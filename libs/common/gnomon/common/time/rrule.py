@@ -213,7 +213,7 @@ def parse_rrule(text: str, zone: tzinfo, zone_name: str, start_local: datetime |
         kw,
         got.date_values("RDATE", False),
         got.date_values("EXDATE", False),
-        rule_kw is not None and freq >= du.HOURLY and "byhour" not in rule_kw,
+        freq is not None and freq >= du.HOURLY and "byhour" not in kw,
         until_utc=until_utc,
         rdates_utc=got.date_values("RDATE", True),
         exdates_utc=got.date_values("EXDATE", True),
