@@ -195,8 +195,10 @@ def _compile(spec: RuleSpec) -> Recurrence:
             start_local = start.replace(tzinfo=UTC).astimezone(zone).replace(tzinfo=None)
         rplan = _rrule.parse_rrule(spec.expression, zone, spec.time_zone, start_local)
         rec = Recurrence(spec, zone, rplan, rplan.elapsed, start, end)
-        # search from DTSTART (as an instant; one fold/gap either way is irrelevant here)
-        d0 = rplan.dtstart - utc_offset(zone, rplan.dtstart)
+        # search from a day before DTSTART or the first RDATE, whichever is earlier (as instants:
+        # a wall time in a gap may fire at the transition, before it read with either offset)
+        firsts = [rplan.dtstart, *rplan.rdates[:1]]
+        d0 = min([w - utc_offset(zone, w) for w in firsts] + list(rplan.rdates_utc[:1])) - timedelta(days=1)
         probe_from = max(d0, start) if start is not None else d0
     first = next(rec._iter(probe_from - timedelta(seconds=1)), None)
     if first is None:

@@ -162,12 +162,14 @@ def _masked_days(fl: Filters, year: int, month: int) -> tuple[date, ...]:
     r = fl.du_rule
     lo, hi = (ii.mrange[month - 1], ii.mrange[month]) if month else (0, ii.yearlen)
     out = []
+    plain, nth = r._byweekday, ii.nwdaymask
     for i in range(lo, hi):
         if (
             (r._bymonth and ii.mmask[i] not in r._bymonth)
             or (r._byweekno and not ii.wnomask[i])
-            or (r._byweekday and ii.wdaymask[i] not in r._byweekday)
-            or (ii.nwdaymask and not ii.nwdaymask[i])
+            # BYDAY values each select days (RFC 5545 §3.3.10), so plain and numbered ones are a
+            # union; dateutil's own test requires both, and BYDAY=1TU,FR would never fire
+            or ((plain or nth) and not ((plain and ii.wdaymask[i] in plain) or (nth and nth[i])))
             or (
                 (r._bymonthday or r._bynmonthday)
                 and ii.mdaymask[i] not in r._bymonthday
