@@ -14,7 +14,8 @@ Random rules whose RRULE has no instance in the compared window are skipped (``a
 rules that can never select (RULE_NEVER_FIRES) is tested with the cost limits, not here. A refusal
 for cost (RRULE_UNBOUNDED, RULE_TOO_EXPENSIVE) is skipped too: the generated rules are small, and
 such a refusal is a cost policy, not an expansion result. RULE_NEVER_FIRES is accepted only when the
-reference's set is empty in the window (e.g. every instance excluded).
+reference finds nothing firing in the window, in the whole set or in the RRULE part alone (e.g. an
+UTC UNTIL before the first instance: Gnomon refuses an RRULE part that never fires, RDATEs or not).
 """
 
 from __future__ import annotations
@@ -171,6 +172,11 @@ def test_until_family_around_the_fold_matches_the_reference(minutes: int) -> Non
             expr = f"DTSTART;TZID={NY}:{fmt(d0, False)}\nRRULE:{rule.text()}"
             for fold in DstFold:
                 ref = expand(rule, d0, z, dst_fold=fold.value, wall_end=datetime(2013, 11, 6))
+                if not ref:  # UNTIL before DTSTART
+                    with pytest.raises(RuleError) as e:
+                        _rec(expr, NY, fold)
+                    assert e.value.reason == "RULE_NEVER_FIRES"
+                    continue
                 got = [_key(o) for o in _rec(expr, NY, fold).preview(U(2013, 10, 30), 50)]
                 assert got == [_ekey(e) for e in ref], (expr, fold)
 
@@ -418,7 +424,13 @@ def _both(c: Case) -> tuple[list[Key], list[Occurrence] | None, datetime, dateti
         rec = _rec(c.expr, c.zone, c.fold, c.gap)
     except RuleError as e:
         assume(e.reason not in ("RRULE_UNBOUNDED", "RULE_TOO_EXPENSIVE"))
-        assert e.reason == "RULE_NEVER_FIRES" and not ref, (c.expr, e)
+        # a refusal is right when nothing fires, or when the RRULE part never fires (its UNTIL is
+        # before its first instance, every instance is a skip marker), whatever the RDATEs
+        rrule_alone = expand(
+            c.rule, c.dtstart, z, dst_gap=c.gap.value, dst_fold=c.fold.value, wall_end=c.wall_end
+        )
+        never = not ref or not any(not e.skipped for e in rrule_alone)
+        assert e.reason == "RULE_NEVER_FIRES" and never, (c.expr, e)
         return want, None, after, horizon
     got = list(itertools.takewhile(lambda o: o.fire_time <= horizon, rec.iter_after(after)))
     return want, got, after, horizon
