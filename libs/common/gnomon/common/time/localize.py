@@ -32,7 +32,7 @@ def _join(*parts: str) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def localize(
+def localize(  # noqa: C901 (split by the lead)
     candidates: Iterable[tuple[datetime, str]],
     zone: tzinfo,
     *,
