@@ -158,3 +158,26 @@ async def test_touching_a_shard_not_held_is_refused(engine):
 
 async def _touch(fx: Fenced, shard: int) -> None:
     fx.touch([shard])
+
+
+async def test_the_outbox_republication_checks_the_region_fence(engine):
+    """After a fail-over (a larger region token recorded), the old region token re-stamps nothing."""
+    await run_fenced(
+        engine, fence(), lambda fx: claim_store.claim_due(fx, targets=Q, limit=100, dispatcher_id="D")
+    )
+    await own_region(engine, REGION_TOKEN + 1, owner="B")
+
+    async def outbox_rows() -> list[tuple]:
+        async with engine.connect() as c:
+            q = select(attempts.c.job_id, attempts.c.token, attempts.c.lease_expires_at).order_by(
+                attempts.c.job_id
+            )
+            return [tuple(r) for r in await c.execute(q)]
+
+    before = await outbox_rows()
+    with pytest.raises(StaleFencingToken) as e:
+        await run_fenced(
+            engine, fence(), lambda fx: outbox_store.pending_outbox(fx, exclude=set(), limit=100)
+        )
+    assert e.value.metadata["region"] == "local"
+    assert len(before) == 6 and await outbox_rows() == before  # nothing re-stamped, no lease restarted
