@@ -41,6 +41,20 @@ from gnomon.sdk import JobContext, PermanentError, ThrottledError
 # -- the provider --------------------------------------------------------------------------------
 
 
+def _payment(raw: str, key: str) -> tuple[int, dict]:
+    """The provider's answer to a new ``POST /payments`` body ``raw`` under idempotency ``key``:
+    ``(201, the payment)``, or ``(400, an error)`` for a malformed or non-positive amount."""
+    try:
+        req = json.loads(raw)
+        account, amount = str(req["account"]), int(req["amount_cents"])
+        if amount <= 0:
+            raise ValueError("amount_cents must be positive")
+    except (ValueError, KeyError, TypeError) as e:
+        return 400, {"error": f"bad request: {e}"}
+    payment = {"id": f"pay_{uuid.uuid4().hex[:12]}", "account": account, "amount_cents": amount}
+    return 201, {**payment, "idempotency_key": key}
+
+
 class PaymentsServer:
     """An in-memory payments API on ``host:port`` (0 = a free port), served by a daemon thread.
 
@@ -95,23 +109,7 @@ class PaymentsServer:
                             return self._send(422, {"error": "key reused with different parameters"})
                         return self._send(status, response, replayed=True)
                     outer._by_key[key] = None  # in progress
-                try:
-                    req = json.loads(raw)
-                    account, amount = str(req["account"]), int(req["amount_cents"])
-                    if amount <= 0:
-                        raise ValueError("amount_cents must be positive")
-                except (ValueError, KeyError, TypeError) as e:
-                    status, response = 400, {"error": f"bad request: {e}"}
-                else:
-                    status, response = (
-                        201,
-                        {
-                            "id": f"pay_{uuid.uuid4().hex[:12]}",
-                            "account": account,
-                            "amount_cents": amount,
-                            "idempotency_key": key,
-                        },
-                    )
+                status, response = _payment(raw, key)
                 with outer.lock:
                     if status == 201:
                         outer.payments.append(response)

@@ -19,7 +19,7 @@ from gnomon.common.storage.schema import attempts, jobs
 from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
 from gnomon.dispatcher.writes import WriteBatcher
-from gnomon_test_support import new_job_spec
+from gnomon_test_support import fenced, new_job_spec
 
 #: The fencing token shard 0 is owned under in these tests (``own_shards(engine, TOKEN)``).
 TOKEN = 11
@@ -33,16 +33,10 @@ async def new_job(engine, *, namespace="default", idempotent=True, max_attempts=
 
 
 async def claim(engine, jid, namespace="default") -> Claimed:
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c,
-            region="local",
-            tokens={0: TOKEN},
-            targets=[(namespace, "q")],
-            limit=100,
-            dispatcher_id="disp-A",
-        ),
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[(namespace, "q")], limit=100, dispatcher_id="disp-A"),
     )
     [got] = [c for c in claimed if c.job_id == jid]
     return got

@@ -22,6 +22,7 @@ from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon_test_support import fenced
 
 SHARDS = 8
 TOKEN = 7
@@ -50,11 +51,10 @@ async def create(stub, **kw) -> job_pb2.Job:
 
 
 async def claim(engine, limit: int = 100) -> list[Claimed]:
-    return await run_transaction(
+    return await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens=TOKENS, targets=[("default", "q")], limit=limit, dispatcher_id="D"
-        ),
+        TOKENS,
+        lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=limit, dispatcher_id="D"),
     )
 
 

@@ -21,7 +21,7 @@ from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import jobs
-from gnomon_test_support import new_job_spec
+from gnomon_test_support import fenced, new_job_spec
 
 TOKEN = 7
 SHARDS = 64
@@ -57,16 +57,10 @@ async def make_dead(
         )
     await run_transaction(engine, lambda c: jobs_store.insert_jobs(c, batch))
     ids = {b.id for b in batch}
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c,
-            region="local",
-            tokens={0: TOKEN},
-            targets=[(namespace, queue)],
-            limit=n + 10,
-            dispatcher_id="d1",
-        ),
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[(namespace, queue)], limit=n + 10, dispatcher_id="d1"),
     )
     keys = [AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed if c.job_id in ids]
     assert len(keys) == n

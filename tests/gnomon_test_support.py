@@ -119,6 +119,45 @@ async def own_shards(engine, token: int, shards=(0,), owner: str = "A", region: 
         )
 
 
+async def own_region(engine, token: int, region: str = "local", owner: str = "A") -> None:
+    """Records that ``region`` acts for itself under region-level fencing ``token`` (what a
+    dispatcher does on taking its region's key), so a :class:`gnomon.common.storage.fencing.Fence`
+    with that region token passes."""
+    from functools import partial
+
+    from gnomon.common.storage import regions
+    from gnomon.common.storage.engine import run_transaction
+
+    await run_transaction(
+        engine,
+        partial(
+            regions.record_region_ownership, region=region, owner_region=region, owner=owner, token=token
+        ),
+    )
+
+
+async def fenced(engine, tokens: dict[int, int], fn, *, region: str = "local", trusted=lambda: True):
+    """Runs ``fn(fx)`` through :func:`gnomon.common.storage.fencing.run_fenced` under ``tokens``
+    (shard -> token; record them with :func:`own_shards`), the region's recorded region token (region
+    ownership is recorded with token 1 when none is) and ``trusted`` (default: a trusted lease):
+    what a dispatcher's claim does, for tests that claim through the storage functions."""
+    from gnomon.common.storage import regions
+    from gnomon.common.storage.engine import run_transaction
+    from gnomon.common.storage.fencing import Fence, run_fenced
+
+    async def region_token(c) -> int:
+        got = (await c.execute(regions.region_token_stmt(region))).scalar()
+        if got is None:
+            await regions.record_region_ownership(
+                c, region=region, owner_region=region, owner="test", token=1
+            )
+            return 1
+        return int(got)
+
+    token = await run_transaction(engine, region_token)
+    return await run_fenced(engine, Fence(region, tokens, token, trusted), fn)
+
+
 CREDENTIALS_ENV = "GNOMON_TEST_CREDENTIALS_DIR"
 """The variable naming the test session's credentials directory (a CA, the loopback server
 certificate, a service token and an admin API key: :mod:`gnomon.cli.suite_auth`), set by the session

@@ -26,8 +26,13 @@ class OwnedShard:
     """The part of ``ShardOwnership`` the relay reads: shard 0 held under ``TOKEN`` (the database's
     fence, ``own_shards``, is real; only the etcd lease keeping is left out)."""
 
+    region_token = TOKEN
+
     def tokens(self) -> dict[int, int]:
         return {0: TOKEN}
+
+    def trusted(self) -> bool:
+        return True
 
     def drop(self, shards: list[int]) -> None:
         raise AssertionError(f"fenced out of shards {shards}")
@@ -35,9 +40,10 @@ class OwnedShard:
 
 @pytest.fixture
 async def engine(engine):
-    from gnomon_test_support import own_shards
+    from gnomon_test_support import own_region, own_shards
 
     await own_shards(engine, TOKEN)
+    await own_region(engine, TOKEN)
     return engine
 
 

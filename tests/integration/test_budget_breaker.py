@@ -23,7 +23,7 @@ from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.dispatcher.breaker import Breakers
 from gnomon.dispatcher.budget import RetryBudget
-from gnomon_test_support import DIALECTS, new_job_spec, own_shards
+from gnomon_test_support import DIALECTS, fenced, new_job_spec, own_shards
 
 TOKEN = 3
 Q = ("default", "q")
@@ -51,11 +51,10 @@ async def new_jobs(engine, n, queue="q") -> list[uuid.UUID]:
 
 
 async def claim(engine, limit=1000, **kw) -> list[Claimed]:
-    return await run_transaction(
+    return await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={0: TOKEN}, targets=[Q], limit=limit, dispatcher_id="A", **kw
-        ),
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[Q], limit=limit, dispatcher_id="A", **kw),
     )
 
 
@@ -185,25 +184,19 @@ async def test_half_open_lets_the_probes_through_then_closes(engine):
     assert [t.to_state for t in await br.evaluate_once()] == ["HALF_OPEN"]
     assert await claim(engine) == []  # a CLOSED-mode claim takes nothing
 
-    async def probe_claim(conn):
-        n = await br.probe_allowance(conn, Q)
+    async def probe_claim(fx):
+        n = await br.probe_allowance(fx.conn, Q)
         return (
             await claim_store.claim_due(
-                conn,
-                region="local",
-                tokens={0: TOKEN},
-                targets=[Q],
-                limit=n,
-                dispatcher_id="A",
-                breaker_state="HALF_OPEN",
+                fx, targets=[Q], limit=n, dispatcher_id="A", breaker_state="HALF_OPEN"
             )
             if n
             else []
         )
 
-    probes = await run_transaction(engine, probe_claim)
+    probes = await fenced(engine, {0: TOKEN}, probe_claim)
     assert len(probes) == 2  # GNOMON_BREAKER_PROBES
-    assert await run_transaction(engine, probe_claim) == []  # both still live
+    assert await fenced(engine, {0: TOKEN}, probe_claim) == []  # both still live
     await run_and_finish(engine, probes[:1], ok=True)
     assert await br.evaluate_once() == []  # 1 of 2 probes succeeded so far
     await run_and_finish(engine, probes[1:], ok=True)
@@ -241,16 +234,11 @@ async def test_a_failed_probe_reopens_and_permanent_failures_do_not_count(engine
     first_open = (await state_row(engine))["opened_at"]
     await age_open(engine)
     assert [t.to_state for t in await br.evaluate_once()] == ["HALF_OPEN"]
-    probes = await run_transaction(
+    probes = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c,
-            region="local",
-            tokens={0: TOKEN},
-            targets=[Q],
-            limit=1,
-            dispatcher_id="A",
-            breaker_state="HALF_OPEN",
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(
+            fx, targets=[Q], limit=1, dispatcher_id="A", breaker_state="HALF_OPEN"
         ),
     )
     await run_and_finish(engine, probes, ok=False)

@@ -48,7 +48,7 @@ from gnomon_cancel_support import (
     rpc_error,
     running,
 )
-from gnomon_test_support import DIALECTS, running_suite, wait_for, wait_until
+from gnomon_test_support import DIALECTS, fenced, running_suite, wait_for, wait_until
 
 dialect = pytest.fixture(params=DIALECTS)(lambda request: request.param)
 env = pytest.fixture(lambda cancel_env: cancel_env)  # conftest.py: JobService through ``dialect``
@@ -79,10 +79,7 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
     c1 = claimed[job_id(job)]
     assert (await row(engine, c1.job_id))["state"] == JobState.QUEUED
     # before the cancel the relay's recovery scan would re-deliver both unaccepted attempts
-    before = await run_transaction(
-        engine,
-        lambda c: outbox_store.pending_outbox(c, region="local", tokens=TOKENS, exclude=set(), limit=10),
-    )
+    before = await fenced(engine, TOKENS, lambda fx: outbox_store.pending_outbox(fx, exclude=set(), limit=10))
     assert {c.job_id for c in before} == set(claimed)
 
     resp = await cancel(stub, job)
@@ -95,9 +92,8 @@ async def test_cancel_queued_job_refuses_the_old_message_and_the_relay_never_red
     assert await run_transaction(engine, lambda c: lease_store.accept(c, [key(c1)], "W")) == {}
     assert await run_transaction(engine, lambda c: lease_store.heartbeat(c, [key(c1)])) == {}
     # the relay re-delivers only the other job
-    pending = await run_transaction(
-        engine,
-        lambda c: outbox_store.pending_outbox(c, region="local", tokens=TOKENS, exclude=set(), limit=10),
+    pending = await fenced(
+        engine, TOKENS, lambda fx: outbox_store.pending_outbox(fx, exclude=set(), limit=10)
     )
     assert [c.job_id for c in pending] == [job_id(other)]
     r = await row(engine, c1.job_id)

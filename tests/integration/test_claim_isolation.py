@@ -111,10 +111,10 @@ async def test_a_failing_queue_does_not_stop_claims_for_the_others(setup, monkey
     real = claim_store.claim_targets
     poisoned = {"on": True}
 
-    async def claim_targets(conn, **kw):
+    async def claim_targets(fx, **kw):
         if poisoned["on"] and BAD in [(w.namespace, w.queue) for w in kw["wants"]]:
-            await conn.execute(text("SELECT 1 / 0"))  # division_by_zero (22012): aborts the transaction
-        return await real(conn, **kw)
+            await fx.conn.execute(text("SELECT 1 / 0"))  # division_by_zero (22012): aborts the transaction
+        return await real(fx, **kw)
 
     monkeypatch.setattr(claim_store, "claim_targets", claim_targets)
     relay = Relay()
@@ -222,8 +222,8 @@ class LosingShards(Shards):
 
 @pytest.fixture
 def fence_checks(monkeypatch) -> list[dict[int, int]]:
-    """The ``tokens`` of every fence check the claim loop runs, in order (the real check runs)."""
-    import gnomon.dispatcher.claims as dispatcher_claims
+    """The ``tokens`` of every fence check the claim loop runs (through ``run_fenced``), in order
+    (the real check runs)."""
     from gnomon.common.storage import fencing
 
     checks: list[dict[int, int]] = []
@@ -233,7 +233,7 @@ def fence_checks(monkeypatch) -> list[dict[int, int]]:
         checks.append(dict(tokens))
         return await real(conn, region, tokens)
 
-    monkeypatch.setattr(dispatcher_claims, "check_fence", counted)
+    monkeypatch.setattr(fencing, "check_fence", counted)
     return checks
 
 
@@ -274,10 +274,10 @@ async def test_a_stale_token_rolls_back_the_isolated_claim_too(setup, monkeypatc
     engine, checks = setup, fence_checks
     real = claim_store.claim_targets
 
-    async def claim_targets(conn, **kw):
+    async def claim_targets(fx, **kw):
         if BAD in [(w.namespace, w.queue) for w in kw["wants"]]:
-            await conn.execute(text("SELECT 1 / 0"))
-        return await real(conn, **kw)
+            await fx.conn.execute(text("SELECT 1 / 0"))
+        return await real(fx, **kw)
 
     monkeypatch.setattr(claim_store, "claim_targets", claim_targets)
     await own_shards(engine, TOKEN + 1)

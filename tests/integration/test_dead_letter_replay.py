@@ -31,7 +31,7 @@ from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import audit_log, dlq_replays, jobs
 from gnomon_dlq_support import SHARDS, TOKEN, count, db_now, make_dead, replay_req, rows
-from gnomon_test_support import decode
+from gnomon_test_support import decode, fenced
 
 
 async def test_replay_of_1000_dead_jobs_at_100_per_second_is_paced_linked_and_idempotent(api):
@@ -293,11 +293,10 @@ async def test_a_replay_that_dies_again_is_a_new_dead_letter_linked_to_the_first
         await run_transaction(
             engine, lambda c: fencing_store.record_ownership(c, "local", shard, TOKEN, "test")
         )
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={shard: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="d1"
-        ),
+        {shard: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=10, dispatcher_id="d1"),
     )
     [c1] = [c for c in claimed if c.job_id == new_id]  # due at once (first of the replay)
     key = AttemptKey(c1.job_id, c1.attempt, c1.version, c1.token)

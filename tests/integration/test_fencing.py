@@ -22,7 +22,7 @@ from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_test_support import DIALECTS, new_job_spec
+from gnomon_test_support import DIALECTS, fenced, new_job_spec
 
 SHARDS = 4
 
@@ -67,16 +67,10 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
     jid = await make_job(engine, 0)
     # A's forged claim with its old token is rejected and changes nothing.
     with pytest.raises(StaleFencingToken) as e:
-        await run_transaction(
+        await fenced(
             engine,
-            lambda c: claim_store.claim_due(
-                c,
-                region="local",
-                tokens={0: token_a},
-                targets=[("default", "q")],
-                limit=10,
-                dispatcher_id="A",
-            ),
+            {0: token_a},
+            lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=10, dispatcher_id="A"),
         )
     assert e.value.metadata["shards"] == "0"
     assert tuple(await state_of(engine, jid)) == ("SCHEDULED", 1)
@@ -86,11 +80,10 @@ async def test_stale_token_cannot_claim_after_newer_owner_took_the_shard(engine,
     with pytest.raises(StaleFencingToken):
         await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 0, token_a, "A"))
     # B's claim with the current token commits: state and attempt row (the outbox record) together.
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={0: token_b}, targets=[("default", "q")], limit=10, dispatcher_id="B"
-        ),
+        {0: token_b},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=10, dispatcher_id="B"),
     )
     assert [(c.job_id, c.attempt, c.token) for c in claimed] == [(jid, 1, token_b)]
     assert tuple(await state_of(engine, jid)) == ("QUEUED", 2)
@@ -106,11 +99,10 @@ async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):
     jid = uuid.uuid4()
     new = new_job_spec(id=jid, shard=1, delay=timedelta(seconds=30), idempotency_key="k")
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new))
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={1: 7}, targets=[("default", "q")], limit=10, dispatcher_id="A"
-        ),
+        {1: 7},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=10, dispatcher_id="A"),
     )
     assert claimed == []
     wait = await run_transaction(
@@ -134,11 +126,10 @@ async def test_claim_never_takes_a_job_before_its_scheduled_time(engine):
 async def test_completion_is_idempotent_per_attempt_and_token_and_stale_token_is_refused(engine):
     await run_transaction(engine, lambda c: fencing_store.record_ownership(c, "local", 2, 11, "A"))
     jid = await make_job(engine, 2)
-    [c1] = await run_transaction(
+    [c1] = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={2: 11}, targets=[("default", "q")], limit=1, dispatcher_id="A"
-        ),
+        {2: 11},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=1, dispatcher_id="A"),
     )
     key = AttemptKey(jid, c1.attempt, c1.version, c1.token)
     accepted = await run_transaction(engine, lambda c: lease_store.accept(c, [key], "w1"))

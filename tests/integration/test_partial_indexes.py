@@ -20,7 +20,7 @@ from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import reaping
 from gnomon.common.storage.engine import run_transaction
-from gnomon_test_support import new_job_spec, own_shards
+from gnomon_test_support import fenced, new_job_spec, own_shards
 
 pytestmark = pytest.mark.asyncio
 TOKEN = 7
@@ -59,11 +59,10 @@ async def test_the_claim_reads_the_due_index_in_a_generic_plan(generic_engine):
     before = await scans(eng, "ix_jobs_due")
     got = []
     for _ in range(4):  # more than once: the prepared statement's generic plan is the one measured
-        got += await run_transaction(
+        got += await fenced(
             eng,
-            lambda c: claim_store.claim_due(
-                c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="d"
-            ),
+            {0: TOKEN},
+            lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=10, dispatcher_id="d"),
         )
     assert len(got) == 3
     assert await scans(eng, "ix_jobs_due") >= before + 4

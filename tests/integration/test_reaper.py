@@ -20,7 +20,7 @@ from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_test_support import new_job_spec, own_shards, running_suite, wait_for
+from gnomon_test_support import fenced, new_job_spec, own_shards, running_suite, wait_for
 
 TOKEN = 9
 
@@ -49,11 +49,10 @@ async def new_job(
 
 
 async def start_running(engine, jid) -> AttemptKey:
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=100, dispatcher_id="A"
-        ),
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=100, dispatcher_id="A"),
     )
     [c1] = [c for c in claimed if c.job_id == jid]
     key = AttemptKey(jid, c1.attempt, c1.version, c1.token)
@@ -164,11 +163,10 @@ async def test_deadline_passed_undispatched_becomes_expired_and_is_never_claimed
     ]
     j = await job_row(engine, jid)
     assert (j["state"], j["version"]) == ("EXPIRED", 2) and j["finished_at"] is not None
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="A"
-        ),
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=10, dispatcher_id="A"),
     )
     assert [c.job_id for c in claimed] == [live]
 

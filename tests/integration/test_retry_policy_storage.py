@@ -22,7 +22,7 @@ from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_test_support import new_job_spec, own_shards
+from gnomon_test_support import fenced, new_job_spec, own_shards
 
 TOKEN = 5
 
@@ -43,11 +43,10 @@ async def new_job(engine, policy=RetryPolicy(), *, queue="q", max_attempts=5, id
 
 async def run_all(engine, queue="q") -> dict[uuid.UUID, AttemptKey]:
     """Claims every due job of the queue and accepts it: job id -> attempt key."""
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={0: TOKEN}, targets=[("default", queue)], limit=1000, dispatcher_id="A"
-        ),
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", queue)], limit=1000, dispatcher_id="A"),
     )
     keys = {c.job_id: AttemptKey(c.job_id, c.attempt, c.version, c.token) for c in claimed}
     accepted = await run_transaction(engine, lambda c: lease_store.accept(c, list(keys.values()), "w1"))

@@ -30,7 +30,7 @@ from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_test_support import new_job_spec, open_engine
+from gnomon_test_support import fenced, new_job_spec, open_engine
 
 CLASSES = ["TRANSIENT", "THROTTLED", "PERMANENT", "AMBIGUOUS"]
 
@@ -88,15 +88,11 @@ def make_machine(db_url: str):
             tok = self.token - 1 if stale else self.token
             try:
                 got = self.run(
-                    run_transaction(
+                    fenced(
                         self.engine,
-                        lambda c: claim_store.claim_due(
-                            c,
-                            region="local",
-                            tokens={0: tok},
-                            targets=[("default", "prop")],
-                            limit=limit,
-                            dispatcher_id="prop",
+                        {0: tok},
+                        lambda fx: claim_store.claim_due(
+                            fx, targets=[("default", "prop")], limit=limit, dispatcher_id="prop"
                         ),
                     )
                 )

@@ -28,7 +28,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 import typer
@@ -255,58 +255,13 @@ def _run(
             profile_lines = [f"warning: client profile not written: {e}"]
         write_status()  # ready: status.json first, then the starting file goes (no gap for readers)
         _remove(paths["starting"])
-        for p in (p for p in suite.procs if p.role != "console"):
-            region = f"{p.region:<8} " if region_list else ""
-            typer.echo(
-                f"  {p.role:<10} {region}pid {p.popen.pid:<7} {p.address:<22} "
-                f"metrics http://{p.metrics_address}/metrics"
-            )
-        for sv in suite.servers():
-            typer.echo(
-                f"  {sv['role']:<10} {'pid ' + str(sv['pid']) if sv['pid'] else '':<11} {sv['address']}"
-            )
-        for r in region_list[1:]:
-            typer.echo(f"Gnomon API of region {r} listening on {suite.api_address_of(r)}")
-        typer.echo(f"Gnomon API listening on {suite.api_address}  (logs: {suite.log_dir})")
-        chosen = os.environ.get("GNOMON_TRACES_EXPORTER")
-        typer.echo(f"traces: GNOMON_TRACES_EXPORTER={chosen}" if chosen else f"traces: {suite.traces_file}")
-        for line in profile_lines:
-            typer.echo(line)
-        if console_line:
-            typer.echo(console_line)
-        typer.echo(
-            f"try:  gnomon job create --api {suite.api_address} --queue demo --in 2s --payload '{{\"x\": 1}}'"
-        )
-        typer.echo(
-            f"      gnomon shards --api {suite.api_address}   |   gnomon dev status --api {suite.api_address}"
-        )
+        _print_ready(suite, region_list, profile_lines, console_line)
         if demo:
             from gnomon.cli.demo import run as run_demo
 
             run_demo(suite, stop, write_status)
         typer.echo("press Ctrl-C to stop")
-        reported: set[int] = set()
-        while not stop.is_set():
-            for p in suite.procs:
-                if p.popen.poll() is not None and p.role != "worker" and p.popen.pid not in reported:
-                    if p.role == "console":  # the suite goes on without its console
-                        reported.add(p.popen.pid)
-                        typer.echo(f"console exited with {p.popen.returncode}; see {p.log_path}")
-                        continue
-                    reported.add(p.popen.pid)
-                    typer.echo(
-                        f"{p.role} of region {p.region} (pid {p.popen.pid}) exited with "
-                        f"{p.popen.returncode}; see {p.log_path}"
-                    )
-                    if len(region_list) > 1:
-                        # several regions: a region's processes may die (that is what failover is for);
-                        # the others go on, and the logs are kept for a look afterwards
-                        suite.keep_dir = True
-                        write_status()
-                    else:
-                        suite.keep_dir = True  # the log it points to must outlive the stop
-                        stop.set()
-            stop.wait(0.5)
+        _watch(suite, stop, region_list, write_status)
     finally:
         typer.echo("stopping ...")
         try:
@@ -316,6 +271,61 @@ def _run(
                 _remove(path)
             _remove_pointer(pointer)
         typer.echo("stopped")
+
+
+def _print_ready(suite: Suite, region_list: list[str], profile_lines: list[str], console_line: str) -> None:
+    """Prints the started processes, servers and addresses of ``suite``, and how to try it."""
+    for p in (p for p in suite.procs if p.role != "console"):
+        region = f"{p.region:<8} " if region_list else ""
+        typer.echo(
+            f"  {p.role:<10} {region}pid {p.popen.pid:<7} {p.address:<22} "
+            f"metrics http://{p.metrics_address}/metrics"
+        )
+    for sv in suite.servers():
+        typer.echo(f"  {sv['role']:<10} {'pid ' + str(sv['pid']) if sv['pid'] else '':<11} {sv['address']}")
+    for r in region_list[1:]:
+        typer.echo(f"Gnomon API of region {r} listening on {suite.api_address_of(r)}")
+    typer.echo(f"Gnomon API listening on {suite.api_address}  (logs: {suite.log_dir})")
+    chosen = os.environ.get("GNOMON_TRACES_EXPORTER")
+    typer.echo(f"traces: GNOMON_TRACES_EXPORTER={chosen}" if chosen else f"traces: {suite.traces_file}")
+    for line in profile_lines:
+        typer.echo(line)
+    if console_line:
+        typer.echo(console_line)
+    typer.echo(
+        f"try:  gnomon job create --api {suite.api_address} --queue demo --in 2s --payload '{{\"x\": 1}}'"
+    )
+    typer.echo(
+        f"      gnomon shards --api {suite.api_address}   |   gnomon dev status --api {suite.api_address}"
+    )
+
+
+def _watch(
+    suite: Suite, stop: threading.Event, region_list: list[str], write_status: Callable[[], None]
+) -> None:
+    """Until ``stop``: reports a service process that exited (one region: stops the suite)."""
+    reported: set[int] = set()
+    while not stop.is_set():
+        for p in suite.procs:
+            if p.popen.poll() is not None and p.role != "worker" and p.popen.pid not in reported:
+                if p.role == "console":  # the suite goes on without its console
+                    reported.add(p.popen.pid)
+                    typer.echo(f"console exited with {p.popen.returncode}; see {p.log_path}")
+                    continue
+                reported.add(p.popen.pid)
+                typer.echo(
+                    f"{p.role} of region {p.region} (pid {p.popen.pid}) exited with "
+                    f"{p.popen.returncode}; see {p.log_path}"
+                )
+                if len(region_list) > 1:
+                    # several regions: a region's processes may die (that is what failover is for);
+                    # the others go on, and the logs are kept for a look afterwards
+                    suite.keep_dir = True
+                    write_status()
+                else:
+                    suite.keep_dir = True  # the log it points to must outlive the stop
+                    stop.set()
+        stop.wait(0.5)
 
 
 def _start_console(suite: Suite, listen: str) -> str:

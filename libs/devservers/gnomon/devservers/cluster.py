@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 from types import TracebackType
+from typing import Any
 
 from gnomon.devservers.errors import EmbeddedServerError
 from gnomon.devservers.etcd import EtcdServer, find_etcd
@@ -64,23 +65,7 @@ class EtcdCluster:
         if self.members and any(m.running for m in self.members):
             return self  # already started; use restart_member() for killed members
         binary = self.binary or find_etcd()
-        if self._base_dir_arg:
-            os.makedirs(self._base_dir_arg, exist_ok=True)
-            self.base_dir, self._owns_dir = self._base_dir_arg, False
-        else:
-            self.base_dir, self._owns_dir = tempfile.mkdtemp(prefix="gnomon-etcd-"), True
-        track(self)
-        if self._owns_dir:
-            Watchdog.add(self._key, rmtree=[self.base_dir])
-        meta_path = os.path.join(self.base_dir, "cluster.json")
-        saved = None
-        if os.path.exists(meta_path) and os.path.isdir(os.path.join(self.base_dir, "m0", "member")):
-            with open(meta_path) as f:
-                saved = json.load(f)
-            if len(saved["ports"]) != self.size:
-                raise EmbeddedServerError(
-                    f"{self.base_dir} holds a {len(saved['ports'])}-member cluster, not {self.size}"
-                )
+        base_dir, meta_path, saved = self._prepare_dir()
         hb, el = (10, 100) if self.size == 1 else (50, 500)
         force_new = False
         try:
@@ -90,7 +75,7 @@ class EtcdCluster:
                 cluster = ",".join(f"m{i}=http://{HOST}:{p}" for i, (_c, p) in enumerate(ports))
                 self.members = [
                     EtcdServer(
-                        os.path.join(self.base_dir, f"m{i}"),
+                        os.path.join(base_dir, f"m{i}"),
                         name=f"m{i}",
                         client_port=c,
                         peer_port=p,
@@ -136,6 +121,29 @@ class EtcdCluster:
             self.stop()
             raise
         raise AssertionError("unreachable")
+
+    def _prepare_dir(self) -> tuple[str, str, dict[str, Any] | None]:
+        """Creates (or takes) the base directory; returns it, the path of its ``cluster.json`` and what
+        it holds (``ports``, ``token``) when a cluster was started there before, else None. Raises
+        :class:`EmbeddedServerError` if that cluster has another number of members."""
+        if self._base_dir_arg:
+            os.makedirs(self._base_dir_arg, exist_ok=True)
+            self.base_dir, self._owns_dir = self._base_dir_arg, False
+        else:
+            self.base_dir, self._owns_dir = tempfile.mkdtemp(prefix="gnomon-etcd-"), True
+        track(self)
+        if self._owns_dir:
+            Watchdog.add(self._key, rmtree=[self.base_dir])
+        meta_path = os.path.join(self.base_dir, "cluster.json")
+        saved = None
+        if os.path.exists(meta_path) and os.path.isdir(os.path.join(self.base_dir, "m0", "member")):
+            with open(meta_path) as f:
+                saved = json.load(f)
+            if len(saved["ports"]) != self.size:
+                raise EmbeddedServerError(
+                    f"{self.base_dir} holds a {len(saved['ports'])}-member cluster, not {self.size}"
+                )
+        return self.base_dir, meta_path, saved
 
     @property
     def endpoints(self) -> list[str]:

@@ -198,6 +198,35 @@ def apply_template_fields(tpl: schedule_pb2.JobTemplate, fields: Mapping[str, An
             raise TypeError(f"unknown job template field {k!r}")
 
 
+def _set_schedule_field(msg: schedule_pb2.Schedule, k: str, v: Any) -> None:
+    """Sets schedule field ``k`` (one of :data:`SCHEDULE_FIELDS` but the rule) to ``v`` on ``msg``.
+    Raises TypeError for an unknown field, ValueError for an unknown policy name."""
+    if k == "time_zone":
+        msg.time_zone = v or ""
+    elif k == "dst_gap":
+        msg.dst_gap = dst_gap_value(v)
+    elif k == "dst_fold":
+        msg.dst_fold = dst_fold_value(v)
+    elif k == "misfire_policy":
+        msg.misfire_policy = misfire_value(v)
+    elif k == "overlap_policy":
+        msg.overlap_policy = overlap_value(v)
+    elif k == "max_catchup":
+        msg.max_catchup = int(v or 0)
+    elif k in ("misfire_grace", "catchup_window", "jitter"):
+        _set_span(msg, k, v)
+    elif k in ("start_time", "end_time"):
+        _set_time(msg, k, v)
+    elif k == "job_template":
+        msg.ClearField("job_template")
+        if v is not None:
+            msg.job_template.CopyFrom(v)
+    else:
+        raise TypeError(
+            f"unknown schedule field {k!r}; expected one of {', '.join(SCHEDULE_FIELDS + TEMPLATE_FIELDS)}"
+        )
+
+
 def apply_schedule_fields(msg: schedule_pb2.Schedule, fields: Mapping[str, Any]) -> list[str]:
     """Sets the :data:`SCHEDULE_FIELDS` present in ``fields`` on ``msg`` and returns their
     ``update_mask`` paths (``every`` -> ``interval``). ``None`` clears a field (its server default).
@@ -218,32 +247,8 @@ def apply_schedule_fields(msg: schedule_pb2.Schedule, fields: Mapping[str, Any])
                 required=True,
             )
             paths.append("interval" if k == "every" else k)
-        elif k == "time_zone":
-            msg.time_zone = v or ""
-        elif k == "dst_gap":
-            msg.dst_gap = dst_gap_value(v)
-        elif k == "dst_fold":
-            msg.dst_fold = dst_fold_value(v)
-        elif k == "misfire_policy":
-            msg.misfire_policy = misfire_value(v)
-        elif k == "overlap_policy":
-            msg.overlap_policy = overlap_value(v)
-        elif k == "max_catchup":
-            msg.max_catchup = int(v or 0)
-        elif k in ("misfire_grace", "catchup_window", "jitter"):
-            _set_span(msg, k, v)
-        elif k in ("start_time", "end_time"):
-            _set_time(msg, k, v)
-        elif k == "job_template":
-            msg.ClearField("job_template")
-            if v is not None:
-                msg.job_template.CopyFrom(v)
         else:
-            raise TypeError(
-                f"unknown schedule field {k!r}; expected one of "
-                f"{', '.join(SCHEDULE_FIELDS + TEMPLATE_FIELDS)}"
-            )
-        if k not in ("cron", "rrule", "every"):
+            _set_schedule_field(msg, k, v)
             paths.append(k)
     if len([p for p in paths if p in ("cron", "rrule", "interval")]) > 1:
         raise ValueError("pass at most one of cron, rrule and every")

@@ -41,11 +41,6 @@ WELCOME_TIMEOUT = 10.0
 #: A dispatcher that disappeared from discovery is still reconnected to for this long (seconds)
 #: while it holds work of ours (running attempts, unacknowledged results).
 UNLISTED_GRACE = 30.0
-_ACK_ACCEPT = wpb.ACK_KIND_ACCEPT
-_ACK_HEARTBEAT = wpb.ACK_KIND_HEARTBEAT
-_ACK_RESULT = wpb.ACK_KIND_RESULT
-_ACK_RELEASE = wpb.ACK_KIND_RELEASE
-_ACK_CHECKPOINT = wpb.ACK_KIND_CHECKPOINT
 
 
 def _stub(channel: grpc.aio.Channel) -> Any:
@@ -274,9 +269,8 @@ class DispatcherSession(Reconnecting):
         self.host.deliver(att)
 
     def _on_ack(self, ack: wpb.Ack) -> None:
-        key = ref_key(ack.attempt)
-        kind = ack.kind
-        if kind == _ACK_HEARTBEAT:
+        key, kind = ref_key(ack.attempt), ack.kind
+        if kind == wpb.ACK_KIND_HEARTBEAT:
             att = self.attempts.get(key)
             if att is None or att.state != RUNNING:
                 return
@@ -288,7 +282,7 @@ class DispatcherSession(Reconnecting):
             if self.protocol.heartbeat_ack(att.lease, ack.ok, ack.reason):
                 self._after_renewal(att, ack)
             # else: not renewed this time (e.g. DATABASE_UNAVAILABLE); the local lease decides.
-        elif kind == _ACK_RESULT:
+        elif kind == wpb.ACK_KIND_RESULT:
             outcome, delay = self.protocol.result_ack(key, ack.ok, ack.reason)
             if outcome is Ack.RETRY:
                 self._retry_later("result", key, ack.reason, delay)
@@ -303,48 +297,54 @@ class DispatcherSession(Reconnecting):
                     ack.reason or "?",
                 )
             self.host.acked()
-        elif kind == _ACK_ACCEPT:
-            att = self.attempts.get(key)
-            running = att is not None and att.state == RUNNING
-            outcome, delay = self.protocol.accept_ack(key, ack.ok, ack.reason, still_ours=running)
-            if outcome is Ack.RETRY:
-                self._retry_later("accept", key, ack.reason, delay)
-            if outcome is not Ack.SETTLED or att is None or att.state != RUNNING:
-                return
-            if ack.ok and ack.HasField("lease_expire_time"):
-                att.lease.renew_from(att.accept_sent)
-            # Accepts are idempotent on the dispatcher (same worker, same token), so a refusal,
-            # even of a re-sent accept, means the attempt is not ours: drop it unstarted.
-            self._after_renewal(att, ack)
-            if ack.ok:
-                if not att.launched:
-                    self.host.launch(att)
-            else:
-                self._abandon(att)
-                att.hand_back(ack.reason)  # given up after transient refusals: released, not dropped
-        elif kind == _ACK_CHECKPOINT:
-            att = self.attempts.get(key)
-            if att is None or att.cp_inflight is None:
-                return
-            seq, att.cp_inflight = att.cp_inflight, None
-            if self.protocol.checkpoint_ack(ack.ok, ack.reason):
-                att.cp_acked = max(att.cp_acked, seq)
-                att.ctx._checkpoint_saved = att.cp_acked if ack.ok else att.ctx._checkpoint_saved
-                if not ack.ok:
-                    log.warning(
-                        "dispatcher %s refused a checkpoint of %s attempt %d: %s",
-                        self.address,
-                        att.ctx.job,
-                        att.ctx.attempt,
-                        ack.reason or "?",
-                    )
-            # else (e.g. DATABASE_UNAVAILABLE): the latest checkpoint goes out with the next heartbeat
-        elif kind == _ACK_RELEASE:
+        elif kind == wpb.ACK_KIND_ACCEPT:
+            self._on_accept_ack(key, ack)
+        elif kind == wpb.ACK_KIND_CHECKPOINT:
+            self._on_checkpoint_ack(key, ack)
+        elif kind == wpb.ACK_KIND_RELEASE:
             outcome, delay = self.protocol.release_ack(key, ack.ok, ack.reason)
             if outcome is Ack.RETRY:
                 self._retry_later("release", key, ack.reason, delay)
             elif outcome is Ack.SETTLED:
                 self.host.acked()
+
+    def _on_accept_ack(self, key: RefKey, ack: wpb.Ack) -> None:
+        att = self.attempts.get(key)
+        running = att is not None and att.state == RUNNING
+        outcome, delay = self.protocol.accept_ack(key, ack.ok, ack.reason, still_ours=running)
+        if outcome is Ack.RETRY:
+            self._retry_later("accept", key, ack.reason, delay)
+        if outcome is not Ack.SETTLED or att is None or att.state != RUNNING:
+            return
+        if ack.ok and ack.HasField("lease_expire_time"):
+            att.lease.renew_from(att.accept_sent)
+        # Accepts are idempotent on the dispatcher (same worker, same token), so a refusal,
+        # even of a re-sent accept, means the attempt is not ours: drop it unstarted.
+        self._after_renewal(att, ack)
+        if ack.ok:
+            if not att.launched:
+                self.host.launch(att)
+        else:
+            self._abandon(att)
+            att.hand_back(ack.reason)  # given up after transient refusals: released, not dropped
+
+    def _on_checkpoint_ack(self, key: RefKey, ack: wpb.Ack) -> None:
+        att = self.attempts.get(key)
+        if att is None or att.cp_inflight is None:
+            return
+        seq, att.cp_inflight = att.cp_inflight, None
+        if self.protocol.checkpoint_ack(ack.ok, ack.reason):
+            att.cp_acked = max(att.cp_acked, seq)
+            att.ctx._checkpoint_saved = att.cp_acked if ack.ok else att.ctx._checkpoint_saved
+            if not ack.ok:
+                log.warning(
+                    "dispatcher %s refused a checkpoint of %s attempt %d: %s",
+                    self.address,
+                    att.ctx.job,
+                    att.ctx.attempt,
+                    ack.reason or "?",
+                )
+        # else (e.g. DATABASE_UNAVAILABLE): the latest checkpoint goes out with the next heartbeat
 
     def _retry_later(self, kind: str, key: RefKey, reason: str, delay: float) -> None:
         log.info(

@@ -118,45 +118,12 @@ def _next(target: str | None) -> str:
     return "/jobs"
 
 
-def create_app(
-    client_factory: Callable[[str, str], AsyncClient],
-    *,
-    secure_cookies: bool = False,
-    idle_timeout: float = 8 * 3600,
-    regions: list[str] | None = None,
-    sign_in_throttle: SignInThrottle | None = None,
-) -> Starlette:
-    """The console application.
-
-    Args:
-        client_factory: ``(api_key, namespace) -> AsyncClient`` making the API calls of a session
-            (the console's API address and TLS settings, the user's key).
-        secure_cookies: mark cookies ``Secure`` (the console serves HTTPS).
-        idle_timeout: seconds of inactivity after which a session ends.
-        regions: the deployment's regions, summarized on the cluster page (the API cannot list them).
-        sign_in_throttle: admits sign-in attempts (default: :class:`SignInThrottle` with
-            ``GNOMON_CONSOLE_SIGNIN_*``); past it a sign-in gets 429 with ``Retry-After``.
-    """
-    sessions = SessionStore(client_factory, idle_timeout=idle_timeout)
-    throttle = sign_in_throttle or SignInThrottle()
-
-    def cookie(response: Response, name: str, value: str, max_age: int | None = None) -> None:
-        response.set_cookie(
-            name, value, max_age=max_age, httponly=True, samesite="strict", secure=secure_cookies, path="/"
-        )
-
-    async def login_form(request: Request) -> Response:
-        token = request.cookies.get(_LOGIN_COOKIE) or secrets.token_urlsafe(32)
-        response = render(
-            None,
-            "login.html",
-            error=_LOGIN_ERRORS.get(request.query_params.get("error", ""), ""),
-            signed_out=request.query_params.get("signed_out") == "1",
-            next=_next(request.query_params.get("next")),
-            login_csrf=token,
-        )
-        cookie(response, _LOGIN_COOKIE, token, max_age=3600)
-        return response
+def _login_handler(
+    sessions: SessionStore, throttle: SignInThrottle, cookie: Callable[..., None]
+) -> Callable[[Request], Awaitable[Response]]:
+    """The ``POST /login`` handler: checks the sign-in form's CSRF token, admits the attempt through
+    ``throttle`` (429 with ``Retry-After`` past it), asks the API who the key is, and on success starts
+    a session in ``sessions`` (its cookie set by ``cookie``) and redirects to the form's target."""
 
     async def login(request: Request) -> Response:
         form = await request.form()
@@ -201,6 +168,51 @@ def create_app(
         cookie(response, COOKIE, s.id)
         response.delete_cookie(_LOGIN_COOKIE, path="/")
         return response
+
+    return login
+
+
+def create_app(
+    client_factory: Callable[[str, str], AsyncClient],
+    *,
+    secure_cookies: bool = False,
+    idle_timeout: float = 8 * 3600,
+    regions: list[str] | None = None,
+    sign_in_throttle: SignInThrottle | None = None,
+) -> Starlette:
+    """The console application.
+
+    Args:
+        client_factory: ``(api_key, namespace) -> AsyncClient`` making the API calls of a session
+            (the console's API address and TLS settings, the user's key).
+        secure_cookies: mark cookies ``Secure`` (the console serves HTTPS).
+        idle_timeout: seconds of inactivity after which a session ends.
+        regions: the deployment's regions, summarized on the cluster page (the API cannot list them).
+        sign_in_throttle: admits sign-in attempts (default: :class:`SignInThrottle` with
+            ``GNOMON_CONSOLE_SIGNIN_*``); past it a sign-in gets 429 with ``Retry-After``.
+    """
+    sessions = SessionStore(client_factory, idle_timeout=idle_timeout)
+    throttle = sign_in_throttle or SignInThrottle()
+
+    def cookie(response: Response, name: str, value: str, max_age: int | None = None) -> None:
+        response.set_cookie(
+            name, value, max_age=max_age, httponly=True, samesite="strict", secure=secure_cookies, path="/"
+        )
+
+    async def login_form(request: Request) -> Response:
+        token = request.cookies.get(_LOGIN_COOKIE) or secrets.token_urlsafe(32)
+        response = render(
+            None,
+            "login.html",
+            error=_LOGIN_ERRORS.get(request.query_params.get("error", ""), ""),
+            signed_out=request.query_params.get("signed_out") == "1",
+            next=_next(request.query_params.get("next")),
+            login_csrf=token,
+        )
+        cookie(response, _LOGIN_COOKIE, token, max_age=3600)
+        return response
+
+    login = _login_handler(sessions, throttle, cookie)
 
     async def logout(request: Request) -> Response:
         s = await sessions.get(request.cookies.get(COOKIE))

@@ -40,21 +40,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from sqlalchemy.exc import InterfaceError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from gnomon.common import faults, metrics, tracing
 from gnomon.common.config import DispatcherSettings
+from gnomon.common.domain.attempts import Claimed
 from gnomon.common.errors import StaleFencingToken, Unavailable
 from gnomon.common.storage import claims as claim_store
-from gnomon.common.storage import regions
-from gnomon.common.storage.engine import RETRYABLE_SQLSTATES, run_transaction, sqlstate
-from gnomon.common.storage.fencing import check_fence
+from gnomon.common.storage.engine import RETRYABLE_SQLSTATES, sqlstate
+from gnomon.common.storage.fencing import Fence, Fenced, LeaseNotTrusted, run_fenced
 from gnomon.common.storage.queues import CLOSED, HALF_OPEN, OPEN
 from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.breaker import Breakers
-from gnomon.dispatcher.budget import RetryBudget
+from gnomon.dispatcher.budget import Cap, RetryBudget
 from gnomon.dispatcher.hello import clip
 from gnomon.dispatcher.rate_limits import RateLimits
 from gnomon.dispatcher.relay import Relay
@@ -74,11 +75,6 @@ TARGET_BACKOFF_MAX_S = 60.0
 #: and can fire up to ~1 ms early, and a claim that starts before the job is due by the database
 #: clock finds nothing and must query again.
 TIMER_SLACK_S = 0.001
-
-
-class LeaseNotTrusted(Exception):
-    """Raised inside a claim transaction (which it rolls back) when the dispatcher's etcd lease is
-    no longer locally trusted at the end of the claim (:meth:`ShardOwnership.trusted`)."""
 
 
 def whole_claim_fault(exc: BaseException) -> bool:
@@ -124,6 +120,21 @@ class TargetBackoff:
         if not self._until:
             return None
         return max(0.0, min(self._until.values()) - self.clock())
+
+
+@dataclass
+class _Round:
+    """One claim round: the fence it commits under, its targets' limits and breaker states, whether
+    it ends a rotation cycle, its start (ns, for the claim spans); filled by its transaction: the
+    retry-budget caps read and the targets whose claim failed alone."""
+
+    fence: Fence
+    limits: dict[Target, int]
+    modes: dict[Target, str]
+    cycle_end: bool
+    t0: int
+    caps: dict[Target, Cap] = field(default_factory=dict)
+    failed: dict[Target, Exception] = field(default_factory=dict)
 
 
 class ClaimLoop:
@@ -177,19 +188,33 @@ class ClaimLoop:
         when every target got fewer jobs than it asked for, the same transaction also reads how
         long (database clock, seconds) until the next job of the owned shards is due within
         ``prefetch_s`` (``None``: none that close; 0: due now but locked by another claimer).
-        Raises :class:`StaleFencingToken` (after dropping the shards) if fenced off."""
+        Raises :class:`StaleFencingToken` (after dropping the shards) if fenced off.
+
+        Three steps: :meth:`_plan` (targets and caps), :meth:`_claim` (the fenced transaction) and
+        :meth:`_settle` (accounting and delivery after the commit)."""
         if self.relay.backlog:
             # attempts released, expired or recovered from the outbox go first: they were claimed
             # earlier, and some waited an outage already
             redelivered = await self.relay.recover_once()
             if redelivered:
                 return redelivered, 0.0
+        plan = self._plan()
+        if plan is None:
+            return 0, None
+        done = await self._claim(plan)
+        if done is None:
+            return 0, None
+        return self._settle(plan, *done)
+
+    def _plan(self) -> _Round | None:
+        """Step 1: the round's fence and targets, each with its claim limit (at most ``claim_batch``
+        and its credits) and its breaker state; None when there is nothing to claim for."""
         t0 = time.time_ns() if tracing.ENABLED else 0  # the claim spans' start (docs/tracing.md)
         tokens = self.shards.tokens()
         region_token = self.shards.region_token
         cap = self.registry.capacity()
         if not tokens or not cap or region_token is None:  # no tokens without the region token
-            return 0, None
+            return None
         batch = self.settings.claim_batch
         eligible = {
             t: min(batch, n)
@@ -198,109 +223,62 @@ class ClaimLoop:
             if not self.backoff.blocked(t) and self.breakers.state(t) != OPEN
         }
         if not eligible:
-            return 0, None
+            return None
         # at most claim_targets targets per round, fair across namespaces, then queues (rotation.py)
         chosen, cycle_end = self.rotation.pick(eligible, self.settings.claim_targets)
         limits = {t: eligible[t] for t in chosen}
-        modes = {t: self.breakers.state(t) for t in limits}
-        caps: dict = {}
-        failed: dict[Target, Exception] = {}
+        return _Round(
+            fence=Fence(self.region, tokens, region_token, self.shards.trusted),
+            limits=limits,
+            modes={t: self.breakers.state(t) for t in limits},
+            cycle_end=cycle_end,
+            t0=t0,
+        )
 
-        async def claim_group(conn, group: dict[Target, int]):
-            """Claims up to ``group[t]`` of each target of ``group`` in one claim statement: returns
-            ``(claimed, full, idle targets, waits)``; ``full``: some target got all it asked for."""
-            rl, idle, waits = self.rate_limits, set(), []
-            group = dict(group)
-            for t in [t for t in group if modes.get(t, CLOSED) == HALF_OPEN]:
-                group[t] = min(group[t], await self.breakers.probe_allowance(conn, t))
-                if group[t] <= 0:  # probes all out: nothing to claim until they finish
-                    idle.add(t)
-                    del group[t]
-            limited = {t: n for t, n in group.items() if rl.limited(t)}
-            if limited:
-                for t, (n, wait) in (await rl.take(conn, limited)).items():
-                    if n <= 0:  # bucket empty: come back when the next token is due
-                        idle.add(t)
-                        waits.append(wait)
-                        del group[t], limited[t]  # nothing taken: nothing to give back
-                    else:
-                        group[t] = limited[t] = n
-            wants = []
-            for (ns, q), n in group.items():
-                mode, c = modes.get((ns, q), CLOSED), caps.get((ns, q))
-                wants.append(
-                    claim_store.TargetClaim(
-                        ns,
-                        q,
-                        n,
-                        # HALF_OPEN probes are few (GNOMON_BREAKER_PROBES) and are how the queue
-                        # recovers: the retry budget must not hold them back, or an exhausted budget
-                        # keeps the breaker HALF_OPEN for a whole window
-                        retry_cap=(c.retries if c and mode != HALF_OPEN else None),
-                        defer_step_s=c.spacing_s if c else 1.0,
-                        breaker_state=mode if self.breakers.enabled else None,
-                    )
-                )
-            got = await claim_store.claim_targets(
-                conn,
-                region=self.region,
-                tokens=tokens,
-                wants=wants,
-                dispatcher_id=self.dispatcher_id,
-                fence=False,  # one fence check per claim transaction, below
-            )
-            per: dict[Target, int] = {}
-            for c in got:
-                per[(c.namespace, c.queue)] = per.get((c.namespace, c.queue), 0) + 1
-            if limited:
-                await rl.give_back(conn, {t: n - per.get(t, 0) for t, n in limited.items()})
-            full = any(per.get(t, 0) >= n and modes.get(t, CLOSED) != HALF_OPEN for t, n in group.items())
-            return got, full, idle, waits
+    async def _claim(self, plan: _Round) -> tuple[list[Claimed], float | None] | None:
+        """Step 2: the claim transaction through :func:`run_fenced` (region fence, shard fences and
+        the trusted lease checked before it commits): one claim statement for every target, and if
+        that fails for a reason of one target, again with each target in its own savepoint. Returns
+        ``(claimed, next_due_s)``, or None when the lease stopped being trusted (rolled back).
+        Raises :class:`StaleFencingToken` after dropping the shards (or the region) it names."""
+        try:
+            try:
+                return await self._fenced(plan, isolate=False)
+            except Exception as exc:
+                if whole_claim_fault(exc):
+                    raise
+                # one target's rows or code failed: claim again, each target in its own savepoint
+                return await self._fenced(plan, isolate=True)
+        except LeaseNotTrusted:
+            log.warning("claim rolled back: the etcd lease stopped being trusted while it ran")
+            return None
+        except StaleFencingToken as e:
+            if "region" in e.metadata:
+                self.shards.region_stale()
+            else:
+                self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
+            log.warning("claim rejected by the fence: %s", e)
+            raise
 
-        async def tx(conn):
-            out, full, waits = [], False, []
-            idle: set[Target] = set()
-            caps.clear()
-            # region fence first: a region handed over (failover / fail-back) rejects the whole claim
-            await regions.check_region_fence(conn, region=self.region, token=region_token)
-            caps.update(await self.budget.caps(conn, list(limits)))
-            await self.rate_limits.refresh(conn, list(limits))
-            failed.clear()
-            # the fast path: one claim statement for every target (one failure aborts the claim);
-            # isolated: each target in its own savepoint, so a failing one fails alone
-            groups = [limits] if not isolate else [{t: n} for t, n in limits.items()]
-            for group in groups:
-                if not isolate:
-                    got, more, idle_of, waits_of = await claim_group(conn, group)
-                else:
-                    try:
-                        async with conn.begin_nested():  # a savepoint: this target fails alone
-                            got, more, idle_of, waits_of = await claim_group(conn, group)
-                    except Exception as exc:
-                        if whole_claim_fault(exc):
-                            raise
-                        failed.update(dict.fromkeys(group, exc))
-                        idle.update(group)
-                        continue
-                idle |= idle_of
-                waits += waits_of
-                full = full or more
-                out += got
-            # the fence of every shard claimed from, once for all targets, before anything commits
-            await check_fence(conn, self.region, {c.shard: tokens[c.shard] for c in out})
-            if out and not self.shards.trusted():
-                # the lease stopped being trusted while this claim ran: roll it back, claim nothing
-                raise LeaseNotTrusted("etcd lease not trusted any more")
-            if out:
-                faults.point("crash_mid_claim")  # test-only: SIGKILL with the claim written, not committed
+    async def _fenced(self, plan: _Round, *, isolate: bool) -> tuple[list[Claimed], float | None]:
+        """One try of the claim transaction under ``plan.fence``: the claim statements, then (unless
+        a target got all it asked for) the next due time, both before the fence checks and commit."""
+
+        async def tx(fx: Fenced) -> tuple[list[Claimed], float | None]:
+            conn = fx.conn
+            plan.caps.clear()
+            plan.caps.update(await self.budget.caps(conn, list(plan.limits)))
+            await self.rate_limits.refresh(conn, list(plan.limits))
+            plan.failed.clear()
+            out, full, idle, waits = await self._claim_groups(fx, plan, isolate)
             if full:
                 return out, 0.0
-            live = [t for t in limits if t not in idle]
+            live = [t for t in plan.limits if t not in idle]
             delay = (
                 await claim_store.next_due_in(
                     conn,
                     region=self.region,
-                    shards=list(tokens),
+                    shards=list(plan.fence.tokens),
                     targets=live,
                     horizon_s=self.settings.prefetch_s,
                 )
@@ -311,52 +289,110 @@ class ClaimLoop:
                 delay = min(waits) if delay is None else min(delay, min(waits))
             return out, delay
 
-        isolate = False
-        try:
+        # test-only: SIGKILL with the claim written and fenced, not committed
+        return await run_fenced(self.engine, plan.fence, tx, fault_point="crash_mid_claim")
+
+    async def _claim_groups(
+        self, fx: Fenced, plan: _Round, isolate: bool
+    ) -> tuple[list[Claimed], bool, set[Target], list[float]]:
+        """The claim statements of one transaction: normally one for every target (one failure aborts
+        the claim); ``isolate``: one per target, each in its own savepoint, so a failing one fails
+        alone (recorded in ``plan.failed``). Returns ``(claimed, full, idle targets, waits)``."""
+        out: list[Claimed] = []
+        full, waits, idle = False, [], set[Target]()
+        groups = [plan.limits] if not isolate else [{t: n} for t, n in plan.limits.items()]
+        for group in groups:
             try:
-                claimed, delay = await run_transaction(self.engine, tx)
+                if isolate:
+                    async with fx.conn.begin_nested():  # a savepoint: this target fails alone
+                        got, more, idle_of, waits_of = await self._claim_group(fx, plan, group)
+                else:
+                    got, more, idle_of, waits_of = await self._claim_group(fx, plan, group)
             except Exception as exc:
-                if whole_claim_fault(exc):
+                if not isolate or whole_claim_fault(exc):
                     raise
-                # one target's rows or code failed: claim again, each target in its own savepoint
-                isolate = True
-                claimed, delay = await run_transaction(self.engine, tx)
-        except LeaseNotTrusted:
-            log.warning("claim rolled back: the etcd lease stopped being trusted while it ran")
-            return 0, None
-        except StaleFencingToken as e:
-            if "region" in e.metadata:
-                self.shards.region_stale()
-            else:
-                self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
-            log.warning("claim rejected by the fence: %s", e)
-            raise
-        for target in limits:
-            fault = failed.get(target)
-            if fault is None:
-                self.backoff.succeeded(target)
+                plan.failed.update(dict.fromkeys(group, exc))
+                idle.update(group)
                 continue
-            backoff_s = self.backoff.failed(target)
-            log.warning(
-                "claims for namespace=%s queue=%s failed (%s: %s); backing off that queue %.0f s",
-                clip(target[0]),
-                clip(target[1]),
-                type(fault).__name__,
-                clip(str(fault), 200),
-                backoff_s,
+            idle |= idle_of
+            waits += waits_of
+            full = full or more
+            out += got
+        return out, full, idle, waits
+
+    async def _claim_group(
+        self, fx: Fenced, plan: _Round, group: dict[Target, int]
+    ) -> tuple[list[Claimed], bool, set[Target], list[float]]:
+        """Claims up to ``group[t]`` of each target of ``group`` in one claim statement: returns
+        ``(claimed, full, idle targets, waits)``; ``full``: some target got all it asked for."""
+        group, limited, idle, waits = await self._allowances(fx.conn, plan, group)
+        got = await claim_store.claim_targets(
+            fx, wants=self._wants(plan, group), dispatcher_id=self.dispatcher_id
+        )
+        per: dict[Target, int] = {}
+        for c in got:
+            per[(c.namespace, c.queue)] = per.get((c.namespace, c.queue), 0) + 1
+        if limited:
+            await self.rate_limits.give_back(fx.conn, {t: n - per.get(t, 0) for t, n in limited.items()})
+        full = any(per.get(t, 0) >= n and plan.modes.get(t, CLOSED) != HALF_OPEN for t, n in group.items())
+        return got, full, idle, waits
+
+    async def _allowances(
+        self, conn: AsyncConnection, plan: _Round, group: dict[Target, int]
+    ) -> tuple[dict[Target, int], dict[Target, int], set[Target], list[float]]:
+        """``group`` cut to the HALF_OPEN probes left and the rate-limit tokens taken: returns
+        ``(group, limited, idle, waits)``; ``limited``: the tokens taken per rate-limited target (to
+        give back what the claim does not use), ``idle``: the targets left out, ``waits``: seconds
+        until an empty bucket's next token."""
+        rl, idle, waits = self.rate_limits, set[Target](), list[float]()
+        group = dict(group)
+        for t in [t for t in group if plan.modes.get(t, CLOSED) == HALF_OPEN]:
+            group[t] = min(group[t], await self.breakers.probe_allowance(conn, t))
+            if group[t] <= 0:  # probes all out: nothing to claim until they finish
+                idle.add(t)
+                del group[t]
+        limited = {t: n for t, n in group.items() if rl.limited(t)}
+        if limited:
+            for t, (n, wait) in (await rl.take(conn, limited)).items():
+                if n <= 0:  # bucket empty: come back when the next token is due
+                    idle.add(t)
+                    waits.append(wait)
+                    del group[t], limited[t]  # nothing taken: nothing to give back
+                else:
+                    group[t] = limited[t] = n
+        return group, limited, idle, waits
+
+    def _wants(self, plan: _Round, group: dict[Target, int]) -> list[claim_store.TargetClaim]:
+        """What the claim statement asks of each target of ``group``."""
+        wants = []
+        for (ns, q), n in group.items():
+            mode, c = plan.modes.get((ns, q), CLOSED), plan.caps.get((ns, q))
+            wants.append(
+                claim_store.TargetClaim(
+                    ns,
+                    q,
+                    n,
+                    # HALF_OPEN probes are few (GNOMON_BREAKER_PROBES) and are how the queue
+                    # recovers: the retry budget must not hold them back, or an exhausted budget
+                    # keeps the breaker HALF_OPEN for a whole window
+                    retry_cap=(c.retries if c and mode != HALF_OPEN else None),
+                    defer_step_s=c.spacing_s if c else 1.0,
+                    breaker_state=mode if self.breakers.enabled else None,
+                )
             )
-        if failed:
-            next_retry = self.backoff.next_retry_in()
-            if next_retry is not None:
-                delay = next_retry if delay is None else min(delay, next_retry)
-        delay = self._cycle(cycle_end, delay)
+        return wants
+
+    def _settle(self, plan: _Round, claimed: list[Claimed], delay: float | None) -> tuple[int, float | None]:
+        """Step 3, after the commit: back-offs of the targets that failed alone (and cleared for the
+        others), the loop's delay, the retry budget spent, metrics and tracing, then delivery."""
+        delay = self._cycle(plan.cycle_end, self._backoffs(plan, delay))
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("claimed %d (limits %s), next due in %s s", len(claimed), limits, delay)
-        for target in limits:
+            log.debug("claimed %d (limits %s), next due in %s s", len(claimed), plan.limits, delay)
+        for target in plan.limits:
             self.budget.spent(
                 target,
                 sum(1 for c in claimed if (c.namespace, c.queue) == target and c.attempt > 1),
-                caps.get(target),
+                plan.caps.get(target),
             )
         if claimed:
             faults.point("crash_after_claim")
@@ -370,9 +406,31 @@ class ClaimLoop:
             for queue, n in per_queue.items():  # one add per queue and claim, not per job (hot path)
                 metrics.CLAIMED.add(n, {"queue": queue})
             if tracing.ENABLED:
-                dispatch_tracing.claimed(claimed, t0, self.dispatcher_id)
+                dispatch_tracing.claimed(claimed, plan.t0, self.dispatcher_id)
             self.relay.deliver(claimed)
         return len(claimed), delay
+
+    def _backoffs(self, plan: _Round, delay: float | None) -> float | None:
+        """Backs off each target of ``plan`` whose claim failed alone and clears the others; returns
+        ``delay`` shortened to the earliest end of a back-off, if one failed."""
+        for target in plan.limits:
+            fault = plan.failed.get(target)
+            if fault is None:
+                self.backoff.succeeded(target)
+                continue
+            backoff_s = self.backoff.failed(target)
+            log.warning(
+                "claims for namespace=%s queue=%s failed (%s: %s); backing off that queue %.0f s",
+                clip(target[0]),
+                clip(target[1]),
+                type(fault).__name__,
+                clip(str(fault), 200),
+                backoff_s,
+            )
+        next_retry = self.backoff.next_retry_in() if plan.failed else None
+        if next_retry is not None:
+            delay = next_retry if delay is None else min(delay, next_retry)
+        return delay
 
     def _cycle(self, cycle_end: bool, delay: float | None) -> float | None:
         """The loop's delay after a round (:mod:`gnomon.dispatcher.rotation`): 0 while targets of the

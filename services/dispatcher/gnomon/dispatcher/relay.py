@@ -8,7 +8,9 @@ that no live stream holds (a previous owner died between claim commit and delive
 released an attempt or disconnected before accepting; a stream did not accept an attempt within
 ``accept_timeout_s`` of its delivery, :meth:`SessionRegistry.expire_unaccepted`; no worker had
 credits at claim time),
-re-fences them under the current token and delivers them again. A duplicate delivery is harmless:
+re-fences them under the current token (through :func:`gnomon.common.storage.fencing.run_fenced`: the
+region fence, the shards' fences and the trusted lease, checked before the commit) and delivers them
+again. A duplicate delivery is harmless:
 the accept of the second copy is refused (the attempt is already RUNNING for another worker), and
 a worker starts a handler only after its accept is acknowledged.
 """
@@ -30,7 +32,7 @@ from gnomon.common.domain.attempts import Claimed
 from gnomon.common.errors import GnomonError, StaleFencingToken
 from gnomon.common.names import job_name, schedule_name
 from gnomon.common.storage import outbox as outbox_store
-from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.fencing import Fence, LeaseNotTrusted, run_fenced
 from gnomon.common.timeconv import to_duration, to_timestamp
 from gnomon.dispatcher import tracing as dispatch_tracing
 from gnomon.dispatcher.flow import KEEP_PAYLOAD_BYTES, assignment_bytes, assignment_messages
@@ -164,26 +166,32 @@ class Relay:
             )
         tokens = self.shards.tokens()
         cap = sum(self.registry.capacity().values())
-        if not tokens:
+        region_token = self.shards.region_token
+        if not tokens or region_token is None:
             self.backlog = False
             return 0
         # no credits anywhere: only look whether something waits (the claim loop serves it first
         # once credits come back)
         limit = min(cap, self.batch) if cap else 1
         try:
-            rows = await run_transaction(
+            rows = await run_fenced(
                 self.engine,
-                lambda c: outbox_store.pending_outbox(
-                    c,
-                    region=self.region,
-                    tokens=tokens,
+                Fence(self.region, tokens, region_token, self.shards.trusted),
+                lambda fx: outbox_store.pending_outbox(
+                    fx,
                     exclude=self.registry.in_flight(),
                     limit=limit,
                     min_age_s=self.interval_s,
                 ),
             )
+        except LeaseNotTrusted:
+            self.backlog = False
+            return 0
         except StaleFencingToken as e:
-            self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
+            if "region" in e.metadata:
+                self.shards.region_stale()
+            else:
+                self.shards.drop([int(s) for s in e.metadata.get("shards", "").split(",") if s])
             self.backlog = False
             return 0
         except GnomonError as e:

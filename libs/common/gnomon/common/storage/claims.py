@@ -37,7 +37,7 @@ from gnomon.common.domain.attempts import Claimed, OccurrenceInfo
 from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.batches import row_params, unnest_rows
-from gnomon.common.storage.fencing import check_fence
+from gnomon.common.storage.fencing import Fenced
 from gnomon.common.storage.predicates import state_is
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.common.storage.statements import named
@@ -290,17 +290,14 @@ class TargetClaim:
 
 
 async def claim_due(
-    conn: AsyncConnection,
+    fx: Fenced,
     *,
-    region: str,
-    tokens: dict[int, int],
     targets: list[tuple[str, str]],
     limit: int,
     dispatcher_id: str,
     retry_cap: int | None = None,
     defer_step_s: float = 1.0,
     breaker_state: str | None = BreakerState.CLOSED,
-    fence: bool = True,
 ) -> list[Claimed]:
     """Claims up to ``limit`` due jobs over all ``targets`` (the (namespace, queue) pairs some
     connected worker can take), oldest ``scheduled_at`` first, each target with the same
@@ -309,43 +306,36 @@ async def claim_due(
     if limit <= 0:
         return []
     wants = [TargetClaim(ns, q, limit, retry_cap, defer_step_s, breaker_state) for ns, q in targets]
-    return await claim_targets(
-        conn, region=region, tokens=tokens, wants=wants, dispatcher_id=dispatcher_id, total=limit, fence=fence
-    )
+    return await claim_targets(fx, wants=wants, dispatcher_id=dispatcher_id, total=limit)
 
 
 async def claim_targets(
-    conn: AsyncConnection,
+    fx: Fenced,
     *,
-    region: str,
-    tokens: dict[int, int],
     wants: Sequence[TargetClaim],
     dispatcher_id: str,
     total: int | None = None,
-    fence: bool = True,
 ) -> list[Claimed]:
     """Claims, in one statement whatever the number of ``wants``, up to each target's ``limit`` of
-    its due jobs in the owned shards (``tokens``: shard -> fencing token), at most ``total`` (None:
-    the sum of the limits) over all targets; returned oldest ``scheduled_at`` first.
+    its due jobs in the shards of the fenced transaction ``fx`` (:func:`run_fenced`; ``fx.tokens``:
+    shard -> fencing token of region ``fx.region``), at most ``total`` (None: the sum of the limits)
+    over all targets; returned oldest ``scheduled_at`` first.
 
     Due means ``state = SCHEDULED AND scheduled_at <= now()`` by the database clock, so nothing is
     claimed early, and ``deadline`` (if any) still ahead. The statement (data-modifying CTEs over a
     lateral join of the target array, accepted by PostgreSQL and CockroachDB) selects with ``FOR
     UPDATE SKIP LOCKED`` (concurrent claimers never block each other), moves the jobs SCHEDULED ->
     QUEUED (version + 1, attempt + 1, dispatched_at) and inserts their attempt rows (lease end =
-    dispatched_at + lease; a QUEUED attempt row is the outbox record) stamped with the shard's token;
-    a second statement checks the fence of the involved shards. Both run in the caller's
-    transaction, so a stale token (:class:`StaleFencingToken`) rolls all of it back.
+    dispatched_at + lease; a QUEUED attempt row is the outbox record) stamped with the shard's token,
+    and touches the shards claimed from, so :func:`run_fenced` checks their fence before the commit:
+    a stale token (:class:`StaleFencingToken`) rolls all of it back.
 
     Per target, only while the queue's circuit breaker is in its ``breaker_state`` (no
     ``queue_state`` row counts as CLOSED); its ``retry_cap`` bounds the retries (attempt >= 1) taken,
     the due retries beyond it are pushed back by multiples of ``defer_step_s`` (see
     :mod:`gnomon.dispatcher.budget`). The first claim of a job sets ``first_dispatched_at``.
-
-    ``fence=False`` leaves the fence check to the caller, who must call
-    :func:`gnomon.common.storage.fencing.check_fence` over the shards of every row claimed before its
-    transaction commits (the dispatcher does once per claim transaction).
     """
+    region, tokens = fx.region, fx.tokens
     wants = [w for w in wants if w.limit > 0]
     if not tokens or not wants:
         return []
@@ -372,11 +362,10 @@ async def claim_targets(
         ),
         **row_params("t", shard=list(tokens), token=list(tokens.values())),
     }
-    rows = (await conn.execute(CLAIM, params)).mappings().all()
+    rows = (await fx.conn.execute(CLAIM, params)).mappings().all()
     if not rows:
         return []
-    if fence:
-        await check_fence(conn, region, {r["shard"]: tokens[r["shard"]] for r in rows})
+    fx.touch({r["shard"] for r in rows})
     return [
         claimed_of(r, token=r["token"], lease_expires_at=r["lease_expires_at"])
         for r in sorted(rows, key=lambda r: r["scheduled_at"])

@@ -4,18 +4,35 @@ re-publication transaction then re-checks ``(region, shard, token)`` against tha
 transaction* (:func:`check_fence`) and aborts with :class:`StaleFencingToken` if a newer owner
 recorded a larger token. The check takes the row lock, so a hand-over waits for an in-flight claim to
 commit.
+
+Every shard-scoped write runs through :func:`run_fenced`, the one place these checks happen: it opens
+the transaction, checks the region fence (:func:`gnomon.common.storage.regions.check_region_fence`)
+first, runs the unit of work, and before the commit checks the fence of every shard the work touched
+and that the etcd lease is still trusted locally. The storage functions that write shard-scoped
+rows (the claim, the outbox re-publication) take the :class:`Fenced` transaction it hands them, never a
+bare connection, so none can run outside it. The shape is Temporal's ``txExecuteShardLocked``
+(``common/persistence/sql/execution.go``: one transaction that read-locks the shard row and compares
+its range id, runs the work, and commits), with the shard check moved after the work so that only the
+shards it wrote are locked.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
 from sqlalchemy import BigInteger, Integer, bindparam, func
 from sqlalchemy.dialects.postgresql import insert as pg_insert  # only for ON CONFLICT
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.dml import ReturningInsert
 from sqlalchemy.sql.expression import update
 
+from gnomon.common import faults
 from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.regions import check_region_fence
 from gnomon.common.storage.schema import shard_owners
 from gnomon.common.storage.statements import builder, named
 
@@ -82,3 +99,80 @@ async def check_fence(conn: AsyncConnection, region: str, tokens: dict[int, int]
         raise StaleFencingToken(
             f"fencing token is stale for shards {stale}", metadata={"shards": ",".join(map(str, stale))}
         )
+
+
+T = TypeVar("T")
+
+
+class LeaseNotTrusted(Exception):
+    """Raised by :func:`run_fenced` (rolling its transaction back) when the unit of work touched a
+    shard and the etcd session lease was no longer locally trusted just before the commit."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What a fenced unit of work must still hold when it commits: home region ``region`` under the
+    region-level token ``region_token`` (an etcd create revision, :mod:`gnomon.common.storage.regions`),
+    the shards ``tokens`` (shard number -> fencing token, etcd create revisions) and a locally trusted
+    etcd lease (``trusted()``, called just before the commit)."""
+
+    region: str
+    tokens: Mapping[int, int]
+    region_token: int
+    trusted: Callable[[], bool]
+
+
+class Fenced:
+    """The transaction of one :func:`run_fenced` unit: its connection ``conn`` and the ``region``
+    and ``tokens`` (shard -> token) it may write under. A storage function that writes a shard's rows
+    calls :meth:`touch` with the shards it wrote, and the fence of each is checked before the commit.
+    Only :func:`run_fenced` makes one."""
+
+    __slots__ = ("conn", "region", "tokens", "touched")
+
+    def __init__(self, conn: AsyncConnection, fence: Fence) -> None:
+        self.conn = conn
+        self.region = fence.region
+        self.tokens: Mapping[int, int] = fence.tokens
+        self.touched: set[int] = set()
+
+    def touch(self, shards: Iterable[int]) -> None:
+        """Records that this transaction wrote rows of ``shards``. Raises ``KeyError`` for a shard
+        outside :attr:`tokens` (one this process does not own)."""
+        for s in shards:
+            if s not in self.tokens:
+                raise KeyError(f"shard {s} is not owned by this fenced transaction")
+            self.touched.add(s)
+
+
+async def run_fenced(
+    engine: AsyncEngine,
+    fence: Fence,
+    fn: Callable[[Fenced], Awaitable[T]],
+    *,
+    fault_point: str | None = None,
+) -> T:
+    """Runs ``fn`` as one transaction (:func:`run_transaction`: retried whole on 40001/40P01) that
+    commits only under ``fence``: the region fence is checked (and its row locked ``FOR SHARE``)
+    before ``fn`` runs; after it, the shards ``fn`` touched are locked and their tokens checked, and
+    if it touched any, the lease must still be trusted. ``fault_point`` (test-only,
+    :mod:`gnomon.common.faults`) fires after those checks, just before the commit, when a shard was
+    touched. Returns what ``fn`` returned.
+
+    Raises :class:`StaleFencingToken` (metadata ``region``, or ``shards``: the stale ones) or
+    :class:`LeaseNotTrusted`; either way nothing of the unit is committed.
+    """
+
+    async def tx(conn: AsyncConnection) -> T:
+        await check_region_fence(conn, region=fence.region, token=fence.region_token)
+        fx = Fenced(conn, fence)
+        out = await fn(fx)
+        if fx.touched:
+            await check_fence(conn, fence.region, {s: fence.tokens[s] for s in fx.touched})
+            if not fence.trusted():
+                raise LeaseNotTrusted("etcd lease not trusted any more")
+            if fault_point:
+                faults.point(fault_point)
+        return out
+
+    return await run_transaction(engine, tx)

@@ -14,12 +14,11 @@ from collections.abc import Collection, Sequence
 from datetime import timedelta
 
 from sqlalchemy import Select, Update, func, select, tuple_, update
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.attempts import AttemptId, Claimed
 from gnomon.common.domain.states import AttemptState
 from gnomon.common.storage.claims import ASSIGN_COLS, claimed_of
-from gnomon.common.storage.fencing import check_fence
+from gnomon.common.storage.fencing import Fenced
 from gnomon.common.storage.schema import attempts, jobs, shard_owners
 from gnomon.common.storage.statements import builder
 
@@ -72,22 +71,24 @@ def assignments_stmt(job_ids: Sequence[object]) -> Select[tuple[object, ...]]:
 
 
 async def pending_outbox(
-    conn: AsyncConnection,
+    fx: Fenced,
     *,
-    region: str,
-    tokens: dict[int, int],
     exclude: Collection[tuple[uuid.UUID, int]],
     limit: int,
     min_age_s: float = 0.0,
 ) -> list[Claimed]:
-    """QUEUED attempts of the owned shards (oldest first, at most ``limit``), re-fenced: the outbox.
+    """QUEUED attempts of the shards of the fenced transaction ``fx`` (:func:`run_fenced`; oldest
+    first, at most ``limit``), re-fenced: the outbox.
 
     Every one is re-stamped with its shard's current token (a previous owner may have crashed
-    between claim commit and delivery) and its lease restarts;
+    between claim commit and delivery) and its lease restarts; the shards re-stamped are touched, so
+    their fence is checked before the commit;
     rows in ``exclude`` (``(job_id, attempt)`` being delivered by this process right now) and rows
     younger than ``min_age_s`` seconds (their claimer is probably delivering them this instant) are
-    skipped. Raises :class:`StaleFencingToken` if this process no longer owns a shard involved.
+    skipped. :func:`run_fenced` raises :class:`StaleFencingToken` if this process no longer owns a
+    shard involved.
     """
+    conn, region, tokens = fx.conn, fx.region, fx.tokens
     if not tokens:
         return []
     q = pending_stmt(region, list(tokens), limit + len(exclude), min_age_s)
@@ -96,7 +97,7 @@ async def pending_outbox(
     ]
     if not rows:
         return []
-    await check_fence(conn, region, {r["shard"]: tokens[r["shard"]] for r in rows})
+    fx.touch({r["shard"] for r in rows})
     keys = [AttemptId(r["job_id"], r["attempt"]) for r in rows]
     live = (await conn.execute(restamp_attempts_stmt(region, keys))).mappings().all()
     if not live:
