@@ -1,0 +1,150 @@
+"""Migration 0020 (the indexes follow the write set) on a database holding jobs in every state: each
+live job finishes afterwards through the storage functions the services use, the finished ones stay
+where they are, request-id idempotency still holds for jobs created before it, and the DLQ and the
+namespace quota still find their rows.
+
+The jobs are created by this release's storage code on the schema before 0020, which is also the
+order of a rolling upgrade (docs/operations.md): services first, then the migration."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from alembic.script import ScriptDirectory
+from sqlalchemy import select, text, update
+
+from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
+from gnomon.common.domain.dead_letters import DeadLetterFilter
+from gnomon.common.domain.failures import FailureClass
+from gnomon.common.errors import AlreadyExists
+from gnomon.common.storage import cancel, dead_letters, leases, namespaces, reaping, results
+from gnomon.common.storage import claims as claim_store
+from gnomon.common.storage import jobs as jobs_store
+from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.migrations import config, upgrade
+from gnomon.common.storage.schema import attempts, jobs
+from gnomon_test_support import new_job_spec, open_engine, own_shards
+
+pytestmark = pytest.mark.asyncio
+TOKEN = 5
+RID = uuid.UUID(int=42)
+
+
+async def _claim(engine, queue: str) -> list[Claimed]:
+    return await run_transaction(
+        engine,
+        lambda c: claim_store.claim_due(
+            c, region="local", tokens={0: TOKEN}, targets=[("default", queue)], limit=50, dispatcher_id="d"
+        ),
+    )
+
+
+def _key(c: Claimed) -> AttemptKey:
+    return AttemptKey(c.job_id, c.attempt, c.version, c.token)
+
+
+async def _accept(engine, cs: list[Claimed]) -> None:
+    got = await run_transaction(engine, lambda c: leases.accept(c, [_key(x) for x in cs], "w", "alice"))
+    assert len(got) == len(cs)
+
+
+async def _finish(engine, cs: list[Claimed], ok: bool = True) -> None:
+    res = [
+        Result(_key(x), ok, FailureClass.PERMANENT, "" if ok else "bad input", owner="alice", worker_id="w")
+        for x in cs
+    ]
+    got = await run_transaction(engine, lambda c: results.complete(c, res))
+    assert set(got.values()) == {""}
+
+
+async def _insert(engine, queue: str, **fields) -> uuid.UUID:
+    spec = new_job_spec(queue=queue, **fields)
+    await run_transaction(engine, lambda c: jobs_store.insert_job(c, spec))
+    return spec.id
+
+
+async def _states(engine) -> dict[uuid.UUID, str]:
+    async with engine.connect() as c:
+        return {r.id: r.state for r in await c.execute(select(jobs.c.id, jobs.c.state))}
+
+
+async def test_jobs_in_every_state_finish_after_the_migration(pg_server):
+    name = f"wset_{uuid.uuid4().hex[:8]}"
+    url = pg_server.create_database(name)
+    engine = None
+    try:
+        before = ScriptDirectory.from_config(config(url)).get_revision("0020").down_revision
+        upgrade(url, str(before))
+        engine = open_engine(url)
+        await own_shards(engine, TOKEN)
+        # on the old schema: one job in each state
+        scheduled = await _insert(engine, "later", request_id=RID, request_hash="h1")
+        cancelled = await _insert(engine, "later")
+        for q in ("queued", "running", "lost", "done", "dead"):
+            await _insert(engine, q, idempotent=True, max_attempts=2 if q == "lost" else 1)
+        [queued] = await _claim(engine, "queued")
+        [running] = await _claim(engine, "running")
+        [lost] = await _claim(engine, "lost")
+        [done] = await _claim(engine, "done")
+        [dead] = await _claim(engine, "dead")
+        await _accept(engine, [running, lost, done, dead])
+        await _finish(engine, [done])
+        await _finish(engine, [dead], ok=False)
+        await run_transaction(engine, lambda c: cancel.cancel_job(c, "default", cancelled))
+        assert sorted((await _states(engine)).values()) == sorted(
+            ["SCHEDULED", "CANCELLED", "QUEUED", "RUNNING", "RUNNING", "SUCCEEDED", "DEAD"]
+        )
+
+        await engine.dispose()
+        upgrade(url)
+        engine = open_engine(url)
+
+        # the live jobs finish: the QUEUED attempt is accepted, the RUNNING one reports, the lost
+        # lease is reaped (retried: idempotent, attempts left) and the retry runs, the SCHEDULED job runs
+        await _accept(engine, [queued])
+        await _finish(engine, [queued, running])
+        async with engine.begin() as c:  # its lease ended an hour ago
+            await c.execute(
+                update(attempts)
+                .where(attempts.c.job_id == lost.job_id)
+                .values(lease_expires_at=text("now() - interval '1 hour'"))
+            )
+        reaped = await run_transaction(
+            engine,
+            lambda c: reaping.reap_lost_leases(
+                c, region="local", skew_margin_s=1.0, limit=10, retry_delay_s=lambda _: 0.0
+            ),
+        )
+        assert [r.job_id for r in reaped] == [lost.job_id]
+        [retry] = await _claim(engine, "lost")
+        assert retry.attempt == 2
+        [later] = await _claim(engine, "later")
+        assert later.job_id == scheduled
+        await _accept(engine, [retry, later])
+        await _finish(engine, [retry, later])
+
+        states = await _states(engine)
+        assert states.pop(cancelled) == "CANCELLED"
+        assert states.pop(dead.job_id) == "DEAD"
+        assert set(states.values()) == {"SUCCEEDED"} and len(states) == 5
+        async with engine.connect() as c:
+            assert (await c.execute(namespaces.pending_jobs_stmt("default", 100))).scalar_one() == 0
+            listed = await dead_letters.list_dead_letters(
+                c, DeadLetterFilter("default"), include_replayed=False, limit=10, after=None
+            )
+            assert [r["id"] for r in listed] == [dead.job_id]
+            open_attempts = await c.execute(select(attempts.c.job_id).where(attempts.c.finished_at.is_(None)))
+            assert open_attempts.all() == []
+
+        # a request id used before the migration: the same request returns that job, another is refused
+        again = new_job_spec(queue="later", request_id=RID, request_hash="h1")
+        row, created = await run_transaction(engine, lambda c: jobs_store.insert_job(c, again))
+        assert (row["id"], created) == (scheduled, False)
+        other = new_job_spec(queue="later", request_id=RID, request_hash="h2")
+        with pytest.raises(AlreadyExists):
+            await run_transaction(engine, lambda c: jobs_store.insert_job(c, other))
+    finally:
+        if engine is not None:
+            await engine.dispose()
+        pg_server.drop_database(name)
