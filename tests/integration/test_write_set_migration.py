@@ -13,6 +13,7 @@ import uuid
 import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import select, text, update
+from sqlalchemy.exc import DBAPIError
 
 from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
 from gnomon.common.domain.dead_letters import DeadLetterFilter
@@ -144,6 +145,21 @@ async def test_jobs_in_every_state_finish_after_the_migration(pg_server):
         other = new_job_spec(queue="later", request_id=RID, request_hash="h2")
         with pytest.raises(AlreadyExists):
             await run_transaction(engine, lambda c: jobs_store.insert_job(c, other))
+        # the previous release's create (no index predicate in its ON CONFLICT) is refused: no
+        # unique index matches it (docs/operations.md: services first, then the migration)
+        old_form = jobs_store.INSERT_JOB_IDEMPOTENT.compile(dialect=engine.dialect)
+        assert "WHERE request_id IS NOT NULL" in str(old_form)
+        async with engine.connect() as c:
+            with pytest.raises(DBAPIError, match="no unique or exclusion constraint"):
+                await c.execute(
+                    text(
+                        "INSERT INTO jobs (id, namespace, region, shard, queue, payload, state, version, "
+                        "scheduled_at, max_attempts, attempt, idempotency_key, lease_ms, request_id) "
+                        "VALUES (gen_random_uuid(), 'default', 'local', 0, 'q', '', 'SCHEDULED', 1, now(), "
+                        "1, 0, 'k', 1000, :rid) ON CONFLICT (namespace, request_id) DO NOTHING"
+                    ),
+                    {"rid": uuid.uuid4()},
+                )
     finally:
         if engine is not None:
             await engine.dispose()
