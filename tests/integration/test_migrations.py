@@ -25,6 +25,7 @@ def test_migrate_from_empty_equals_models(pg_server):
         assert tables == {
             "jobs",
             "attempts",
+            "queue_claims",
             "shard_owners",
             "audit_log",
             "dlq_replays",
@@ -71,13 +72,17 @@ def test_migrated_indexes_and_fillfactors_equal_the_models(pg_server):
             engine.dispose()
         assert defs["migrated"] == defs["created"]
         indexes, fill = defs["migrated"]
-        assert {r.relname: int(r.option_value) for r in fill} == fillfactors() == {"attempts": 50}
+        assert (
+            {r.relname: int(r.option_value) for r in fill}
+            == fillfactors()
+            == {"attempts": 50, "queue_claims": 50}
+        )
         by_name = {r.indexname: r.indexdef for r in indexes}
         assert "WHERE (request_id IS NOT NULL)" in by_name["uq_jobs_request_id"]
         assert "WHERE (finished_at IS NULL)" in by_name["ix_attempts_open"]
         # no attempts index holds a column the accept or the heartbeat writes (they stay HOT)
         on_attempts = [d.split(" USING ", 1)[1] for d in by_name.values() if " ON public.attempts " in d]
-        assert len(on_attempts) == 4  # primary key, open, finished, claimed_at
+        assert len(on_attempts) == 3  # primary key, open, finished
         for written in ("state", "lease_expires_at", "token", "owner", "worker_id", "accepted_at"):
             assert not [d for d in on_attempts if written in d], written
     finally:

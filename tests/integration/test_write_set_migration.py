@@ -3,8 +3,10 @@ live job finishes afterwards through the storage functions the services use, the
 where they are, request-id idempotency still holds for jobs created before it, and the DLQ and the
 namespace quota still find their rows.
 
-The jobs are created by this release's storage code on the schema before 0020, which is also the
-order of a rolling upgrade (docs/operations.md): services first, then the migration."""
+Before the migration the jobs are created by this release's create (the API is upgraded before the
+migration, docs/operations.md), claimed as the previous release's dispatcher claims (its statement,
+written out below: this release's claim also counts into ``queue_claims``, which 0020 adds), and
+accepted and finished by the accept and result statements both releases share."""
 
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import select, text, update
 from sqlalchemy.exc import DBAPIError
 
-from gnomon.common.domain.attempts import AttemptKey, Claimed, Result
+from gnomon.common.domain.attempts import AttemptKey, Result
 from gnomon.common.domain.dead_letters import DeadLetterFilter
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.errors import AlreadyExists
-from gnomon.common.storage import cancel, dead_letters, leases, namespaces, reaping, results
+from gnomon.common.storage import cancel, dead_letters, leases, namespaces, queues, reaping, results
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
@@ -32,28 +34,45 @@ TOKEN = 5
 RID = uuid.UUID(int=42)
 
 
-async def _claim(engine, queue: str) -> list[Claimed]:
-    return await run_transaction(
+async def _claim(engine, queue: str) -> list[AttemptKey]:
+    claimed = await run_transaction(
         engine,
         lambda c: claim_store.claim_due(
             c, region="local", tokens={0: TOKEN}, targets=[("default", queue)], limit=50, dispatcher_id="d"
         ),
     )
+    return [AttemptKey(x.job_id, x.attempt, x.version, x.token) for x in claimed]
 
 
-def _key(c: Claimed) -> AttemptKey:
-    return AttemptKey(c.job_id, c.attempt, c.version, c.token)
+_OLD_CLAIM = """
+WITH c AS (UPDATE jobs SET state = 'QUEUED', version = version + 1, attempt = attempt + 1,
+    dispatched_at = now(), started_at = NULL, first_dispatched_at = coalesce(first_dispatched_at, now())
+  WHERE queue = :queue AND state = 'SCHEDULED' RETURNING *)
+INSERT INTO attempts (job_id, attempt, region, shard, token, version, state, dispatcher_id, claimed_at,
+  lease_ms, lease_expires_at, namespace, queue)
+SELECT id, attempt, region, shard, :token, version, 'QUEUED', 'old', dispatched_at, lease_ms,
+  dispatched_at + lease_ms * interval '1 ms', namespace, queue FROM c
+RETURNING job_id, attempt, version, token
+"""
 
 
-async def _accept(engine, cs: list[Claimed]) -> None:
-    got = await run_transaction(engine, lambda c: leases.accept(c, [_key(x) for x in cs], "w", "alice"))
-    assert len(got) == len(cs)
+async def _old_claim(engine, queue: str) -> AttemptKey:
+    """The previous release's claim of the one job of ``queue`` (its CLAIM statement, less the due
+    index walk and the budget, which do not change what it writes)."""
+    async with engine.begin() as c:
+        [row] = (await c.execute(text(_OLD_CLAIM), {"queue": queue, "token": TOKEN})).all()
+    return AttemptKey(*row)
 
 
-async def _finish(engine, cs: list[Claimed], ok: bool = True) -> None:
+async def _accept(engine, keys: list[AttemptKey]) -> None:
+    got = await run_transaction(engine, lambda c: leases.accept(c, keys, "w", "alice"))
+    assert len(got) == len(keys)
+
+
+async def _finish(engine, keys: list[AttemptKey], ok: bool = True) -> None:
     res = [
-        Result(_key(x), ok, FailureClass.PERMANENT, "" if ok else "bad input", owner="alice", worker_id="w")
-        for x in cs
+        Result(k, ok, FailureClass.PERMANENT, "" if ok else "bad input", owner="alice", worker_id="w")
+        for k in keys
     ]
     got = await run_transaction(engine, lambda c: results.complete(c, res))
     assert set(got.values()) == {""}
@@ -84,11 +103,9 @@ async def test_jobs_in_every_state_finish_after_the_migration(pg_server):
         cancelled = await _insert(engine, "later")
         for q in ("queued", "running", "lost", "done", "dead"):
             await _insert(engine, q, idempotent=True, max_attempts=2 if q == "lost" else 1)
-        [queued] = await _claim(engine, "queued")
-        [running] = await _claim(engine, "running")
-        [lost] = await _claim(engine, "lost")
-        [done] = await _claim(engine, "done")
-        [dead] = await _claim(engine, "dead")
+        queued, running, lost, done, dead = [
+            await _old_claim(engine, q) for q in ("queued", "running", "lost", "done", "dead")
+        ]
         await _accept(engine, [running, lost, done, dead])
         await _finish(engine, [done])
         await _finish(engine, [dead], ok=False)
@@ -119,6 +136,12 @@ async def test_jobs_in_every_state_finish_after_the_migration(pg_server):
         )
         assert [r.job_id for r in reaped] == [lost.job_id]
         [retry] = await _claim(engine, "lost")
+        # the retry budget's counts: the claims before the migration (filled from the attempts) and after
+        counts = await run_transaction(
+            engine,
+            lambda c: queues.budget_counts(c, region="local", namespace="default", queue="lost", window_s=60),
+        )
+        assert (counts.first_attempts, counts.retries) == (1, 1)
         assert retry.attempt == 2
         [later] = await _claim(engine, "later")
         assert later.job_id == scheduled

@@ -25,13 +25,14 @@ from sqlalchemy import (
 )
 
 from gnomon.common.storage.schema_base import TS, metadata
-from gnomon.common.storage.schema_jobs import attempts, jobs
+from gnomon.common.storage.schema_jobs import attempts, jobs, queue_claims
 
 __all__ = [
     "TS",
     "metadata",
     "jobs",
     "attempts",
+    "queue_claims",
     "shard_owners",
     "audit_log",
     "dlq_replays",

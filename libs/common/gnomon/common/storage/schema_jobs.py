@@ -235,11 +235,11 @@ attempts = Table(
         server_default=false(),
         comment="pushed to the worker in heartbeat acks",
     ),
-    # Migration 0005: the job's queue, so the retry budget (attempts claimed in a window) and the
-    # circuit breaker (attempts finished in a window) read one queue's index range.
+    # Migration 0005: the job's queue, so the circuit breaker (attempts finished in a window) reads
+    # one queue's index range.
     Column("namespace", String(63), nullable=False),
     Column("queue", String(64), nullable=False),
-    Index(None, "region", "namespace", "queue", "claimed_at"),
+    # (migration 0020 dropped the (region, namespace, queue, claimed_at) index: ``queue_claims``)
     # The breaker reads finished attempts of a window; unfinished ones are not indexed (0014).
     Index(
         "ix_attempts_finished",
@@ -258,3 +258,23 @@ attempts = Table(
     Index("ix_attempts_open", "region", "shard", "claimed_at", postgresql_where=text("finished_at IS NULL")),
 )
 with_fillfactor(attempts, ATTEMPTS_FILLFACTOR)
+
+#: Attempts claimed per queue per second (migration 0020): the retry budget's window counts read
+#: these instead of an index on ``attempts.claimed_at``. Each claim adds
+#: its counts in its own transaction (one upsert per claim, a row per queue it took from); one row
+#: per (queue, second, dispatcher), so dispatchers never wait on each other's counter rows. The
+#: reaper deletes rows older than ``gnomon.common.storage.queue_counts.KEPT_S``.
+queue_claims = Table(
+    "queue_claims",
+    metadata,
+    Column("region", String(32), primary_key=True),
+    Column("namespace", String(63), primary_key=True),
+    Column("queue", String(64), primary_key=True),
+    Column("bucket_start", TS, primary_key=True, comment="the claims' second: date_trunc('second', now())"),
+    Column("dispatcher_id", String(128), primary_key=True, comment="the claiming dispatcher"),
+    Column("first_attempts", BigInteger, nullable=False, comment="attempts numbered 1 claimed"),
+    Column("retries", BigInteger, nullable=False, comment="attempts numbered 2 and up claimed"),
+    Index("ix_queue_claims_bucket", "region", "bucket_start"),  # the reaper's pruning
+)
+# counts change in place, keys never: room for the new versions keeps the upserts HOT
+with_fillfactor(queue_claims, 50)

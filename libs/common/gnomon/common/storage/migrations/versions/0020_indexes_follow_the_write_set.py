@@ -1,5 +1,5 @@
 """schema: the indexes follow the write set (partial to the states that read them, one open-attempts
-index, fillfactor on attempts)
+index, fillfactor on attempts, claims counted per queue and second)
 
 An update that changes no indexed column (index keys and partial-index predicates alike) can be a
 HOT update and writes no index entry; any other update adds an entry to every index whose predicate
@@ -17,9 +17,16 @@ the new row meets. Per job of a drain the per-job path made five non-HOT updates
   (PostgreSQL only: CockroachDB has no fillfactor). Existing pages fill up to the old 100 % until
   they are rewritten; new attempts get the room.
 
-Order of a rolling upgrade (docs/operations.md): the services first, then this migration. The new
-``ON CONFLICT ... WHERE request_id IS NOT NULL`` also infers the old full unique constraint; the
-previous release's ``ON CONFLICT (namespace, request_id)`` cannot infer the partial index.
+* ``queue_claims``: attempts claimed per (region, namespace, queue, second, dispatcher), written by
+  the claim statement, read by the retry budget (the breaker's probes: finished and open attempts); it replaces the
+  ``attempts (region, namespace, queue, claimed_at)`` index (two entries per attempt: the claim's
+  insert and the result's re-insert of the unchanged key). Filled from the attempts of the last
+  3,660 s (the longest budget window and a minute) before that index is dropped.
+
+Order of a rolling upgrade (docs/operations.md): the api first (its ``ON CONFLICT ... WHERE
+request_id IS NOT NULL`` also infers the old full unique constraint; the previous release's ``ON
+CONFLICT (namespace, request_id)`` cannot infer the partial index), then this migration, then the
+dispatchers (their claim writes ``queue_claims``).
 
 Revision ID: 0020
 Revises: 0018
@@ -62,13 +69,43 @@ def upgrade() -> None:
     )
     op.drop_index('ix_attempts_running_lease', table_name='attempts')
     op.drop_index('ix_attempts_queued', table_name='attempts')
+    op.create_table(
+        'queue_claims',
+        sa.Column('region', sa.String(length=32), nullable=False),
+        sa.Column('namespace', sa.String(length=63), nullable=False),
+        sa.Column('queue', sa.String(length=64), nullable=False),
+        sa.Column('bucket_start', sa.DateTime(timezone=True), nullable=False,
+                  comment="the claims' second: date_trunc('second', now())"),
+        sa.Column('dispatcher_id', sa.String(length=128), nullable=False, comment='the claiming dispatcher'),
+        sa.Column('first_attempts', sa.BigInteger(), nullable=False, comment='attempts numbered 1 claimed'),
+        sa.Column('retries', sa.BigInteger(), nullable=False, comment='attempts numbered 2 and up claimed'),
+        sa.PrimaryKeyConstraint(
+            'region', 'namespace', 'queue', 'bucket_start', 'dispatcher_id', name=op.f('pk_queue_claims')
+        ),
+    )
+    op.create_index('ix_queue_claims_bucket', 'queue_claims', ['region', 'bucket_start'])
+    # the claims of the longest budget window so far, from the attempt rows (through their
+    # claimed_at index, dropped right after)
+    op.execute(
+        "INSERT INTO queue_claims (region, namespace, queue, bucket_start, dispatcher_id, first_attempts, retries) "
+        "SELECT region, namespace, queue, date_trunc('second', claimed_at), dispatcher_id, "
+        "sum(CASE WHEN attempt = 1 THEN 1 ELSE 0 END), sum(CASE WHEN attempt > 1 THEN 1 ELSE 0 END) "
+        "FROM attempts WHERE claimed_at >= now() - interval '3660 seconds' GROUP BY 1, 2, 3, 4, 5"
+    )
+    op.drop_index('ix_attempts_region_namespace_queue_claimed_at', table_name='attempts')
     if _postgresql():
         op.execute('ALTER TABLE attempts SET (fillfactor = 50)')
+        op.execute('ALTER TABLE queue_claims SET (fillfactor = 50)')
 
 
 def downgrade() -> None:
     if _postgresql():
         op.execute('ALTER TABLE attempts RESET (fillfactor)')
+    op.create_index(
+        'ix_attempts_region_namespace_queue_claimed_at', 'attempts', ['region', 'namespace', 'queue', 'claimed_at']
+    )
+    op.drop_index('ix_queue_claims_bucket', table_name='queue_claims')
+    op.drop_table('queue_claims')
     op.create_index(
         'ix_attempts_queued', 'attempts', ['region', 'shard', 'claimed_at'],
         postgresql_where=sa.text("state = 'QUEUED'"),
