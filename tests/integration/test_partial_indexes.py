@@ -12,6 +12,7 @@ of ``pg_stat_user_indexes`` show which index each statement read.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -150,17 +151,17 @@ async def _filled(eng) -> None:
         await c.execute(text("ANALYZE attempts"))
 
 
-async def _reads(eng, index: str, stmt) -> None:
-    """Runs ``stmt`` four times (generic plans); each run scans ``index``."""
+async def _reads(eng, index: str, stmt, params=None) -> None:
+    """Runs ``stmt`` (with ``params``) four times (generic plans); each run scans ``index``."""
     before = await scans(eng, index)
     for _ in range(4):
-        await run_transaction(eng, lambda c: c.execute(stmt))
+        await run_transaction(eng, lambda c: c.execute(stmt, params))
     assert await scans(eng, index) >= before + 4, index
 
 
 async def test_every_reader_of_a_narrowed_index_still_reads_it(generic_engine):
     from gnomon.common.domain.dead_letters import DeadLetterFilter
-    from gnomon.common.storage import dead_letters, namespaces, outbox, planning, schedules
+    from gnomon.common.storage import dead_letters, namespaces, outbox, planning, queues, schedules
 
     eng = generic_engine
     await _filled(eng)
@@ -174,6 +175,11 @@ async def test_every_reader_of_a_narrowed_index_still_reads_it(generic_engine):
     await _reads(eng, "ix_jobs_schedule", planning.active_occurrences_stmt([_UID]))
     await _reads(eng, "ix_attempts_open", outbox.pending_stmt("local", [0], 10, 0.0))
     await _reads(eng, "ix_attempts_open", reaping.expired_leases_stmt("local", 1.0, 10))
+    await _reads(eng, "ix_attempts_open", reaping.timed_out_stmt("local", 1.0, 10))
+    since = {"p_region": "local", "p_namespace": "default", "p_queue": "q", "p_cap": 100}
+    since["p_since"] = datetime.now(UTC) - timedelta(hours=2)
+    await _reads(eng, "ix_attempts_open", queues.PROBE_STATS, since)  # live probes
+    await _reads(eng, "ix_attempts_finished", queues.PROBE_STATS, since)  # finished probes
     await _reads(eng, "uq_jobs_request_id", jobs_store.job_by_request_stmt("default", uuid.uuid4()))
     # and they find what they did before: the active and dead rows, the open attempts
     async with eng.connect() as c:
