@@ -30,7 +30,7 @@ def with_fillfactor(table: Table, percent: int) -> Table:
     if not 10 <= percent <= 100:
         raise ValueError(f"fillfactor must be within 10..100, not {percent}")
     table.info["fillfactor"] = percent
-    ddl = DDL(f"ALTER TABLE {table.name} SET (fillfactor = {percent})")
+    ddl = DDL(f"ALTER TABLE {table.name} SET (fillfactor = {percent})")  # type: ignore[no-untyped-call]
     event.listen(table, "after_create", ddl.execute_if(dialect="postgresql"))
     return table
 
