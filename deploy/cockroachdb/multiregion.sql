@@ -22,6 +22,9 @@ ALTER TABLE jobs SET LOCALITY REGIONAL BY ROW AS crdb_region;
 -- attempts: home region column `region`
 ALTER TABLE attempts ADD COLUMN IF NOT EXISTS crdb_region crdb_internal_region AS (region::crdb_internal_region) STORED NOT NULL;
 ALTER TABLE attempts SET LOCALITY REGIONAL BY ROW AS crdb_region;
+-- queue_claims: home region column `region`
+ALTER TABLE queue_claims ADD COLUMN IF NOT EXISTS crdb_region crdb_internal_region AS (region::crdb_internal_region) STORED NOT NULL;
+ALTER TABLE queue_claims SET LOCALITY REGIONAL BY ROW AS crdb_region;
 -- shard_owners: home region column `region`
 ALTER TABLE shard_owners ADD COLUMN IF NOT EXISTS crdb_region crdb_internal_region AS (region::crdb_internal_region) STORED NOT NULL;
 ALTER TABLE shard_owners SET LOCALITY REGIONAL BY ROW AS crdb_region;

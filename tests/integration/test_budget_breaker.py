@@ -123,16 +123,38 @@ async def test_claim_takes_at_most_the_budget_and_pushes_the_other_retries_back(
         ).scalar() == 25
 
 
-async def test_budget_counts_are_bounded_and_extrapolated(engine):
+async def test_budget_counts_are_the_claims_counted_per_second_not_attempt_rows(engine):
+    """The window counts come from ``queue_claims`` (written by the claim statement itself), not from
+    reading attempt rows: exact whatever their number, and unchanged when retention deletes the
+    attempts; rows older than the counters' retention are pruned."""
+    from gnomon.common.storage import queue_counts
+    from gnomon.common.storage.schema import queue_claims
+
     await new_jobs(engine, 30)
-    await claim(engine)
-    c = await run_transaction(
-        engine,
-        lambda c: qstore.budget_counts(
-            c, region="local", namespace="default", queue="q", window_s=60, cap=10
-        ),
+    claimed = await claim(engine, limit=12)
+    await run_and_finish(engine, claimed[:5], ok=False)  # 5 retries due at once
+    await claim(engine, limit=100)  # 18 first attempts and the 5 retries
+    async with engine.begin() as c:  # retention takes the attempt rows (the jobs stay)
+        await c.execute(attempts.delete())
+    got = await run_transaction(
+        engine, lambda c: qstore.budget_counts(c, region="local", namespace="default", queue="q", window_s=60)
     )
-    assert c.estimated and c.first_attempts >= 10 and c.retries == 0
+    assert (got.first_attempts, got.retries, got.estimated) == (30, 5, False)
+    async with engine.connect() as c:
+        rows = (await c.execute(select(func.sum(queue_claims.c.first_attempts), func.count()))).one()
+    assert rows[0] == 30 and 1 <= rows[1] <= 3  # one row per queue, second and dispatcher
+    async with engine.begin() as c:  # as if claimed two hours ago
+        await c.execute(
+            update(queue_claims).values(bucket_start=queue_claims.c.bucket_start - timedelta(hours=2))
+        )
+    old = await run_transaction(
+        engine, lambda c: qstore.budget_counts(c, region="local", namespace="default", queue="q", window_s=60)
+    )
+    assert (old.first_attempts, old.retries) == (0, 0)
+    pruned = await run_transaction(engine, lambda c: queue_counts.prune_counts(c, region="local", limit=100))
+    assert pruned == rows[1]
+    async with engine.connect() as c:
+        assert (await c.execute(select(func.count()).select_from(queue_claims))).scalar() == 0
 
 
 def breakers(engine, **kw) -> Breakers:

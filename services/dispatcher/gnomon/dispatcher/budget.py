@@ -2,8 +2,8 @@
 
 Over a sliding window (``GNOMON_RETRY_BUDGET_WINDOW_S``), a (region, namespace, queue) may start at
 most ``max(ratio * first attempts, min_per_s * window)`` retries (attempts numbered 2 and up). The
-counts come from the ``attempts`` rows claimed in the window by every dispatcher (one bounded index
-range per queue, :func:`gnomon.common.storage.queues.budget_counts`), cached here for
+counts are the claims of every dispatcher in the window, counted per queue and second by the claim
+statement itself (``queue_claims``, :func:`gnomon.common.storage.queue_counts.budget_counts_many`), cached here for
 ``GNOMON_RETRY_BUDGET_CACHE_S`` so the claim path pays one small query per queue and second; this
 dispatcher's own retries since the last read are added locally.
 

@@ -18,7 +18,7 @@ from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import Unavailable
 from gnomon.common.names import job_name
-from gnomon.common.storage import reaping
+from gnomon.common.storage import queue_counts, reaping
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.regions import served_regions
 
@@ -117,7 +117,11 @@ class Sweeper:
             ),
         )
         self.counters.pruned += pruned
-        return len(reaped) + len(expired) + pruned
+        # claim counters past the longest retry-budget window (queue_counts.KEPT_S)
+        counts = await run_transaction(
+            self.engine, lambda c: queue_counts.prune_counts(c, region=region, limit=s.batch)
+        )
+        return len(reaped) + len(expired) + pruned + counts
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweeps until ``stop`` is set; sleeps ``interval_s`` between rounds that changed little."""

@@ -23,6 +23,7 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    case,
     func,
     insert,
     literal,
@@ -31,7 +32,9 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import Insert
 
 from gnomon.common.domain.attempts import Claimed, OccurrenceInfo
 from gnomon.common.domain.policies import BreakerState
@@ -39,7 +42,8 @@ from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.fencing import Fenced
 from gnomon.common.storage.predicates import state_is
-from gnomon.common.storage.schema import attempts, jobs, queue_state
+from gnomon.common.storage.queue_counts import KEY
+from gnomon.common.storage.schema import attempts, jobs, queue_claims, queue_state
 from gnomon.common.storage.statements import named
 
 #: Columns an assignment needs.
@@ -256,7 +260,42 @@ def _build_claim() -> Select[Any]:
             ct.c.queue,
         ),
     )
-    return select(ct, lease_end.label("lease_expires_at")).add_cte(ins_attempts.cte("ia"), defer)
+    # the retry budget's and the breaker's counts of claimed attempts (queue_counts), same statement
+    counts = _build_claim_counts(ct, region=region, dispatcher_id=bindparam("p_dispatcher_id", type_=String))
+    return select(ct, lease_end.label("lease_expires_at")).add_cte(
+        ins_attempts.cte("ia"), defer, counts.cte("qc")
+    )
+
+
+def _build_claim_counts(claimed: Any, *, region: Any, dispatcher_id: Any) -> Insert:
+    """The upsert adding the claimed attempts of ``claimed`` (a CTE or subquery with ``namespace``,
+    ``queue`` and ``attempt`` columns, ``attempt`` the new attempt number) to the counter rows of
+    (``region``, namespace, queue, ``date_trunc('second', now())``, ``dispatcher_id``): one row per
+    queue, taken in (namespace, queue) order (two claims of one dispatcher lock them in the same
+    order). ``region`` and ``dispatcher_id`` are SQL expressions (bind parameters)."""
+    firsts = func.sum(case((claimed.c.attempt == 1, 1), else_=0))
+    retries = func.sum(case((claimed.c.attempt > 1, 1), else_=0))
+    src = (
+        select(
+            region,
+            claimed.c.namespace,
+            claimed.c.queue,
+            func.date_trunc("second", func.now()),
+            dispatcher_id,
+            firsts,
+            retries,
+        )
+        .group_by(claimed.c.namespace, claimed.c.queue)
+        .order_by(claimed.c.namespace, claimed.c.queue)
+    )
+    stmt = pg_insert(queue_claims).from_select([*KEY, "first_attempts", "retries"], src)
+    return stmt.on_conflict_do_update(
+        index_elements=list(KEY),
+        set_={
+            "first_attempts": queue_claims.c.first_attempts + stmt.excluded.first_attempts,
+            "retries": queue_claims.c.retries + stmt.excluded.retries,
+        },
+    )
 
 
 CLAIM = named(
@@ -268,7 +307,8 @@ CLAIM = named(
     (and at most ``p_limit``, the largest ``g_lim``) of its due jobs in the shards ``p_shards`` (int
     array) of region ``p_region``; at most ``p_total`` rows over all targets, oldest first. They move
     SCHEDULED -> QUEUED with their attempt rows (the outbox records) stamped with the tokens
-    ``(t_shard, t_token)`` (arrays), claimed as dispatcher ``p_dispatcher_id``; per target at most
+    ``(t_shard, t_token)`` (arrays), claimed as dispatcher ``p_dispatcher_id``, and counted in
+    ``queue_claims`` (:mod:`gnomon.common.storage.queue_counts`); per target at most
     ``g_retry_cap`` retries, the excess deferred ``g_defer_ms`` milliseconds apart. Returns the
     claimed rows (assignment columns, ``token``, ``lease_expires_at``).""",
     _build_claim(),

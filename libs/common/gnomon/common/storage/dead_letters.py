@@ -63,6 +63,7 @@ from gnomon.common.storage.audit import insert_audit_entry, list_audit_entries
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.jobs import LISTED_COLUMNS
+from gnomon.common.storage.predicates import state_is
 from gnomon.common.storage.schema import attempts, dlq_replays, jobs
 from gnomon.common.storage.statements import builder, named
 
@@ -106,7 +107,7 @@ REPLAY_COPY_COLUMNS = tuple(
 
 
 def _where(f: DeadLetterFilter, *, include_replayed: bool = False) -> list[ColumnElement[bool]]:
-    cond = [jobs.c.namespace == f.namespace, jobs.c.state == JobState.DEAD]
+    cond = [jobs.c.namespace == f.namespace, state_is(jobs.c.state, JobState.DEAD)]  # ix_jobs_pending_dead
     if f.queue:
         cond.append(jobs.c.queue == f.queue)
     if f.failure_class:

@@ -82,10 +82,13 @@ INSERT_JOB_IDEMPOTENT = named(
     __name__,
     "INSERT_JOB_IDEMPOTENT",
     """As ``INSERT_JOB`` for a job with a ``request_id``: a repeat in the namespace inserts nothing
-    and returns no row (``ON CONFLICT (namespace, request_id) DO NOTHING``).""",
+    and returns no row (``ON CONFLICT (namespace, request_id) WHERE request_id IS NOT NULL DO
+    NOTHING``: the arbiter is the partial unique index ``uq_jobs_request_id``).""",
     pg_insert(jobs)
     .values(_NEW_JOB_VALUES)
-    .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
+    .on_conflict_do_nothing(
+        index_elements=["namespace", "request_id"], index_where=jobs.c.request_id.is_not(None)
+    )
     .returning(*jobs.c),
 )
 

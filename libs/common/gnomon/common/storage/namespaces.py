@@ -24,6 +24,7 @@ from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from gnomon.common.quotas import Quotas
+from gnomon.common.storage.predicates import state_in
 from gnomon.common.storage.schema import jobs, schedules
 from gnomon.common.storage.schema_tenancy import grants, namespaces
 from gnomon.common.storage.statements import builder, named
@@ -179,7 +180,7 @@ def pending_jobs_stmt(namespace: str, cap: int) -> Select[Any]:
     a subquery limited to ``cap`` rows, so the cost is bounded by the limit checked against)."""
     inner = (
         select(jobs.c.id)
-        .where(jobs.c.namespace == namespace, jobs.c.state.in_(PENDING_STATES))
+        .where(jobs.c.namespace == namespace, state_in(jobs.c.state, PENDING_STATES))  # ix_jobs_pending_dead
         .limit(cap)
         .subquery()
     )

@@ -19,6 +19,7 @@ from gnomon.common.domain.attempts import AttemptId, Claimed
 from gnomon.common.domain.states import AttemptState
 from gnomon.common.storage.claims import ASSIGN_COLS, claimed_of
 from gnomon.common.storage.fencing import Fenced
+from gnomon.common.storage.predicates import state_is
 from gnomon.common.storage.schema import attempts, jobs, shard_owners
 from gnomon.common.storage.statements import builder
 
@@ -29,12 +30,13 @@ _SAMPLE_ID = AttemptId(uuid.UUID(int=1), 1)
 def pending_stmt(region: str, shards: list[int], limit: int, min_age_s: float) -> Select[tuple[object, ...]]:
     """The oldest ``limit`` QUEUED attempts (``job_id``, ``attempt``, ``shard``, ``token``) of
     ``shards`` of ``region`` claimed at least ``min_age_s`` seconds ago (database clock), locked
-    ``FOR UPDATE SKIP LOCKED``; served by the partial index ``ix_attempts_queued``."""
+    ``FOR UPDATE SKIP LOCKED``; served by the partial index ``ix_attempts_open``."""
     return (
         select(attempts.c.job_id, attempts.c.attempt, attempts.c.shard, attempts.c.token)
         .where(
             attempts.c.region == region,
-            attempts.c.state == AttemptState.QUEUED,
+            attempts.c.finished_at.is_(None),  # the predicate of ix_attempts_open
+            state_is(attempts.c.state, AttemptState.QUEUED),
             attempts.c.shard.in_(shards),
             attempts.c.claimed_at <= func.now() - timedelta(seconds=min_age_s),
         )

@@ -29,6 +29,7 @@ from gnomon.common.domain.jobs import Coalesced, JobRow
 from gnomon.common.domain.policies import OccurrenceDecision
 from gnomon.common.domain.states import ACTIVE
 from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.predicates import state_in
 from gnomon.common.storage.schema import catchup_budget, jobs, schedule_occurrences, schedules
 from gnomon.common.storage.statements import builder, named
 
@@ -155,7 +156,7 @@ def active_occurrences_stmt(uids: list[uuid.UUID]) -> Select[Any]:
     """``(schedule_uid, id, namespace, state, nominal_time)`` of the occurrence jobs of the schedules
     ``uids`` that are active (SCHEDULED, QUEUED or RUNNING)."""
     return select(jobs.c.schedule_uid, jobs.c.id, jobs.c.namespace, jobs.c.state, jobs.c.nominal_time).where(
-        jobs.c.schedule_uid.in_(uids), jobs.c.state.in_(ACTIVE_STATES)
+        jobs.c.schedule_uid.in_(uids), state_in(jobs.c.state, ACTIVE_STATES)
     )
 
 

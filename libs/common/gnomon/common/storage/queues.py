@@ -2,27 +2,28 @@
 (``queue_state``, compare-and-set) and failure statistics, and the backlog figures of
 ``QueueService.GetQueue``.
 
-Every read is bounded: window counts walk one queue's range of an ``attempts`` index
-(``(region, namespace, queue, claimed_at)`` or ``(..., finished_at)``, migration 0005) newest first,
+Every read is bounded: the retry budget's window counts read the per-second claim counters
+(:mod:`gnomon.common.storage.queue_counts`, migration 0020); live probes are read from the region's
+open attempts (in-flight work); finished
+attempts are read from one queue's range of ``(region, namespace, queue, finished_at)`` newest first,
 with a ``LIMIT``; the backlog walks the due index of one queue with a ``LIMIT``. Instants are the
 database's ``now()``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal, select, true
+from sqlalchemy import Integer, Interval, String, bindparam, case, func, literal, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import BreakerState
 from gnomon.common.domain.states import AttemptState, JobState
-from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.predicates import state_is
+from gnomon.common.storage.queue_counts import WindowCounts, budget_counts, budget_counts_many
 from gnomon.common.storage.schema import attempts, jobs, queue_state
 from gnomon.common.storage.statements import named
 
@@ -45,130 +46,9 @@ def _params(region: str, namespace: str, queue: str, **kw: Any) -> dict[str, Any
     return {"p_region": region, "p_namespace": namespace, "p_queue": queue, **kw}
 
 
-# ---- retry budget ----------------------------------------------------------------------------
+# ---- retry budget: counted per queue and second (queue_counts) --------------------------------
 
-_claimed = (
-    select(attempts.c.attempt, attempts.c.claimed_at)
-    .where(
-        attempts.c.region == _REGION,
-        attempts.c.namespace == _NS,
-        attempts.c.queue == _QUEUE,
-        attempts.c.claimed_at >= func.now() - bindparam("p_window", type_=Interval),
-    )
-    .order_by(attempts.c.claimed_at.desc())
-    .limit(_CAP)
-    .subquery()
-)
-BUDGET_COUNTS = named(
-    __name__,
-    "BUDGET_COUNTS",
-    """First attempts and retries claimed in the window (newest first, at most ``p_cap`` rows), and how
-    far back the rows read reach (seconds).""",
-    select(
-        func.coalesce(func.sum(case((_claimed.c.attempt == 1, 1), else_=0)), 0),
-        func.coalesce(func.sum(case((_claimed.c.attempt > 1, 1), else_=0)), 0),
-        func.count(),
-        func.extract("epoch", func.now() - func.min(_claimed.c.claimed_at)),
-    ),
-)
-
-
-@dataclass(frozen=True)
-class WindowCounts:
-    """Attempts of one queue claimed in the budget window: ``first_attempts`` (attempt 1) and
-    ``retries`` (attempt >= 2). ``estimated``: more than :data:`MAX_COUNTED` rows, so both were
-    extrapolated from the newest ones."""
-
-    first_attempts: int
-    retries: int
-    estimated: bool = False
-
-
-_bt = unnest_rows("b", ord=Integer, namespace=String, queue=String)
-_claimed_of_target = (
-    select(attempts.c.attempt, attempts.c.claimed_at)
-    .where(
-        attempts.c.region == _REGION,
-        attempts.c.namespace == _bt.c.namespace,
-        attempts.c.queue == _bt.c.queue,
-        attempts.c.claimed_at >= func.now() - bindparam("p_window", type_=Interval),
-    )
-    .order_by(attempts.c.claimed_at.desc())
-    .limit(_CAP)
-    .lateral("w")
-)
-BUDGET_COUNTS_MANY = named(
-    __name__,
-    "BUDGET_COUNTS_MANY",
-    """:data:`BUDGET_COUNTS` of many queues in one statement: per target row ``(b_ord, b_namespace,
-    b_queue)`` (three arrays) of region ``p_region``, ``(b_ord, first attempts, retries, rows read,
-    seconds back)`` over its attempts claimed within ``p_window`` (newest first, at most ``p_cap``
-    rows per queue; a lateral join, so one statement whatever the number of queues).""",
-    select(
-        _bt.c.ord,
-        func.coalesce(func.sum(case((_claimed_of_target.c.attempt == 1, 1), else_=0)), 0),
-        func.coalesce(func.sum(case((_claimed_of_target.c.attempt > 1, 1), else_=0)), 0),
-        func.count(_claimed_of_target.c.attempt),
-        func.extract("epoch", func.now() - func.min(_claimed_of_target.c.claimed_at)),
-    )
-    .select_from(_bt.outerjoin(_claimed_of_target, true()))
-    .group_by(_bt.c.ord),
-)
-
-
-def _window_counts(firsts: Any, retries: Any, n: int, span: Any, window_s: float, cap: int) -> WindowCounts:
-    firsts, retries = int(firsts), int(retries)
-    if n >= cap and span is not None and float(span) > 0:
-        scale = max(1.0, window_s / float(span))
-        return WindowCounts(int(firsts * scale), int(retries * scale), True)
-    return WindowCounts(firsts, retries)
-
-
-async def budget_counts_many(
-    conn: AsyncConnection,
-    *,
-    region: str,
-    targets: list[tuple[str, str]],
-    window_s: float,
-    cap: int = MAX_COUNTED,
-) -> dict[tuple[str, str], WindowCounts]:
-    """:func:`budget_counts` of every (namespace, queue) of ``targets`` in one statement (the
-    dispatcher reads a whole claim round's queues at once); same window, cap and extrapolation."""
-    if not targets:
-        return {}
-    rows = await conn.execute(
-        BUDGET_COUNTS_MANY,
-        {
-            "p_region": region,
-            "p_window": timedelta(seconds=window_s),
-            "p_cap": cap,
-            **row_params(
-                "b",
-                ord=list(range(len(targets))),
-                namespace=[n for n, _ in targets],
-                queue=[q for _, q in targets],
-            ),
-        },
-    )
-    return {
-        targets[i]: _window_counts(firsts, retries, int(n), span, window_s, cap)
-        for i, firsts, retries, n, span in rows
-    }
-
-
-async def budget_counts(
-    conn: AsyncConnection, *, region: str, namespace: str, queue: str, window_s: float, cap: int = MAX_COUNTED
-) -> WindowCounts:
-    """First attempts and retries of the queue claimed within the last ``window_s`` seconds
-    (database clock). Reads at most ``cap`` attempt rows (the newest); when the window holds more,
-    both counts are scaled by ``window / span of the rows read`` (their ratio, which the budget
-    compares, is kept)."""
-    firsts, retries, n, span = (
-        await conn.execute(
-            BUDGET_COUNTS, _params(region, namespace, queue, p_window=timedelta(seconds=window_s), p_cap=cap)
-        )
-    ).one()
-    return _window_counts(firsts, retries, int(n), span, window_s, cap)
+__all__ = ["WindowCounts", "budget_counts", "budget_counts_many"]  # re-exported
 
 
 # ---- circuit breaker -------------------------------------------------------------------------
@@ -228,31 +108,43 @@ async def failure_stats(
     return int(total), int(failed)
 
 
+_SINCE = bindparam("p_since", type_=attempts.c.claimed_at.type)
 _probes = (
     select(attempts.c.state, attempts.c.failure_class)
     .where(
         attempts.c.region == _REGION,
         attempts.c.namespace == _NS,
         attempts.c.queue == _QUEUE,
-        attempts.c.claimed_at >= bindparam("p_since", type_=attempts.c.claimed_at.type),
+        attempts.c.finished_at >= _SINCE,  # ix_attempts_finished; claimed since => finished since
+        attempts.c.claimed_at >= _SINCE,
     )
-    .order_by(attempts.c.claimed_at)
+    .order_by(attempts.c.finished_at)
     .limit(_CAP)
     .subquery()
 )
 _pf = _probes.c.state.in_([AttemptState.FAILED, AttemptState.LOST]) & (
     func.coalesce(_probes.c.failure_class, "") != FailureClass.PERMANENT
 )
+_live = (
+    select(func.count())
+    .where(
+        attempts.c.region == _REGION,
+        attempts.c.finished_at.is_(None),  # ix_attempts_open: the region's in-flight attempts
+        attempts.c.namespace == _NS,
+        attempts.c.queue == _QUEUE,
+        attempts.c.claimed_at >= _SINCE,
+    )
+    .scalar_subquery()
+)
 PROBE_STATS = named(
     __name__,
     "PROBE_STATS",
-    """Attempts claimed since ``p_since`` (the HALF_OPEN transition): succeeded, failed, still live.""",
+    """Attempts claimed since ``p_since`` (the HALF_OPEN transition): succeeded, failed (of those
+    finished, at most ``p_cap``, read by finish time) and still live (not finished).""",
     select(
         func.coalesce(func.sum(case((_probes.c.state == AttemptState.SUCCEEDED, 1), else_=0)), 0),
         func.coalesce(func.sum(case((_pf, 1), else_=0)), 0),
-        func.coalesce(
-            func.sum(case((_probes.c.state.in_([AttemptState.QUEUED, AttemptState.RUNNING]), 1), else_=0)), 0
-        ),
+        _live,
     ),
 )
 
@@ -261,7 +153,9 @@ async def probe_stats(
     conn: AsyncConnection, *, region: str, namespace: str, queue: str, since: datetime, cap: int = 10_000
 ) -> tuple[int, int, int]:
     """``(succeeded, failed, live)`` among the queue's attempts claimed at or after ``since`` (the
-    probes of a HALF_OPEN breaker); failed as in :func:`failure_stats`, live = QUEUED or RUNNING."""
+    probes of a HALF_OPEN breaker); failed as in :func:`failure_stats`, live = QUEUED or RUNNING.
+    The finished ones come from the queue's finished-attempts index (claimed since ``since`` implies
+    finished since), the live ones from the region's open attempts (in-flight work only)."""
     s, f, live = (
         await conn.execute(PROBE_STATS, _params(region, namespace, queue, p_since=since, p_cap=cap))
     ).one()

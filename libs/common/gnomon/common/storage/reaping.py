@@ -42,11 +42,13 @@ _ID = uuid.UUID(int=1)
 def expired_leases_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tuple[uuid.UUID, int]]:
     """Up to ``limit`` RUNNING attempts ``(job_id, attempt)`` of ``region`` whose lease ended more
     than ``skew_margin_s`` seconds ago (database clock), oldest lease first, locked ``FOR UPDATE SKIP
-    LOCKED``."""
+    LOCKED``. Reads the open attempts of the region (``ix_attempts_open``: in-flight work only, no
+    index on ``lease_expires_at``, which every heartbeat changes)."""
     return (
         select(attempts.c.job_id, attempts.c.attempt)
         .where(
             attempts.c.region == region,
+            attempts.c.finished_at.is_(None),  # the predicate of ix_attempts_open
             state_is(attempts.c.state, AttemptState.RUNNING),
             attempts.c.lease_expires_at < func.now() - timedelta(seconds=skew_margin_s),
         )
@@ -66,7 +68,8 @@ def timed_out_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tupl
         .join(jobs, (jobs.c.id == attempts.c.job_id) & (jobs.c.attempt == attempts.c.attempt))
         .where(
             attempts.c.region == region,
-            attempts.c.state == AttemptState.RUNNING,
+            attempts.c.finished_at.is_(None),  # the predicate of ix_attempts_open
+            state_is(attempts.c.state, AttemptState.RUNNING),
             jobs.c.start_to_close_ms.is_not(None),
             attempts.c.accepted_at + jobs.c.start_to_close_ms * timedelta(milliseconds=1)
             < func.now() - timedelta(seconds=skew_margin_s),

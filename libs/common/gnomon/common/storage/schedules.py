@@ -27,6 +27,7 @@ from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from gnomon.common.names import schedule_name
 from gnomon.common.retry import DEFAULT_POLICY, RetryPolicy
+from gnomon.common.storage.predicates import state_is
 from gnomon.common.storage.schema import jobs, schedule_occurrences, schedules
 from gnomon.common.storage.statements import builder, named
 from gnomon.common.time import DstFold, DstGap, RuleKind, RuleSpec
@@ -319,7 +320,7 @@ def future_jobs_stmt(uid: uuid.UUID, now: datetime | None) -> Select[tuple[uuid.
     """Ids of the occurrence jobs of schedule ``uid`` not dispatched yet (SCHEDULED, attempt 0),
     with ``now`` only those whose nominal and schedule time are after it; locked ``FOR UPDATE``."""
     q = select(jobs.c.id).where(
-        jobs.c.schedule_uid == uid, jobs.c.state == JobState.SCHEDULED, jobs.c.attempt == 0
+        jobs.c.schedule_uid == uid, state_is(jobs.c.state, JobState.SCHEDULED), jobs.c.attempt == 0
     )
     if now is not None:
         q = q.where(jobs.c.scheduled_at > now, jobs.c.nominal_time > now)
