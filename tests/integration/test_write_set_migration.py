@@ -27,7 +27,7 @@ from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.migrations import config, upgrade
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_test_support import new_job_spec, open_engine, own_shards
+from gnomon_test_support import fenced, new_job_spec, open_engine, own_shards
 
 pytestmark = pytest.mark.asyncio
 TOKEN = 5
@@ -35,11 +35,10 @@ RID = uuid.UUID(int=42)
 
 
 async def _claim(engine, queue: str) -> list[AttemptKey]:
-    claimed = await run_transaction(
+    claimed = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={0: TOKEN}, targets=[("default", queue)], limit=50, dispatcher_id="d"
-        ),
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", queue)], limit=50, dispatcher_id="d"),
     )
     return [AttemptKey(x.job_id, x.attempt, x.version, x.token) for x in claimed]
 
