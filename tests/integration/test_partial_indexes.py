@@ -212,11 +212,10 @@ async def test_the_accept_and_the_heartbeats_of_an_attempt_are_hot_updates(engin
 
     await own_shards(engine, TOKEN)
     await run_transaction(engine, lambda c: jobs_store.insert_job(c, new_job_spec()))
-    [got] = await run_transaction(
+    [got] = await fenced(
         engine,
-        lambda c: claim_store.claim_due(
-            c, region="local", tokens={0: TOKEN}, targets=[("default", "q")], limit=10, dispatcher_id="d"
-        ),
+        {0: TOKEN},
+        lambda fx: claim_store.claim_due(fx, targets=[("default", "q")], limit=10, dispatcher_id="d"),
     )
     key = AttemptKey(got.job_id, got.attempt, got.version, got.token)
     upd0, hot0 = await _updates(engine)
