@@ -15,6 +15,7 @@ from gnomon.common.domain.attempts import Claimed
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.job_view import JOB_FROM, STATE
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
@@ -62,7 +63,7 @@ async def one(s: WorkerSession) -> tuple[bool, str]:
 
 async def state_of(engine, jid) -> tuple[str, str, str | None, str | None]:
     async with engine.connect() as c:
-        j = (await c.execute(select(jobs.c.state).where(jobs.c.id == jid))).scalar_one()
+        j = (await c.execute(select(STATE).select_from(JOB_FROM).where(jobs.c.id == jid))).scalar_one()
         a = (
             await c.execute(
                 select(attempts.c.state, attempts.c.owner, attempts.c.worker_id).where(

@@ -24,6 +24,7 @@ from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import fencing as fencing_store
+from gnomon.common.storage import job_view
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import reaping
@@ -170,9 +171,10 @@ def make_machine(db_url: str):
                 async with self.engine.connect() as c:
                     js = (
                         await c.execute(
-                            select(jobs.c.id, jobs.c.state, jobs.c.version).where(
-                                jobs.c.id.in_(list(self.seen))
-                            )
+                            # as a client sees them (derived from the current attempt)
+                            select(jobs.c.id, job_view.STATE, job_view.VERSION)
+                            .select_from(job_view.JOB_FROM)
+                            .where(jobs.c.id.in_(list(self.seen)))
                         )
                     ).all()
                     ats = (
