@@ -8,6 +8,7 @@ RUNNING by the previous release's accept is read and finished the same way."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text
@@ -218,3 +219,31 @@ async def test_a_job_accepted_by_the_previous_release_reads_and_finishes_the_sam
         k.version + 3,
         stored["started_at"],
     )
+
+
+def _documented_downgrade() -> str:
+    """The downgrade statement as docs/operations.md gives it (the SQL block after "Downgrading")."""
+    doc = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    block = doc[doc.index("* **Downgrading**") :]
+    return block[block.index("```sql") + len("```sql") : block.index("```", block.index("```sql") + 6)]
+
+
+async def test_the_documented_downgrade_gives_running_jobs_the_previous_form_unchanged_to_clients(engine):
+    jid, k = await _claimed(engine)
+    other, _ = await _claimed(engine)  # claimed, not accepted: stays QUEUED
+    await run_transaction(engine, lambda c: lease_store.accept(c, [k], "w1"))
+    seen, queued = await _get(engine, jid), await _get(engine, other)
+    async with engine.begin() as c:
+        await c.execute(text(_documented_downgrade()))
+    stored = await _stored(engine, jid)
+    assert (stored["state"], stored["version"]) == ("RUNNING", k.version + 1)
+    assert await _get(engine, jid) == seen and await _get(engine, other) == queued
+    # the previous release's result on it (its statement needs the row RUNNING)
+    async with engine.begin() as c:
+        n = await c.execute(
+            text(
+                "UPDATE jobs SET state = 'SUCCEEDED', version = version + 1 WHERE id = :id AND state = 'RUNNING'"
+            ),
+            {"id": jid},
+        )
+        assert n.rowcount == 1
