@@ -24,10 +24,9 @@ from gnomon.common.errors import StaleFencingToken
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import fencing as fencing_store
-from gnomon.common.storage import job_view
+from gnomon.common.storage import job_view, reaping
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage import leases as lease_store
-from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, String, literal_column
+from sqlalchemy import String, literal_column
 from sqlalchemy.sql.elements import ColumnElement
 
 
-def state_is(column: Column[str], state: str) -> ColumnElement[bool]:
+def state_is(column: ColumnElement[str], state: str) -> ColumnElement[bool]:
     """``column = 'STATE'`` with the state written inline instead of as a bind parameter.
 
     Partial indexes (migration 0014: ``ix_jobs_due``, ``ix_jobs_deadline``,
