@@ -94,3 +94,29 @@ async def dispatcher_parts(engine) -> AsyncIterator[tuple[SessionRegistry, Worke
         yield registry, servicer
     finally:
         await writes.stop()
+
+
+#: The previous release's accept, as that release wrote it: a compare-and-set on the job row (QUEUED
+#: at the dispatched attempt and version, the attempt QUEUED under that token and version) -> RUNNING,
+#: version + 1, ``started_at``; then the attempt row -> RUNNING. Kept to produce the rows an older
+#: release left behind, which this release must read and move on.
+PREVIOUS_RELEASE_ACCEPT = (
+    "UPDATE jobs SET state = 'RUNNING', version = jobs.version + 1, started_at = now() FROM attempts a "
+    "WHERE jobs.id = :id AND jobs.attempt = :a AND jobs.version = :v AND jobs.state = 'QUEUED' "
+    "AND a.job_id = :id AND a.attempt = :a AND a.token = :t AND a.version = :v AND a.state = 'QUEUED' "
+    "RETURNING jobs.id",
+    "UPDATE attempts SET state = 'RUNNING', accepted_at = now(), worker_id = :w, "
+    "lease_expires_at = now() + lease_ms * interval '1 millisecond' WHERE job_id = :id AND attempt = :a",
+)
+
+
+async def accept_as_previous_release(conn, key, worker: str = "old") -> bool:
+    """Runs :data:`PREVIOUS_RELEASE_ACCEPT` for ``key`` (an ``AttemptKey``) on ``conn`` (inside a
+    transaction); whether it accepted."""
+    from sqlalchemy import text
+
+    params = {"id": key.job_id, "a": key.attempt, "v": key.version, "t": key.token, "w": worker}
+    if (await conn.execute(text(PREVIOUS_RELEASE_ACCEPT[0]), params)).first() is None:
+        return False
+    await conn.execute(text(PREVIOUS_RELEASE_ACCEPT[1]), params)
+    return True

@@ -24,18 +24,9 @@ from gnomon.common.storage import reaping
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
-from gnomon_attempt_support import TOKEN, claim, new_job
+from gnomon_attempt_support import TOKEN, accept_as_previous_release, claim, new_job
 
 pytestmark = pytest.mark.usefixtures("engine")
-
-#: The previous release's accept of one attempt: the job row QUEUED -> RUNNING (version + 1,
-#: ``started_at``), then the attempt row, as that release wrote it (kept here to show its rows are read).
-OLD_ACCEPT = (
-    "UPDATE jobs SET state = 'RUNNING', version = version + 1, started_at = now() "
-    "WHERE id = :id AND attempt = :a AND state = 'QUEUED'",
-    "UPDATE attempts SET state = 'RUNNING', accepted_at = now(), worker_id = 'old', "
-    "lease_expires_at = now() + lease_ms * interval '1 millisecond' WHERE job_id = :id AND attempt = :a",
-)
 
 
 @pytest.fixture
@@ -198,9 +189,7 @@ async def test_lease_expiry_of_a_running_attempt_retries_its_job(engine):
 
 async def test_a_job_accepted_by_the_previous_release_reads_and_finishes_the_same(engine):
     jid, k = await _claimed(engine)
-    async with engine.begin() as c:
-        for sql in OLD_ACCEPT:
-            await c.execute(text(sql), {"id": jid, "a": k.attempt})
+    assert await run_transaction(engine, lambda c: accept_as_previous_release(c, k))
     stored = await _stored(engine, jid)
     job = await _get(engine, jid)
     assert (job["state"], job["version"], job["started_at"]) == (

@@ -30,6 +30,7 @@ from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.schema import attempts, jobs
+from gnomon_attempt_support import accept_as_previous_release
 from gnomon_test_support import new_job_spec, open_engine
 
 CLASSES = ["TRANSIENT", "THROTTLED", "PERMANENT", "AMBIGUOUS"]
@@ -116,6 +117,13 @@ def make_machine(db_url: str):
             if self.deliveries:
                 k = data.draw(st.sampled_from(self.deliveries))
                 self.run(run_transaction(self.engine, lambda c: lease_store.accept(c, [k], worker)))
+
+        @rule(data=st.data())
+        def accept_as_previous_release(self, data):
+            # the rows an older release's accept left (jobs.state RUNNING): read and moved on alike
+            if self.deliveries:
+                k = data.draw(st.sampled_from(self.deliveries))
+                self.run(run_transaction(self.engine, lambda c: accept_as_previous_release(c, k)))
 
         @rule(data=st.data())
         def heartbeat(self, data):
