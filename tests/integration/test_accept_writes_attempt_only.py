@@ -7,6 +7,7 @@ RUNNING by the previous release's accept is read and finished the same way."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -236,3 +237,56 @@ async def test_the_documented_downgrade_gives_running_jobs_the_previous_form_unc
             {"id": jid},
         )
         assert n.rowcount == 1
+
+
+async def _until_one_waits_on_a_lock(engine) -> None:
+    """Returns once a session of this database waits on a lock (pg_stat_activity, a fresh snapshot
+    each poll); AssertionError after ~10 s."""
+    q = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    for _ in range(500):
+        async with engine.connect() as c:
+            if (await c.execute(q)).scalar():
+                return
+        await asyncio.sleep(0.02)
+    raise AssertionError("no session waited on a lock")
+
+
+async def test_a_cancel_racing_an_uncommitted_accept_waits_and_requests_the_cancel(engine):
+    """The accept writes only the attempt, so the cancel of a job still QUEUED locks that attempt
+    first: it waits for the accept and then finds the job RUNNING (a request, never a CANCELLED job
+    whose attempt runs)."""
+    jid, k = await _claimed(engine)
+    async with engine.connect() as c1:
+        tx = await c1.begin()
+        assert await lease_store.accept(c1, [k], "w1")
+        cancelling = asyncio.create_task(
+            run_transaction(engine, lambda c: cancel_store.cancel_job(c, "default", jid))
+        )
+        await _until_one_waits_on_a_lock(engine)
+        await tx.commit()
+        res = await cancelling
+    assert (res.outcome, res.job["state"], res.job["version"]) == (
+        CancelOutcome.CANCEL_REQUESTED,
+        "RUNNING",
+        k.version + 2,
+    )
+    async with engine.connect() as c:
+        att = (await c.execute(select(attempts.c.state, attempts.c.cancel_requested))).one()
+    assert tuple(att) == ("RUNNING", True)
+
+
+async def test_an_accept_racing_an_uncommitted_cancel_waits_and_is_refused(engine):
+    jid, k = await _claimed(engine)
+    async with engine.connect() as c1:
+        tx = await c1.begin()
+        res = await cancel_store.cancel_job(c1, "default", jid)
+        assert res.outcome == CancelOutcome.CANCELLED
+        accepting = asyncio.create_task(run_transaction(engine, lambda c: lease_store.accept(c, [k], "w1")))
+        await _until_one_waits_on_a_lock(engine)
+        await tx.commit()
+        assert await accepting == {}
+    async with engine.connect() as c:
+        att = (await c.execute(select(attempts.c.state))).scalar_one()
+    assert (att, (await _get(engine, jid))["state"]) == ("CANCELLED", "CANCELLED")
