@@ -15,6 +15,7 @@ from gnomon.common.domain.attempts import Claimed
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.job_view import JOB_FROM, STATE
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.dispatcher.servicer import WorkerServicer
 from gnomon.dispatcher.sessions import SessionRegistry, WorkerSession
@@ -56,7 +57,7 @@ async def one(s: WorkerSession) -> tuple[bool, str]:
 
 async def state_of(engine, jid) -> tuple[str, str, str | None, str | None]:
     async with engine.connect() as c:
-        j = (await c.execute(select(jobs.c.state).where(jobs.c.id == jid))).scalar_one()
+        j = (await c.execute(select(STATE).select_from(JOB_FROM).where(jobs.c.id == jid))).scalar_one()
         a = (
             await c.execute(
                 select(attempts.c.state, attempts.c.owner, attempts.c.worker_id).where(
@@ -87,3 +88,29 @@ async def dispatcher_parts(engine) -> AsyncIterator[tuple[SessionRegistry, Worke
         yield registry, servicer
     finally:
         await writes.stop()
+
+
+#: The previous release's accept, as that release wrote it: a compare-and-set on the job row (QUEUED
+#: at the dispatched attempt and version, the attempt QUEUED under that token and version) -> RUNNING,
+#: version + 1, ``started_at``; then the attempt row -> RUNNING. Kept to produce the rows an older
+#: release left behind, which this release must read and move on.
+PREVIOUS_RELEASE_ACCEPT = (
+    "UPDATE jobs SET state = 'RUNNING', version = jobs.version + 1, started_at = now() FROM attempts a "
+    "WHERE jobs.id = :id AND jobs.attempt = :a AND jobs.version = :v AND jobs.state = 'QUEUED' "
+    "AND a.job_id = :id AND a.attempt = :a AND a.token = :t AND a.version = :v AND a.state = 'QUEUED' "
+    "RETURNING jobs.id",
+    "UPDATE attempts SET state = 'RUNNING', accepted_at = now(), worker_id = :w, "
+    "lease_expires_at = now() + lease_ms * interval '1 millisecond' WHERE job_id = :id AND attempt = :a",
+)
+
+
+async def accept_as_previous_release(conn, key, worker: str = "old") -> bool:
+    """Runs :data:`PREVIOUS_RELEASE_ACCEPT` for ``key`` (an ``AttemptKey``) on ``conn`` (inside a
+    transaction); whether it accepted."""
+    from sqlalchemy import text
+
+    params = {"id": key.job_id, "a": key.attempt, "v": key.version, "t": key.token, "w": worker}
+    if (await conn.execute(text(PREVIOUS_RELEASE_ACCEPT[0]), params)).first() is None:
+        return False
+    await conn.execute(text(PREVIOUS_RELEASE_ACCEPT[1]), params)
+    return True

@@ -21,6 +21,7 @@ from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import leases as lease_store
 from gnomon.common.storage import results as result_store
 from gnomon.common.storage.engine import run_transaction
+from gnomon.common.storage.job_view import JOB_FROM, derived_columns
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon_test_support import fenced
 
@@ -72,6 +73,14 @@ async def running(stub, engine, n: int) -> tuple[list[job_pb2.Job], list[Attempt
 
 
 async def row(engine, jid: uuid.UUID) -> dict:
+    """The job row as a client sees it (state, version, started_at derived from its attempt)."""
+    async with engine.connect() as c:
+        q = select(*derived_columns(jobs.c)).select_from(JOB_FROM).where(jobs.c.id == jid)
+        return dict((await c.execute(q)).mappings().one())
+
+
+async def stored_row(engine, jid: uuid.UUID) -> dict:
+    """The ``jobs`` row as stored."""
     async with engine.connect() as c:
         return dict((await c.execute(select(jobs).where(jobs.c.id == jid))).mappings().one())
 

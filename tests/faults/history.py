@@ -42,6 +42,9 @@ from psycopg.rows import dict_row
 
 from gnomon.common.domain.states import TERMINAL, AttemptState, JobState, is_legal
 
+#: ``CASE WHEN`` the job row is QUEUED and its current attempt (``a``) RUNNING: a running job.
+_RUN = "CASE WHEN j.state = 'QUEUED' AND a.state = 'RUNNING'"
+
 # -- the handler -------------------------------------------------------------------------------
 
 
@@ -102,8 +105,13 @@ class History:
             self.jobs = {
                 r["id"]: r
                 for r in cur.execute(
-                    "SELECT id, state, version, attempt, scheduled_at, dispatched_at, started_at, finished_at, "
-                    "idempotent, failure_class FROM jobs WHERE id = ANY(%s)",
+                    # state, version and started_at as a client sees them: a QUEUED row whose current
+                    # attempt is RUNNING is a RUNNING job (the accept writes only the attempt)
+                    f"SELECT j.id, {_RUN} THEN 'RUNNING' ELSE j.state END AS state, "
+                    f"j.version + {_RUN} THEN 1 ELSE 0 END AS version, j.attempt, j.scheduled_at, "
+                    f"j.dispatched_at, {_RUN} THEN a.accepted_at ELSE j.started_at END AS started_at, "
+                    "j.finished_at, j.idempotent, j.failure_class FROM jobs j LEFT JOIN attempts a "
+                    "ON a.job_id = j.id AND a.attempt = j.attempt WHERE j.id = ANY(%s)",
                     (ids,),
                 )
             }

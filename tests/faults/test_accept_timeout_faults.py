@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from gnomon.common.domain.states import JobState
+from gnomon.common.domain.states import AttemptState, JobState
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAULTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -146,8 +146,9 @@ def test_database_restarts_under_load_leave_nothing_queued(tmp_path, outage_s, r
                 try:
                     rows = sql(
                         url,
-                        "SELECT id::text FROM jobs WHERE queue = 'restarts' AND state = %s",
-                        str(JobState.QUEUED),
+                        # a job is QUEUED while its attempt is (the accept writes only the attempt)
+                        "SELECT job_id::text FROM attempts WHERE queue = 'restarts' AND state = %s",
+                        str(AttemptState.QUEUED),
                     )
                 except Exception:
                     return -1  # the database is down

@@ -355,9 +355,9 @@ def test_database_outage_fails_fast_turns_not_serving_and_recovers(tmp_path):
                 ]  # due during it
                 wait_for(
                     lambda: (
-                        sql(url, "SELECT count(*) FROM jobs WHERE queue = 'outage' AND state = 'RUNNING'")[0][
-                            0
-                        ]
+                        sql(
+                            url, "SELECT count(*) FROM attempts WHERE queue = 'outage' AND state = 'RUNNING'"
+                        )[0][0]
                         == 5
                     ),
                     15,

@@ -72,8 +72,8 @@ def test_worker_paused_past_its_lease_loses_the_attempt_and_drops_it_without_a_r
             lambda: (
                 sql(
                     suite.database_url,
-                    "SELECT count(*) FROM jobs WHERE id = ANY(%s::uuid[]) AND "
-                    "state = 'RUNNING' AND checkpoint IS NOT NULL",
+                    "SELECT count(*) FROM jobs j JOIN attempts a ON a.job_id = j.id AND a.attempt = j.attempt "
+                    "WHERE j.id = ANY(%s::uuid[]) AND a.state = 'RUNNING' AND j.checkpoint IS NOT NULL",
                     ids,
                 )[0][0]
                 == 2

@@ -162,7 +162,7 @@ def test_statements_run_below_sqlalchemy_are_binary_on_postgresql_only(dialect: 
     binary = dialect == "postgresql"  # CockroachDB keeps the text format (raw.binary_format)
     assert raw.binary_format(DIALECTS[dialect]) is binary
     hot = [jobs.INSERT_JOB, jobs.INSERT_JOB_IDEMPOTENT, jobs.INSERT_JOBS, jobs.GET_JOB]
-    hot += [leases.ACCEPT_JOBS, leases.ACCEPT_ATTEMPTS, results.FINISH_ATTEMPTS, results.SUCCEED_JOBS]
+    hot += [leases.ACCEPT, results.FINISH_ATTEMPTS, results.SUCCEED_JOBS]
     for stmt in hot:
         sql, _ = raw.compiled_sql(stmt, DIALECTS[dialect])
         binds = re.findall(r"(?<!%)%\(\w+\)([bs])", sql)

@@ -1,7 +1,8 @@
 """Named queries for cancelling and rescheduling jobs (the job lifecycle: docs/concepts.md).
 
 Every change is a compare-and-set on the job row: ``UPDATE jobs ... WHERE id = :id AND state = :s
-AND version = :v``, bumping ``version``. The current row is read first (no lock); if a concurrent
+AND version = :v``, bumping ``version`` (states and versions as a client sees them: a running
+job's row may read QUEUED, :mod:`gnomon.common.storage.job_view`). The current row is read first (no lock); if a concurrent
 transition (a claim, an accept, a result, the reaper) moves the row between the read and the
 update, the update changes nothing and the request is decided again from a fresh read, once. If
 that second compare-and-set loses too, a last read decides what to report: a terminal job is
@@ -10,17 +11,22 @@ that second compare-and-set loses too, a last read decides what to report: a ter
 transition outside :data:`gnomon.common.domain.states.TRANSITIONS`, whatever it races with:
 
 * SCHEDULED -> CANCELLED: a later claim finds no SCHEDULED row.
-* QUEUED -> CANCELLED: the attempt row goes ``CANCELLED`` (it leaves the outbox, which is the
-  QUEUED attempts), so the relay never re-delivers it; a worker's accept of a message already in flight is refused
-  by the accept's own compare-and-set (job no longer QUEUED at the dispatched version).
-* RUNNING: ``jobs.cancel_requested_at`` and ``attempts.cancel_requested`` are set; the state stays
+* QUEUED -> CANCELLED: the QUEUED attempt is locked first, then the job's compare-and-set, then the
+  attempt row goes ``CANCELLED`` (it leaves the outbox, which is the QUEUED attempts), so the relay
+  never re-delivers it; a worker's accept of a message already in flight is refused by the accept's
+  own compare-and-set (attempt no longer QUEUED). The accept writes only the attempt
+  (:mod:`gnomon.common.storage.job_view`), so the lock is what keeps it from committing between
+  the job's CANCELLED and the attempt's: if the attempt is no longer QUEUED when locked, it was
+  accepted and the cancel is decided again (RUNNING).
+* RUNNING (the state a client sees: the row RUNNING, or QUEUED with the current attempt RUNNING):
+  ``jobs.cancel_requested_at`` and ``attempts.cancel_requested`` are set; the state stays
   RUNNING. Heartbeat acks and the dispatcher's push (``gnomon.dispatcher.cancels``) tell the
   worker; :func:`gnomon.common.storage.results.complete` then ends the job SUCCEEDED (a success)
   or CANCELLED (any failure, never retried), and the reaper ends it CANCELLED if the lease is lost.
 
-Lock order matches the writers a cancel can race with, so they do not deadlock: job then attempt
-for a QUEUED job (as an accept does), attempt then job for a RUNNING one (as a result
-and the reaper do). Deadlocks that remain possible are retried by ``run_transaction`` (40P01).
+Lock order matches the writers a cancel can race with, so they do not deadlock: attempt then job
+for a QUEUED and for a RUNNING job (as a result and the reaper do; the accept locks only the
+attempt). Deadlocks that remain possible are retried by ``run_transaction`` (40P01).
 
 All instants come from the database clock. Functions take a connection inside a transaction.
 """
@@ -39,6 +45,7 @@ from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.domain.states import TERMINAL, AttemptState, CancelOutcome, JobState
 from gnomon.common.errors import Aborted, FailedPrecondition, FieldViolation, InvalidArgument
 from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.job_view import RUNNING_ROW, UNSTEPPED
 from gnomon.common.storage.jobs import get_job
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
@@ -67,6 +74,16 @@ CANCEL_QUEUED_ATTEMPT = named(
     .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == AttemptState.QUEUED)
     .values(state=AttemptState.CANCELLED, finished_at=func.now()),
 )
+LOCK_QUEUED_ATTEMPT = named(
+    __name__,
+    "LOCK_QUEUED_ATTEMPT",
+    """Locks the QUEUED attempt ``p_attempt`` of job ``p_id`` before the job row, so an accept (which
+    writes only the attempt) cannot commit between the job's compare-and-set and the attempt's
+    CANCELLED; no row: the attempt was accepted meanwhile (or is gone).""",
+    select(attempts.c.attempt)
+    .where(attempts.c.job_id == _ID, attempts.c.attempt == _ATTEMPT, attempts.c.state == AttemptState.QUEUED)
+    .with_for_update(),
+)
 LOCK_RUNNING_ATTEMPT = named(
     __name__,
     "LOCK_RUNNING_ATTEMPT",
@@ -78,16 +95,18 @@ LOCK_RUNNING_ATTEMPT = named(
 REQUEST_CANCEL = named(
     __name__,
     "REQUEST_CANCEL",
-    """RUNNING at ``p_version`` and ``p_attempt``: record the cancellation request.""",
+    """Running at ``p_attempt`` (row RUNNING, or QUEUED with that attempt RUNNING, locked by the
+    caller: :mod:`gnomon.common.storage.job_view`) at the version a client sees, ``p_version`` (the
+    stored version + 1 on a QUEUED row): record the cancellation request, stored version + 1.""",
     update(jobs)
     .where(
         jobs.c.id == _ID,
-        jobs.c.state == JobState.RUNNING,
-        jobs.c.version == _VERSION,
+        RUNNING_ROW,
+        jobs.c.version + UNSTEPPED == _VERSION,
         jobs.c.attempt == _ATTEMPT,
     )
     .values(cancel_requested_at=func.now(), version=jobs.c.version + 1)
-    .returning(*jobs.c),
+    .returning(jobs.c.id),
 )
 FLAG_ATTEMPT = named(
     __name__,
@@ -170,6 +189,8 @@ async def cancel_job(
         tries += 1
         params = {"p_id": job_id, "p_version": row["version"], "p_attempt": row["attempt"]}
         if state in (JobState.SCHEDULED, JobState.QUEUED):
+            if state == JobState.QUEUED and (await conn.execute(LOCK_QUEUED_ATTEMPT, params)).first() is None:
+                continue  # accepted meanwhile (the accept writes only the attempt): read again
             new = (await conn.execute(CANCEL_UNSTARTED, {**params, "p_state": state})).mappings().first()
             if new is None:
                 continue
@@ -179,11 +200,11 @@ async def cancel_job(
         if state == JobState.RUNNING:
             if (await conn.execute(LOCK_RUNNING_ATTEMPT, params)).first() is None:
                 continue  # the attempt ended meanwhile: decide again from a fresh read
-            new = (await conn.execute(REQUEST_CANCEL, params)).mappings().first()
-            if new is None:
+            if (await conn.execute(REQUEST_CANCEL, params)).first() is None:
                 continue
             await conn.execute(FLAG_ATTEMPT, params)
-            return CancelResult(CancelOutcome.CANCEL_REQUESTED, dict(new))
+            # read back as a client sees it (the state and version derived from the attempt)
+            return CancelResult(CancelOutcome.CANCEL_REQUESTED, await get_job(conn, namespace, job_id))
         raise ValueError(f"job {job_id} is in unknown state {state!r}")
 
 

@@ -62,7 +62,7 @@ from gnomon.common.quotas import Admit
 from gnomon.common.storage.audit import insert_audit_entry, list_audit_entries
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.engine import run_transaction
-from gnomon.common.storage.jobs import LISTED_COLUMNS
+from gnomon.common.storage.jobs import STORED_LISTED_COLUMNS as LISTED_COLUMNS
 from gnomon.common.storage.predicates import state_is
 from gnomon.common.storage.schema import attempts, dlq_replays, jobs
 from gnomon.common.storage.statements import builder, named

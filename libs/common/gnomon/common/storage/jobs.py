@@ -20,6 +20,7 @@ from gnomon.common.names import job_name
 from gnomon.common.pagination import rows_within_budget
 from gnomon.common.storage import raw
 from gnomon.common.storage.batches import unnest_rows
+from gnomon.common.storage.job_view import JOB_FROM, derived_columns, state_filter
 from gnomon.common.storage.schema import jobs
 from gnomon.common.storage.statements import builder, named
 
@@ -138,10 +139,13 @@ def job_by_request_stmt(namespace: str, request_id: uuid.UUID) -> Select[Any]:
 GET_JOB = named(
     __name__,
     "GET_JOB",
-    """The ``jobs`` row ``p_id`` (a UUID) if it is in namespace ``p_namespace``, every column. Run below
-    SQLAlchemy's execution layer (:func:`gnomon.common.storage.raw.fetch`, prepared); GetJob runs it
-    alone in autocommit.""",
-    select(jobs).where(jobs.c.namespace == bindparam("p_namespace"), jobs.c.id == bindparam("p_id")),
+    """The ``jobs`` row ``p_id`` (a UUID) if it is in namespace ``p_namespace``, every column, with
+    ``state``, ``version`` and ``started_at`` as a client sees them (derived from the current
+    attempt: :mod:`gnomon.common.storage.job_view`). Run below SQLAlchemy's execution layer
+    (:func:`gnomon.common.storage.raw.fetch`, prepared); GetJob runs it alone in autocommit.""",
+    select(*derived_columns(jobs.c))
+    .select_from(JOB_FROM)
+    .where(jobs.c.namespace == bindparam("p_namespace"), jobs.c.id == bindparam("p_id")),
 )
 
 
@@ -215,7 +219,9 @@ async def insert_jobs(conn: AsyncConnection, batch: list[NewJob]) -> list[dict[s
 
 
 async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> dict[str, Any]:
-    """The job row; raises :class:`NotFound` (JOB_NOT_FOUND) if absent from that namespace."""
+    """The job row as a client sees it (``state``, ``version``, ``started_at`` derived from the current
+    attempt, :mod:`gnomon.common.storage.job_view`); raises :class:`NotFound` (JOB_NOT_FOUND) if
+    absent from that namespace."""
     rows = await raw.fetch(conn, GET_JOB, {"p_namespace": namespace, "p_id": job_id}, mappings=True)
     if not rows:
         raise NotFound(f"job namespaces/{namespace}/jobs/{job_id} not found")
@@ -225,10 +231,13 @@ async def get_job(conn: AsyncConnection, namespace: str, job_id: uuid.UUID) -> d
 
 #: What a listing reads of a ``jobs`` row: every column but ``payload`` and ``checkpoint``, plus
 #: ``payload_bytes`` (the payload's length); payloads are read afterwards for the rows within the
-#: reply's byte budget only (:func:`budget_payloads`).
-LISTED_COLUMNS = [c for c in jobs.c if c.key not in ("payload", "checkpoint")] + [
+#: reply's byte budget only (:func:`budget_payloads`). ``state``, ``version`` and ``started_at`` are
+#: derived from the current attempt (:mod:`gnomon.common.storage.job_view`): select ``FROM JOB_FROM``.
+#: ``STORED_LISTED_COLUMNS``: the same as stored, for readers of finished jobs only (dead letters).
+STORED_LISTED_COLUMNS = [c for c in jobs.c if c.key not in ("payload", "checkpoint")] + [
     func.octet_length(jobs.c.payload).label("payload_bytes")
 ]
+LISTED_COLUMNS = derived_columns(STORED_LISTED_COLUMNS)
 
 
 @builder(namespace="ns", ids=[uuid.UUID(int=1)])
@@ -269,10 +278,12 @@ def list_jobs_stmt(
 ) -> Select[Any]:
     """Up to ``limit`` ``jobs`` rows of ``namespace`` (optionally of one ``state`` and ``queue``), as
     :data:`LISTED_COLUMNS` (no payload, no checkpoint), newest ``created_at`` first (ties by id
-    descending), strictly after the keyset cursor ``after`` = (created_at, id)."""
-    q = select(*LISTED_COLUMNS).where(jobs.c.namespace == namespace)
+    descending), strictly after the keyset cursor ``after`` = (created_at, id). ``state`` is the
+    state a client sees (RUNNING includes QUEUED rows whose attempt runs,
+    :func:`gnomon.common.storage.job_view.state_filter`)."""
+    q = select(*LISTED_COLUMNS).select_from(JOB_FROM).where(jobs.c.namespace == namespace)
     if state:
-        q = q.where(jobs.c.state == state)
+        q = q.where(state_filter(state))
     if queue:
         q = q.where(jobs.c.queue == queue)
     if after is not None:

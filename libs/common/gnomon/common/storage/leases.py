@@ -1,5 +1,6 @@
 """The worker's writes on a dispatched attempt: accept (QUEUED -> RUNNING) and heartbeat (lease
-renewal). Each is compare-and-set on the attempt row: ``(job_id, attempt, token, version)`` must
+renewal). Both write the attempt row only (the job's RUNNING state is derived from it,
+:mod:`gnomon.common.storage.job_view`). Each is compare-and-set on the attempt row: ``(job_id, attempt, token, version)`` must
 match, so a stale message changes nothing. Ownership: the accept records the principal of the
 accepting worker in ``attempts.owner``; every later write (heartbeat, checkpoint, result, a re-sent
 accept) must come from that principal, so what a reader sees of an attempt (its id, token and version)
@@ -18,10 +19,10 @@ from sqlalchemy import BigInteger, Boolean, Integer, String, Uuid, and_, bindpar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from gnomon.common.domain.attempts import AttemptId, AttemptKey
-from gnomon.common.domain.states import AttemptState, JobState
+from gnomon.common.domain.states import AttemptState
 from gnomon.common.storage import raw
 from gnomon.common.storage.batches import row_params, unnest_rows
-from gnomon.common.storage.schema import attempts, jobs
+from gnomon.common.storage.schema import attempts
 from gnomon.common.storage.statements import named
 
 _LEASE = timedelta(milliseconds=1)
@@ -69,35 +70,22 @@ def owned_by(owner: Any, worker: Any) -> Any:
     return or_(owner.is_(None), and_(attempts.c.owner == owner, attempts.c.worker_id == worker))
 
 
-ACCEPT_JOBS = named(
+ACCEPT = named(
     __name__,
-    "ACCEPT_JOBS",
-    """QUEUED -> RUNNING (version + 1, ``started_at = now()``) for the jobs of the attempts
-    ``(v_job_id, v_attempt, v_token, v_version)`` (arrays) whose job is still at that attempt and
-    version and whose attempt row is QUEUED under that token; returns their ``(id, attempt)``.""",
-    update(jobs)
+    "ACCEPT",
+    """Attempts ``(v_job_id, v_attempt, v_token, v_version)`` (arrays) still QUEUED under that token
+    and version -> RUNNING for worker ``p_worker_id`` of principal ``p_owner``, ``accepted_at =
+    now()``, lease restarted (``now() + lease_ms``); returns ``(job_id, attempt, lease_expires_at)``.
+    The ``jobs`` row is not written: its state RUNNING is derived from this attempt
+    (:mod:`gnomon.common.storage.job_view`).""",
+    update(attempts)
     .where(
-        jobs.c.id == _V4.c.job_id,
-        jobs.c.attempt == _V4.c.attempt,
-        jobs.c.version == _V4.c.version,
         attempts.c.job_id == _V4.c.job_id,
         attempts.c.attempt == _V4.c.attempt,
         attempts.c.token == _V4.c.token,
         attempts.c.version == _V4.c.version,
         attempts.c.state == AttemptState.QUEUED,
-        jobs.c.state == JobState.QUEUED,
     )
-    .values(state=JobState.RUNNING, version=jobs.c.version + 1, started_at=func.now())
-    .returning(jobs.c.id, jobs.c.attempt),
-)
-ACCEPT_ATTEMPTS = named(
-    __name__,
-    "ACCEPT_ATTEMPTS",
-    """Attempts ``(p_job_id, p_attempt)`` (arrays) -> RUNNING for worker ``p_worker_id`` of
-    principal ``p_owner``, ``accepted_at = now()``, lease restarted (``now() + lease_ms``); returns
-    ``(job_id, attempt, lease_expires_at)``.""",
-    update(attempts)
-    .where(attempts.c.job_id == _P.c.job_id, attempts.c.attempt == _P.c.attempt)
     .values(
         state=AttemptState.RUNNING,
         accepted_at=func.now(),
@@ -139,10 +127,20 @@ async def accept(
     *,
     fresh: bool = True,
 ) -> dict[AttemptId, datetime]:
-    """QUEUED -> RUNNING for each attempt whose job is still at the dispatched version and whose
-    attempt row still carries the token; the lease restarts from now and ``owner`` (the worker's
-    principal) becomes the attempt's owner. Returns ``(job_id, attempt) -> lease end`` for the
-    accepted ones. Idempotent: an attempt already RUNNING for the same ``worker_id`` and ``owner``
+    """QUEUED -> RUNNING for each attempt still QUEUED under the dispatched token and version: one
+    compare-and-set on the attempt row (:data:`ACCEPT`), the ``jobs`` row untouched (the job reads
+    RUNNING from its attempt, :mod:`gnomon.common.storage.job_view`). The lease restarts from now
+    and ``owner`` (the worker's principal) becomes the attempt's owner. Returns ``(job_id, attempt)
+    -> lease end`` for the accepted ones.
+
+    Why the attempt alone decides: a QUEUED attempt is the current attempt of a QUEUED job at the
+    attempt's ``version`` (only the claim creates it; the result, the reaper and a retry act on
+    RUNNING attempts only), and the one other writer that changes the job while it is QUEUED, a
+    cancel, moves the attempt to CANCELLED in the same transaction after locking it
+    (:func:`gnomon.common.storage.cancel.cancel_job`). So this refuses exactly what a
+    compare-and-set on the job row refused.
+
+    Idempotent: an attempt already RUNNING for the same ``worker_id`` and ``owner``
     under the same token and version counts as accepted again (a re-sent accept after a lost ack or a
     reconnect). ``fresh`` False: only that re-accept is allowed (the attempt was not delivered to
     the calling stream). Anything else (cancelled, re-dispatched, stale token, a duplicate delivery
@@ -151,12 +149,8 @@ async def accept(
         return {}
     out: dict[AttemptId, datetime] = {}
     if fresh:
-        ok = await raw.fetch(conn, ACCEPT_JOBS, key_params("v", keys, with_version=True))
-        pairs = [(r[0], r[1]) for r in ok]
-        if pairs:
-            p = row_params("p", job_id=[x[0] for x in pairs], attempt=[x[1] for x in pairs])
-            rows = await raw.fetch(conn, ACCEPT_ATTEMPTS, {"p_worker_id": worker_id, "p_owner": owner, **p})
-            out = {AttemptId(r[0], r[1]): r[2] for r in rows}
+        params = {"p_worker_id": worker_id, "p_owner": owner, **key_params("v", keys, with_version=True)}
+        out = {AttemptId(r[0], r[1]): r[2] for r in await raw.fetch(conn, ACCEPT, params)}
     rest = [k for k in keys if (k.job_id, k.attempt) not in out]
     if rest:
         params = {"p_worker_id": worker_id, "p_owner": owner, **key_params("v", rest, with_version=True)}

@@ -24,6 +24,7 @@ from gnomon.common.domain.reasons import ErrorReason
 from gnomon.common.domain.states import JobState
 from gnomon.common.errors import AlreadyExists, FailedPrecondition, NotFound
 from gnomon.common.quotas import Quotas
+from gnomon.common.storage.job_view import JOB_FROM, STATE
 from gnomon.common.storage.predicates import state_in
 from gnomon.common.storage.schema import jobs, schedules
 from gnomon.common.storage.schema_tenancy import grants, namespaces
@@ -176,11 +177,16 @@ def delete_namespace_grants_stmt(name: str) -> Delete:
 
 @builder(namespace="ns", cap=10)
 def pending_jobs_stmt(namespace: str, cap: int) -> Select[Any]:
-    """How many jobs of ``namespace`` are SCHEDULED or QUEUED, counted up to ``cap`` (the count of
-    a subquery limited to ``cap`` rows, so the cost is bounded by the limit checked against)."""
+    """How many jobs of ``namespace`` are SCHEDULED or QUEUED as a client sees them (a QUEUED row whose
+    attempt runs is RUNNING, not pending: :mod:`gnomon.common.storage.job_view`), counted up to
+    ``cap`` (the count of a subquery limited to ``cap`` rows, so the cost is bounded by the limit
+    checked against)."""
     inner = (
         select(jobs.c.id)
-        .where(jobs.c.namespace == namespace, state_in(jobs.c.state, PENDING_STATES))  # ix_jobs_pending_dead
+        .select_from(JOB_FROM)
+        .where(  # ix_jobs_pending_dead
+            jobs.c.namespace == namespace, state_in(jobs.c.state, PENDING_STATES), STATE.in_(PENDING_STATES)
+        )
         .limit(cap)
         .subquery()
     )

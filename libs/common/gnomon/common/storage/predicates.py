@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import Column, String, literal_column
+from sqlalchemy import String, literal_column
 from sqlalchemy.sql.elements import ColumnElement
 
 
-def state_is(column: Column[str], state: str) -> ColumnElement[bool]:
+def state_is(column: ColumnElement[str], state: str) -> ColumnElement[bool]:
     """``column = 'STATE'`` with the state written inline instead of as a bind parameter.
 
     Partial indexes (migrations 0014 and 0020: ``ix_jobs_due``, ``ix_jobs_deadline``,
@@ -21,7 +21,7 @@ def state_is(column: Column[str], state: str) -> ColumnElement[bool]:
     return column == literal_column(f"'{state}'", String)
 
 
-def state_in(column: Column[str], states: Iterable[str]) -> ColumnElement[bool]:
+def state_in(column: ColumnElement[str], states: Iterable[str]) -> ColumnElement[bool]:
     """``column IN ('A', 'B', ...)`` with the states written inline (see :func:`state_is`: a generic
     plan reaches a partial index on a state list only from constants). Raises ``ValueError`` for a
     name that is not a state name, or for an empty list."""

@@ -24,6 +24,7 @@ from gnomon.common.domain.attempts import Reaped
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import OccurrenceDecision
 from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
+from gnomon.common.storage.job_view import RUNNING_ROW
 from gnomon.common.storage.jobs import POLICY_COLS
 from gnomon.common.storage.predicates import state_is
 from gnomon.common.storage.results import fail_job_stmt, judge
@@ -94,7 +95,8 @@ def lose_attempt_stmt(job_id: uuid.UUID, attempt: int, error: str) -> Update:
 
 @builder(job_id=_ID, attempt=1)
 def lost_job_stmt(job_id: uuid.UUID, attempt: int) -> Select[tuple[Any, ...]]:
-    """Job ``job_id`` if still RUNNING at ``attempt``, locked ``FOR UPDATE``: ``max_attempts``,
+    """Job ``job_id`` if still running at ``attempt`` (row RUNNING, or QUEUED: its attempt, just
+    made LOST by the caller, was RUNNING; :mod:`gnomon.common.storage.job_view`), locked ``FOR UPDATE``: ``max_attempts``,
     ``idempotent``, ``cancel_requested_at``, ``trace_context``, the retry policy columns and ``age_s`` (seconds since its
     first dispatch, database clock)."""
     return (
@@ -106,7 +108,7 @@ def lost_job_stmt(job_id: uuid.UUID, attempt: int) -> Select[tuple[Any, ...]]:
             *POLICY_COLS,
             func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"),
         )
-        .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == JobState.RUNNING)
+        .where(jobs.c.id == job_id, jobs.c.attempt == attempt, RUNNING_ROW)
         .with_for_update()
     )
 
@@ -120,7 +122,8 @@ async def reap_lost_leases(
     retry_delay_s: Callable[[int], float] | None = None,
 ) -> list[Reaped]:
     """Marks up to ``limit`` expired RUNNING attempts of ``region`` LOST and moves their jobs on
-    (compare-and-set: the job must still be RUNNING at that attempt). Whether and when the job is
+    (compare-and-set: the job must still be running at that attempt, its row RUNNING or QUEUED: the
+    accept writes only the attempt, :mod:`gnomon.common.storage.job_view`). Whether and when the job is
     retried is the after-failure transition's decision for an AMBIGUOUS failure
     (:func:`gnomon.common.domain.transitions.after_failure`, the one the result path uses:
     idempotent jobs only, attempts left, ``max_age``; a cancel request makes it CANCELLED, the

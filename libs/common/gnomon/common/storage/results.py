@@ -41,6 +41,7 @@ from gnomon.common.domain.states import AttemptState, JobState
 from gnomon.common.domain.transitions import AfterFailure, after_failure
 from gnomon.common.storage import raw
 from gnomon.common.storage.batches import row_params, unnest_rows
+from gnomon.common.storage.job_view import RUNNING_ROW, UNSTEPPED
 from gnomon.common.storage.jobs import POLICY_COLS
 from gnomon.common.storage.leases import key_params, owned_by
 from gnomon.common.storage.schema import attempts, jobs
@@ -75,8 +76,8 @@ FINISH_ATTEMPTS = named(
 FAILED_JOBS = named(
     __name__,
     "FAILED_JOBS",
-    """The jobs of the failed attempts ``(p_job_id, p_attempt)`` (arrays) still RUNNING at that
-    attempt: ``id``, ``attempt``, ``max_attempts``, ``idempotent``, the retry policy columns and
+    """The jobs of the failed attempts ``(p_job_id, p_attempt)`` (arrays) still running at that
+    attempt (row RUNNING, or QUEUED: :data:`gnomon.common.storage.job_view.RUNNING_ROW`): ``id``, ``attempt``, ``max_attempts``, ``idempotent``, the retry policy columns and
     ``age_s``, the seconds since their first dispatch (database clock).""",
     select(
         jobs.c.id,
@@ -85,16 +86,31 @@ FAILED_JOBS = named(
         jobs.c.idempotent,
         *POLICY_COLS,
         func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"),
-    ).where(jobs.c.id == _P.c.job_id, jobs.c.attempt == _P.c.attempt, jobs.c.state == JobState.RUNNING),
+    ).where(jobs.c.id == _P.c.job_id, jobs.c.attempt == _P.c.attempt, RUNNING_ROW),
 )
 SUCCEED_JOBS = named(
     __name__,
     "SUCCEED_JOBS",
-    """The jobs of the attempts ``(p_job_id, p_attempt)`` (arrays) still RUNNING at that attempt ->
-    SUCCEEDED (version + 1, ``finished_at = now()``, ``last_error`` cleared).""",
+    """The jobs of the finished attempts ``(p_job_id, p_attempt)`` (arrays) still running at that
+    attempt (row RUNNING, or QUEUED with the attempt accepted: :mod:`gnomon.common.storage.job_view`)
+    -> SUCCEEDED: version + 1 as a client saw it (the stored version + 2 on a QUEUED row),
+    ``started_at`` = the attempt's ``accepted_at`` (kept on a RUNNING row), ``finished_at = now()``,
+    ``last_error`` cleared.""",
     update(jobs)
-    .where(jobs.c.id == _P.c.job_id, jobs.c.attempt == _P.c.attempt, jobs.c.state == JobState.RUNNING)
-    .values(state=JobState.SUCCEEDED, version=jobs.c.version + 1, finished_at=func.now(), last_error=None),
+    .where(
+        jobs.c.id == _P.c.job_id,
+        jobs.c.attempt == _P.c.attempt,
+        RUNNING_ROW,
+        attempts.c.job_id == jobs.c.id,
+        attempts.c.attempt == jobs.c.attempt,
+    )
+    .values(
+        state=JobState.SUCCEEDED,
+        version=jobs.c.version + 1 + UNSTEPPED,
+        started_at=func.coalesce(attempts.c.accepted_at, jobs.c.started_at),
+        finished_at=func.now(),
+        last_error=None,
+    ),
 )
 
 _SAMPLE = AttemptId(uuid.UUID(int=1), 1)
@@ -121,8 +137,10 @@ def attempt_failure_stmt(job_id: uuid.UUID, attempt: int, failure_class: str, er
 def fail_job_stmt(
     job_id: uuid.UUID, attempt: int, outcome: AfterFailure, *, failure_class: str, error: str
 ) -> Update:
-    """The write of the after-failure transition on job ``job_id`` still RUNNING at ``attempt``:
-    version + 1, ``last_error`` (at most :data:`MAX_ERROR_CHARS`), ``failure_class``, and the state
+    """The write of the after-failure transition on job ``job_id`` still running at ``attempt`` (row
+    RUNNING, or QUEUED with that attempt accepted: :mod:`gnomon.common.storage.job_view`; the caller
+    has just moved the attempt out of RUNNING): version + 1 as a client saw it (the stored version
+    + 2 on a QUEUED row), ``started_at`` = the attempt's ``accepted_at``, ``last_error`` (at most :data:`MAX_ERROR_CHARS`), ``failure_class``, and the state
     of ``outcome`` (a retry: SCHEDULED at ``now() + outcome.delay_s`` seconds; else DEAD with
     ``finished_at = now()``), unless the row carries a cancellation request when the UPDATE finds
     it: then CANCELLED (``finished_at = now()``, ``scheduled_at`` kept), whatever ``outcome`` says.
@@ -132,7 +150,10 @@ def fail_job_stmt(
     cancelled = jobs.c.cancel_requested_at.is_not(None)
     on_cancel = JobState.CANCELLED  # a cancel request wins over every outcome
     values: dict[str, Any] = dict(
-        version=jobs.c.version + 1, last_error=error[:MAX_ERROR_CHARS], failure_class=failure_class
+        version=jobs.c.version + 1 + UNSTEPPED,
+        started_at=func.coalesce(attempts.c.accepted_at, jobs.c.started_at),
+        last_error=error[:MAX_ERROR_CHARS],
+        failure_class=failure_class,
     )
     if outcome.retry:
         values.update(
@@ -147,7 +168,13 @@ def fail_job_stmt(
         values.update(state=case((cancelled, on_cancel), else_=outcome.state), finished_at=func.now())
     return (
         update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.attempt == attempt, jobs.c.state == JobState.RUNNING)
+        .where(
+            jobs.c.id == job_id,
+            jobs.c.attempt == attempt,
+            RUNNING_ROW,
+            attempts.c.job_id == jobs.c.id,
+            attempts.c.attempt == jobs.c.attempt,
+        )
         .values(**values)
         .returning(jobs.c.state, jobs.c.namespace, jobs.c.queue)
     )
