@@ -278,8 +278,9 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size, due=due))
         left_s = q(conn, "SELECT extract(epoch FROM %s - clock_timestamp())", due)[0][0]
         gate_missed = float(left_s) <= 0
-        if monitor:
+        if monitor and m_enq0:
             m_enq1 = monitor.mark(settle_after=settle)
+            enqueued = monitor.window(m_enq0, m_enq1)  # before the checkpoint, which may recycle its WAL
             monitor.checkpoint()
             m_drain0 = monitor.mark()
             left_s = q(conn, "SELECT extract(epoch FROM %s - clock_timestamp())", due)[0][0]
@@ -291,7 +292,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         write_set = None
         if monitor and m_enq0:
             m_drain1 = monitor.mark(settle_after=settle)
-            windows = {"enqueue": monitor.window(m_enq0, m_enq1), "drain": monitor.window(m_drain0, m_drain1)}
+            windows = {"enqueue": enqueued, "drain": monitor.window(m_drain0, m_drain1)}
             write_set = report(windows, args.jobs, args.verbose)
         # CPU per drained job, microseconds, per role: stable under a loaded machine (unlike jobs/s),
         # so before/after comparisons of one change do not need a quiet box
