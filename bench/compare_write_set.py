@@ -53,6 +53,7 @@ FIGURES = (
     "statements",
     "statements_without_tx_control",
     "transactions",
+    "transactions_raw",
 )
 
 

@@ -272,7 +272,11 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         if monitor and args.gate_lead is None:  # room for the checkpoint and the settling
             lead += 3.0 + args.write_set_settle
         settle = args.write_set_settle
-        m_enq0 = monitor.mark(settle_before=settle) if monitor else None
+        m_enq0 = None
+        if monitor:  # the statistics settle, then the suite's idle rate of transactions (5 s)
+            time.sleep(settle)
+            monitor.idle_rate()
+            m_enq0 = monitor.mark()
         # T by the database clock, which decides what is due
         due = q(conn, "SELECT now() + make_interval(secs => %s)", lead)[0][0]
         enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size, due=due))
@@ -294,6 +298,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
             m_drain1 = monitor.mark(settle_after=settle)
             windows = {"enqueue": enqueued, "drain": monitor.window(m_drain0, m_drain1)}
             write_set = report(windows, args.jobs, args.verbose)
+            write_set["idle_transactions_per_s"] = round(monitor.idle_xacts_per_s, 1)
         # CPU per drained job, microseconds, per role: stable under a loaded machine (unlike jobs/s),
         # so before/after comparisons of one change do not need a quiet box
         cpu_us: dict[str, float] | None = {

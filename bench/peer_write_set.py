@@ -60,7 +60,9 @@ def one_run(args: argparse.Namespace, run: int) -> dict:
     asyncio.run(install())
     mon = Monitor(db_dsn(peer.DB))
     try:
-        m_enq0 = mon.mark(settle_before=args.settle)
+        time.sleep(args.settle)
+        mon.idle_rate()
+        m_enq0 = mon.mark()
         enqueue_s = asyncio.run(enqueue(args.jobs, args.chunk))
         m_enq1 = mon.mark(settle_after=args.settle)
         enqueued = mon.window(m_enq0, m_enq1)  # before the checkpoint, which may recycle its WAL
@@ -93,7 +95,8 @@ def one_run(args: argparse.Namespace, run: int) -> dict:
             "enqueue_jobs_per_s": round(args.jobs / enqueue_s),
             "drain_jobs_per_s": round(args.jobs / drain_s),
             "ok": executions == args.jobs and left == 0,
-            "write_set": report(windows, args.jobs, args.verbose),
+            "write_set": report(windows, args.jobs, args.verbose)
+            | {"idle_transactions_per_s": round(mon.idle_xacts_per_s, 1)},
         }
     finally:
         mon.close()

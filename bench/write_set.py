@@ -104,27 +104,33 @@ class Mark:
     """Counters at one instant: ``lsn`` (flushed WAL position), ``statements`` (pg_stat_statements
     calls per query text in this database, ``None`` without the extension), ``xacts``
     (``xact_commit + xact_rollback`` of this database), ``own_xacts`` (the monitor's transactions so
-    far), ``tables`` (relname -> ``pg_stat_user_tables`` counters)."""
+    far), ``tables`` (relname -> ``pg_stat_user_tables`` counters); ``lsn_at`` and ``stats_at``: when
+    the LSN and the statistics were read (``time.monotonic()``, s)."""
 
     lsn: str
     statements: dict[str, int] | None
     xacts: int = 0
     own_xacts: int = 0
     tables: dict[str, dict[str, int]] = field(default_factory=dict)
+    lsn_at: float = 0.0
+    stats_at: float = 0.0
 
 
 @dataclass
 class Window:
     """What happened between two marks: the WAL ``groups``, ``wal_bytes`` (LSN difference),
     ``statements`` (calls per query text; ``None`` without pg_stat_statements), ``xacts`` (other
-    sessions' transactions) and ``tables`` (per-table statistics deltas). ``a + b`` adds two windows
-    (e.g. the enqueue and the drain of the same jobs)."""
+    sessions' transactions between the statistics reads), ``settle_xacts`` (of those, the estimate of
+    what the system did while the statistics settled: its idle rate times the seconds the statistics
+    reads lie outside the LSN reads) and ``tables`` (per-table statistics deltas). ``a + b`` adds two
+    windows (e.g. the enqueue and the drain of the same jobs)."""
 
     groups: list[WalGroup]
     wal_bytes: int
     statements: dict[str, int] | None
     xacts: int
     tables: dict[str, dict[str, int]]
+    settle_xacts: float = 0.0
 
     def __add__(self, other: Window) -> Window:
         st = None
@@ -135,7 +141,12 @@ class Window:
             for rel in self.tables.keys() | other.tables.keys()
         }
         return Window(
-            self.groups + other.groups, self.wal_bytes + other.wal_bytes, st, self.xacts + other.xacts, tables
+            self.groups + other.groups,
+            self.wal_bytes + other.wal_bytes,
+            st,
+            self.xacts + other.xacts,
+            tables,
+            self.settle_xacts + other.settle_xacts,
         )
 
 
@@ -172,6 +183,7 @@ class Monitor:
 
     def __init__(self, conninfo: str) -> None:
         self.conn = CountingConnection.connect(conninfo, autocommit=True)
+        self.idle_xacts_per_s = 0.0
         try:
             self.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         except psycopg.Error as e:
@@ -222,15 +234,29 @@ class Monitor:
         those statistics up to ~10 s late (module docstring), so a window's first mark settles
         before (the earlier work's counts are in before it reads), its last mark after."""
         time.sleep(settle_before)
-        m = Mark(lsn=self.lsn(), statements=self.statements())
+        m = Mark(lsn=self.lsn(), statements=self.statements(), lsn_at=time.monotonic())
         time.sleep(settle_after)
         self._read_stats(m)
         return m
+
+    def idle_rate(self, seconds: float = 5.0) -> float:
+        """Measures the other sessions' transactions per second while the system idles for
+        ``seconds`` (call it after the statistics settled, before the work), keeps it as
+        :attr:`idle_xacts_per_s` (used by :meth:`window`) and returns it."""
+        a, b = Mark("", None), Mark("", None)
+        self._read_stats(a)
+        time.sleep(seconds)
+        self._read_stats(b)
+        self.idle_xacts_per_s = ((b.xacts - a.xacts) - (b.own_xacts - a.own_xacts)) / (
+            b.stats_at - a.stats_at
+        )
+        return self.idle_xacts_per_s
 
     def _read_stats(self, m: Mark) -> None:
         """Flushes this backend's own statistics, then fills ``m.xacts``, ``m.own_xacts``, ``m.tables``."""
         self.execute("SELECT pg_stat_force_next_flush()")
         m.own_xacts = self.own_xacts  # this read's own transaction is counted after it
+        m.stats_at = time.monotonic()
         m.xacts = int(
             self.execute(
                 "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
@@ -256,8 +282,14 @@ class Monitor:
             st = _diff_counts(end.statements, start.statements)
         xacts = (end.xacts - start.xacts) - (end.own_xacts - start.own_xacts)
         tables = {rel: _diff_counts(c, start.tables.get(rel, {})) for rel, c in end.tables.items()}
+        outside = (end.stats_at - end.lsn_at) - (start.stats_at - start.lsn_at)
         return Window(
-            self.wal_groups(start.lsn, end.lsn), wal_bytes, st, xacts, {k: v for k, v in tables.items() if v}
+            self.wal_groups(start.lsn, end.lsn),
+            wal_bytes,
+            st,
+            xacts,
+            {k: v for k, v in tables.items() if v},
+            self.idle_xacts_per_s * max(0.0, outside),
         )
 
 
@@ -309,8 +341,9 @@ def figures(w: Window, jobs: int, verbose: bool = False) -> dict[str, Any]:
     ``wal_records``, ``non_hot_updates``, ``hot_updates``, ``heap_inserts``, ``deletes``,
     ``index_tuples``, ``row_lock_records``, ``write_transactions`` (commit and abort records),
     ``statements`` and ``statements_without_tx_control`` (pg_stat_statements; ``None`` without it),
-    ``transactions`` (``pg_stat_database``, read-only ones included, the monitor's own subtracted;
-    includes the settling time's background work). With ``verbose``: ``by_relation`` (per table and
+    ``transactions`` (``pg_stat_database``: read-only ones included, the monitor's own and the
+    settling time's estimate (:attr:`Window.settle_xacts`) subtracted), ``transactions_raw`` (nothing
+    of the settling subtracted). With ``verbose``: ``by_relation`` (per table and
     index: records, bytes, heap and index figures), ``by_record_type``, ``top_statements`` and
     ``pg_stat_user_tables`` (per table: the statistics' own insert / update / HOT / delete deltas).
     """
@@ -329,8 +362,10 @@ def figures(w: Window, jobs: int, verbose: bool = False) -> dict[str, Any]:
         "write_transactions": _per(t["commits"] + t["aborts"], jobs, 3),
         "statements": _per(st["statements"], jobs, 3) if st else None,
         "statements_without_tx_control": _per(st["statements"] - st["tx_control"], jobs, 3) if st else None,
-        "transactions": _per(w.xacts, jobs, 3),
+        "transactions": _per(w.xacts - w.settle_xacts, jobs, 3),
+        "transactions_raw": _per(w.xacts, jobs, 3),
         "totals": {"jobs": jobs, "wal_bytes": w.wal_bytes, **t, "transactions": w.xacts}
+        | {"settle_transactions": round(w.settle_xacts, 1)}
         | ({"statements": st["statements"], "tx_control": st["tx_control"]} if st else {}),
     }
     if verbose:

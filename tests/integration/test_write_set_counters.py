@@ -1,0 +1,169 @@
+"""The write-set counters of ``bench.write_set`` on a real PostgreSQL: statements with known effects
+must give the known figures (heap inserts, HOT and non-HOT updates, deletes, row locks, index tuples
+including those carried by leaf splits, commits, statements and transactions), whatever the timing.
+
+The server is this module's own: it preloads ``pg_stat_statements`` and runs without autovacuum, so
+nothing but the statements below writes in a window."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from bench.write_set import Monitor, Window, figures, tally
+from gnomon.common.config import DevServerSettings
+from gnomon.devservers import PostgresServer
+
+
+@pytest.fixture(scope="module")
+def counted_pg() -> Iterator[PostgresServer]:
+    """A PostgreSQL with pg_stat_statements preloaded and autovacuum off."""
+    settings: dict[str, object] = {"shared_preload_libraries": "pg_stat_statements", "autovacuum": "off"}
+    with PostgresServer(durable=False, settings=settings, **DevServerSettings().model_dump()) as pg:
+        yield pg
+
+
+@pytest.fixture
+def db(counted_pg: PostgresServer) -> Iterator[tuple[Monitor, psycopg.Connection]]:
+    """(a Monitor, an autocommit work connection) on a fresh database holding table ``t`` (primary
+    key ``id``, an index on ``v``, ``w`` in no index; fillfactor 50 so that updates fit their page)."""
+    name = f"ws_{uuid.uuid4().hex[:12]}"
+    counted_pg.create_database(name)
+    mon = Monitor(counted_pg.conninfo(name))
+    work = psycopg.connect(counted_pg.conninfo(name), autocommit=True)
+    work.execute("CREATE TABLE t (id int PRIMARY KEY, v int, w text) WITH (fillfactor = 50)")
+    work.execute("CREATE INDEX t_v ON t (v)")
+    work.execute("SELECT pg_stat_force_next_flush()")  # these transactions published before any mark
+    try:
+        yield mon, work
+    finally:
+        work.close()
+        mon.close()
+        counted_pg.drop_database(name)
+
+
+def measured(mon: Monitor, work_fn) -> tuple[Window, dict]:
+    """Runs ``work_fn`` between two marks; returns the window and its totals."""
+    start = mon.mark()
+    work_fn()
+    w = mon.window(start, mon.mark())
+    return w, figures(w, 1)["totals"]
+
+
+def test_insert_counts_heap_tuples_and_index_tuples_also_those_carried_by_leaf_splits(db):
+    mon, work = db
+    w, t = measured(
+        mon, lambda: work.execute("INSERT INTO t SELECT g, g, 'x' FROM generate_series(1, 1901) g")
+    )
+    assert t["heap_inserts"] == 1901
+    assert t["index_tuples"] == 2 * 1901  # two indexes, one tuple each per row
+    # 1901 keys do not fit one leaf: some tuples went in with a leaf split's record, not INSERT_LEAF
+    assert any(g.rtype.startswith("SPLIT") and g.leaf for g in w.groups)
+    assert sum(g.count for g in w.groups if g.rtype == "INSERT_LEAF") < 2 * 1901
+    assert t["commits"] == 1
+    assert t["non_hot_updates"] == t["hot_updates"] == t["deletes"] == 0
+
+
+def test_updates_hot_when_no_indexed_column_changes_non_hot_with_a_tuple_in_every_index(db):
+    mon, work = db
+    work.execute("INSERT INTO t SELECT g, g, 'x' FROM generate_series(1, 200) g")
+
+    def updates() -> None:
+        work.execute("UPDATE t SET w = 'y' WHERE id <= 30")  # w is in no index: HOT
+        work.execute("UPDATE t SET v = v + 1000 WHERE id > 190")  # v is indexed: every index again
+
+    _, t = measured(mon, updates)
+    assert t["hot_updates"] == 30
+    assert t["non_hot_updates"] == 10
+    assert t["index_tuples"] == 2 * 10
+    assert t["heap_inserts"] == 0
+    assert t["commits"] == 2
+
+
+def test_deletes_and_row_locks(db):
+    mon, work = db
+    work.execute("INSERT INTO t SELECT g, g, 'x' FROM generate_series(1, 100) g")
+
+    def locks_and_deletes() -> None:
+        with work.transaction():
+            work.execute("SELECT id FROM t WHERE id <= 7 FOR UPDATE").fetchall()
+        work.execute("DELETE FROM t WHERE id > 95")
+
+    _, t = measured(mon, locks_and_deletes)
+    assert t["row_lock_records"] == 7
+    assert t["deletes"] == 5
+    assert t["index_tuples"] == 0
+    assert t["commits"] == 2
+
+
+def test_copy_counts_the_tuples_of_a_multi_insert(db):
+    mon, work = db
+
+    def copy() -> None:
+        with work.cursor().copy("COPY t (id, v, w) FROM STDIN") as cp:
+            for i in range(1, 51):
+                cp.write_row((i, i, "x"))
+
+    w, t = measured(mon, copy)
+    assert any(g.rtype == "MULTI_INSERT" for g in w.groups)
+    assert t["heap_inserts"] == 50
+    assert t["index_tuples"] == 100
+
+
+def test_statements_and_transactions_leave_out_the_monitors_own(db):
+    mon, work = db
+
+    def statements() -> None:
+        for i in range(3):  # 3 autocommit statements: 3 transactions
+            work.execute("INSERT INTO t VALUES (%s, %s, 'x')", (i, i))
+        mon.conn.execute("SELECT count(*) FROM t")  # the monitor's own poll: counted nowhere
+        with work.transaction():  # BEGIN, 2 statements, COMMIT: 1 transaction
+            work.execute("UPDATE t SET w = 'z' WHERE id = 0")
+            work.execute("SELECT 1")
+        # publishes this backend's statistics before its reply (PostgreSQL 15: stats flushed, then ReadyForQuery)
+        work.execute("SELECT pg_stat_force_next_flush()")
+
+    w, t = measured(mon, statements)
+    assert t["statements"] == 3 + 2 + 2 + 1
+    assert t["tx_control"] == 2
+    assert t["transactions"] == 3 + 1 + 1
+    assert w.tables["t"] == {"ins": 3, "upd": 1, "hot_upd": 1}
+    assert t["commits"] == 4  # write transactions only: the flush's own is read-only
+
+
+def test_windows_add_up():
+    from bench.write_set import WalGroup
+
+    a = Window([WalGroup("Heap", "INSERT", "t", False, 2, 100, 0, 2)], 150, {"q": 1}, 3, {"t": {"ins": 2}})
+    b = Window(
+        [
+            WalGroup("Heap2", "MULTI_INSERT", "t", False, 1, 300, 8000, 40),
+            WalGroup("Btree", "SPLIT_R", "t_v", True, 1, 700, 0, 1),
+            WalGroup("Btree", "SPLIT_R", "t_v", False, 1, 700, 0, 1),  # an upper level: no new tuple
+            WalGroup("Btree", "INSERT_POST", "t_v", False, 4, 300, 0, 4),
+        ],
+        9000,
+        {"q": 2, "COMMIT": 1},
+        1,
+        {"t": {"ins": 40}},
+        settle_xacts=0.5,
+    )
+    s = a + b
+    t = tally(s.groups)
+    assert (t["heap_inserts"], t["index_tuples"], t["wal_fpi_bytes"], t["wal_records"]) == (42, 5, 8000, 9)
+    assert (s.wal_bytes, s.statements, s.xacts, s.tables) == (
+        9150,
+        {"q": 3, "COMMIT": 1},
+        4,
+        {"t": {"ins": 42}},
+    )
+    f = figures(s, 2)
+    assert (f["wal_bytes"], f["wal_bytes_without_fpi"], f["statements_without_tx_control"]) == (
+        4575,
+        575,
+        1.5,
+    )
+    assert f["transactions"] == round((4 - 0.5) / 2, 3)
