@@ -13,7 +13,10 @@ peer first as in ``compare.sh``:
   exists, as ``compare.sh`` makes it, else one made here with the same pins), on the database the
   peers' harness recreates each run;
 * Gnomon: ``python -m bench.drain --write-set --single-jobs 0 --lag-seconds 0`` on a fresh database
-  (the phases outside the measured windows are skipped; they do not change the figures).
+  (the phases outside the measured windows are skipped; they do not change the figures), run by
+  ``--python`` from this checkout's root: ``bench`` comes from here, ``gnomon`` (services, schema,
+  migrations) from that interpreter's editable installs, so ``--python ../wt-x/.venv/bin/python``
+  measures another worktree's code.
 
 Both place their marks alike (:mod:`bench.write_set`): around the enqueue, then a ``CHECKPOINT``,
 then around the drain. Prints each run's JSON line (``"side"``: ``gnomon`` / ``pgqueuer``), then per
@@ -54,6 +57,7 @@ FIGURES = (
     "statements_without_tx_control",
     "transactions",
     "transactions_raw",
+    "transactions_rolled_back",
 )
 
 
@@ -91,7 +95,7 @@ def run_gnomon(args: argparse.Namespace, pg: PostgresServer) -> dict:
     """One ``bench.drain --write-set`` run on a fresh database of ``pg``; its JSON line."""
     db = f"ws_{uuid.uuid4().hex[:8]}"
     url = pg.create_database(db)
-    cmd = [sys.executable, "-m", "bench.drain", "--jobs", str(args.jobs), "--workers", str(args.workers)]
+    cmd = [args.python, "-m", "bench.drain", "--jobs", str(args.jobs), "--workers", str(args.workers)]
     cmd += ["--runs", "1", "--single-jobs", "0", "--lag-seconds", "0", "--write-set", "--dsn", url]
     cmd += ["--write-set-settle", str(args.settle)] + (["--verbose"] if args.verbose else [])
     env = {k: v for k, v in os.environ.items() if k != "GNOMON_PYTHON"}  # Gnomon refuses unknown GNOMON_*
@@ -139,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
         "--peers", default=os.path.join(ROOT, "..", "shared", "peers"), help="peer_pgqueuer.py's folder"
+    )
+    ap.add_argument(
+        "--python",
+        default=sys.executable,
+        help="Interpreter of the Gnomon side (default: this one). Another worktree's .venv/bin/python "
+        "measures that worktree's code (its services, schema and migrations) with this checkout's bench.",
     )
     ap.add_argument("--settle", type=float, default=11.0, help="Seconds for the statistics to flush.")
     ap.add_argument("--verbose", action="store_true", help="Per table, index, record type and statement.")

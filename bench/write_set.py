@@ -103,7 +103,7 @@ class WalGroup:
 class Mark:
     """Counters at one instant: ``lsn`` (flushed WAL position), ``statements`` (pg_stat_statements
     calls per query text in this database, ``None`` without the extension), ``xacts``
-    (``xact_commit + xact_rollback`` of this database), ``own_xacts`` (the monitor's transactions so
+    (``xact_commit + xact_rollback`` of this database; ``rollbacks``: the second term), ``own_xacts`` (the monitor's transactions so
     far), ``tables`` (relname -> ``pg_stat_user_tables`` counters); ``lsn_at`` and ``stats_at``: when
     the LSN and the statistics were read (``time.monotonic()``, s)."""
 
@@ -111,6 +111,7 @@ class Mark:
     statements: dict[str, int] | None
     xacts: int = 0
     own_xacts: int = 0
+    rollbacks: int = 0
     tables: dict[str, dict[str, int]] = field(default_factory=dict)
     lsn_at: float = 0.0
     stats_at: float = 0.0
@@ -131,6 +132,7 @@ class Window:
     xacts: int
     tables: dict[str, dict[str, int]]
     settle_xacts: float = 0.0
+    rollbacks: int = 0
 
     def __add__(self, other: Window) -> Window:
         st = None
@@ -147,6 +149,7 @@ class Window:
             self.xacts + other.xacts,
             tables,
             self.settle_xacts + other.settle_xacts,
+            self.rollbacks + other.rollbacks,
         )
 
 
@@ -257,10 +260,12 @@ class Monitor:
         self.execute("SELECT pg_stat_force_next_flush()")
         m.own_xacts = self.own_xacts  # this read's own transaction is counted after it
         m.stats_at = time.monotonic()
-        m.xacts = int(
+        m.xacts, m.rollbacks = map(
+            int,
             self.execute(
-                "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
-            )[0][0]
+                "SELECT xact_commit + xact_rollback, xact_rollback FROM pg_stat_database "
+                "WHERE datname = current_database()"
+            )[0],
         )
         rows = self.execute(
             "SELECT relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del FROM pg_stat_user_tables"
@@ -290,6 +295,7 @@ class Monitor:
             xacts,
             {k: v for k, v in tables.items() if v},
             self.idle_xacts_per_s * max(0.0, outside),
+            end.rollbacks - start.rollbacks,
         )
 
 
@@ -319,14 +325,14 @@ def tally(groups: list[WalGroup]) -> dict[str, int]:
 
 def statement_calls(diff: dict[str, int]) -> dict[str, Any]:
     """Statement executions of a window (query text -> calls): ``statements`` (all), ``tx_control``
-    (BEGIN/COMMIT/ROLLBACK/SAVEPOINT/RELEASE) and ``top`` (the ten most executed other statements,
+    (BEGIN/COMMIT/ROLLBACK/SAVEPOINT/RELEASE) and ``top`` (the 20 most executed other statements,
     text shortened to 120 characters -> calls)."""
     ctl = sum(n for q, n in diff.items() if TX_CONTROL.match(q))
     others = sorted(((n, q) for q, n in diff.items() if not TX_CONTROL.match(q)), reverse=True)
     return {
         "statements": sum(diff.values()),
         "tx_control": ctl,
-        "top": {" ".join(q.split())[:120]: n for n, q in others[:10]},
+        "top": {" ".join(q.split())[:120]: n for n, q in others[:20]},
     }
 
 
@@ -343,7 +349,8 @@ def figures(w: Window, jobs: int, verbose: bool = False) -> dict[str, Any]:
     ``statements`` and ``statements_without_tx_control`` (pg_stat_statements; ``None`` without it),
     ``transactions`` (``pg_stat_database``: read-only ones included, the monitor's own and the
     settling time's estimate (:attr:`Window.settle_xacts`) subtracted), ``transactions_raw`` (nothing
-    of the settling subtracted). With ``verbose``: ``by_relation`` (per table and
+    of the settling subtracted), ``transactions_rolled_back`` (``xact_rollback``: a client's
+    ROLLBACK, a failed statement, or a session that closed inside a transaction). With ``verbose``: ``by_relation`` (per table and
     index: records, bytes, heap and index figures), ``by_record_type``, ``top_statements`` and
     ``pg_stat_user_tables`` (per table: the statistics' own insert / update / HOT / delete deltas).
     """
@@ -364,6 +371,7 @@ def figures(w: Window, jobs: int, verbose: bool = False) -> dict[str, Any]:
         "statements_without_tx_control": _per(st["statements"] - st["tx_control"], jobs, 3) if st else None,
         "transactions": _per(w.xacts - w.settle_xacts, jobs, 3),
         "transactions_raw": _per(w.xacts, jobs, 3),
+        "transactions_rolled_back": _per(w.rollbacks, jobs, 3),
         "totals": {"jobs": jobs, "wal_bytes": w.wal_bytes, **t, "transactions": w.xacts}
         | {"settle_transactions": round(w.settle_xacts, 1)}
         | ({"statements": st["statements"], "tx_control": st["tx_control"]} if st else {}),

@@ -136,12 +136,16 @@ def test_statements_and_transactions_leave_out_the_monitors_own(db):
         with work.transaction():  # BEGIN, 2 statements, COMMIT: 1 transaction
             work.execute("UPDATE t SET w = 'z' WHERE id = 0")
             work.execute("SELECT 1")
+        with work.transaction() as tx:  # BEGIN, 1 statement, ROLLBACK: 1 transaction, rolled back
+            work.execute("SELECT 2")
+            raise psycopg.Rollback(tx)
         # publishes this backend's statistics before its reply (PostgreSQL 15: stats flushed, then ReadyForQuery)
         work.execute("SELECT pg_stat_force_next_flush()")
 
     w, t = measured(mon, statements)
-    assert t["statements"] == 3 + 2 + 2 + 1
-    assert t["tx_control"] == 2
-    assert t["transactions"] == 3 + 1 + 1
+    assert t["statements"] == 3 + (2 + 2) + (1 + 2) + 1
+    assert t["tx_control"] == 4
+    assert t["transactions"] == 3 + 1 + 1 + 1
+    assert w.rollbacks == 1
     assert w.tables["t"] == {"ins": 3, "upd": 1, "hot_upd": 1}
     assert t["commits"] == 4  # write transactions only: the flush's own is read-only
