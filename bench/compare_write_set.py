@@ -47,6 +47,7 @@ FIGURES = (
     "wal_bytes_without_fpi",
     "wal_records",
     "non_hot_updates",
+    "updates_to_another_page",
     "hot_updates",
     "heap_inserts",
     "deletes",

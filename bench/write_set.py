@@ -58,7 +58,7 @@ TX_CONTROL = re.compile(r"^\s*(BEGIN|START TRANSACTION|COMMIT|END|ROLLBACK|SAVEP
 WAL_GROUPS_SQL = """
 WITH r AS (
   SELECT resource_manager AS rmgr, replace(record_type, '+INIT', '') AS rtype,
-         record_length - fpi_length AS rec, fpi_length AS fpi, description AS d,
+         record_length - fpi_length AS rec, fpi_length AS fpi, description AS d, block_ref AS br,
          regexp_match(block_ref, 'rel (\\d+)/(\\d+)/(\\d+)') AS b
   FROM pg_get_wal_records_info(%(start)s::pg_lsn, %(end)s::pg_lsn)
 )
@@ -74,8 +74,9 @@ SELECT rmgr, rtype,
        sum(rec)::bigint,
        sum(fpi)::bigint,
        sum(CASE WHEN rtype = 'MULTI_INSERT' THEN (regexp_match(d, '^(\\d+) tuples'))[1]::bigint
-                ELSE 1 END)::bigint
-FROM r GROUP BY 1, 2, 3, 4
+                ELSE 1 END)::bigint,
+       coalesce(rmgr = 'Heap' AND rtype = 'UPDATE' AND br ~ 'blkref #1:', false) AS other_page
+FROM r GROUP BY 1, 2, 3, 4, 9
 """
 
 
@@ -85,9 +86,11 @@ class WriteSetUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class WalGroup:
-    """WAL records of one (resource manager, record type, relation, leaf split?) group: ``count``
-    records, ``record_bytes`` without full-page images, ``fpi_bytes`` of them, ``tuples`` (= count,
-    except ``MULTI_INSERT``: the tuples it inserts)."""
+    """WAL records of one (resource manager, record type, relation, leaf split?, update to another
+    page?) group: ``count`` records, ``record_bytes`` without full-page images, ``fpi_bytes`` of them,
+    ``tuples`` (= count, except ``MULTI_INSERT``: the tuples it inserts). ``other_page``: a non-HOT
+    update whose new tuple went to another page (its record references two blocks); before letting
+    go of the old page ``heap_update`` WAL-logs a row lock of the old tuple, one more record."""
 
     rmgr: str
     rtype: str
@@ -97,6 +100,7 @@ class WalGroup:
     record_bytes: int
     fpi_bytes: int
     tuples: int
+    other_page: bool = False
 
 
 @dataclass
@@ -277,7 +281,10 @@ class Monitor:
     def wal_groups(self, start: str, end: str) -> list[WalGroup]:
         """Every WAL record in [``start``, ``end``) as :class:`WalGroup` rows."""
         rows = self.execute(WAL_GROUPS_SQL, {"start": start, "end": end})
-        return [WalGroup(*r[:4], *(int(x) for x in r[4:])) for r in rows]
+        return [
+            WalGroup(r[0], r[1], r[2], bool(r[3]), int(r[4]), int(r[5]), int(r[6]), int(r[7]), bool(r[8]))
+            for r in rows
+        ]
 
     def window(self, start: Mark, end: Mark) -> Window:
         """The :class:`Window` from ``start`` to ``end``."""
@@ -301,11 +308,12 @@ class Monitor:
 
 def tally(groups: list[WalGroup]) -> dict[str, int]:
     """Totals of WAL groups: ``wal_records``, ``wal_record_bytes`` (without full-page images),
-    ``wal_fpi_bytes``, ``wal_fpi_count`` (records carrying one or more), the heap figures of
-    :data:`HEAP_FIGURES`, ``index_tuples``, ``commits`` and ``aborts`` (``Transaction`` records)."""
+    ``wal_fpi_bytes``, the heap figures of :data:`HEAP_FIGURES`, ``updates_to_another_page`` (of the
+    non-HOT updates), ``index_tuples``, ``commits`` and ``aborts`` (``Transaction`` records)."""
     out = dict.fromkeys(
         ("wal_records", "wal_record_bytes", "wal_fpi_bytes", "index_tuples", "commits", "aborts"), 0
     )
+    out["updates_to_another_page"] = 0
     out.update(dict.fromkeys(HEAP_FIGURES.values(), 0))
     for g in groups:
         out["wal_records"] += g.count
@@ -314,6 +322,7 @@ def tally(groups: list[WalGroup]) -> dict[str, int]:
         key = (g.rmgr, g.rtype)
         if key in HEAP_FIGURES:
             out[HEAP_FIGURES[key]] += g.tuples
+            out["updates_to_another_page"] += g.count if g.other_page else 0
         elif key in INDEX_INSERTS or (key in LEAF_SPLITS and g.leaf):
             out["index_tuples"] += g.count
         elif g.rmgr == "Transaction" and g.rtype.startswith("COMMIT"):
@@ -344,7 +353,7 @@ def figures(w: Window, jobs: int, verbose: bool = False) -> dict[str, Any]:
     """Per-job write-set figures of window ``w`` (and its totals under ``"totals"``).
 
     Keys per job: ``wal_bytes`` (LSN difference), ``wal_bytes_without_fpi`` (minus full-page images),
-    ``wal_records``, ``non_hot_updates``, ``hot_updates``, ``heap_inserts``, ``deletes``,
+    ``wal_records``, ``non_hot_updates`` (``updates_to_another_page`` of them), ``hot_updates``, ``heap_inserts``, ``deletes``,
     ``index_tuples``, ``row_lock_records``, ``write_transactions`` (commit and abort records),
     ``statements`` and ``statements_without_tx_control`` (pg_stat_statements; ``None`` without it),
     ``transactions`` (``pg_stat_database``: read-only ones included, the monitor's own and the
@@ -361,6 +370,7 @@ def figures(w: Window, jobs: int, verbose: bool = False) -> dict[str, Any]:
         "wal_bytes_without_fpi": _per(w.wal_bytes - t["wal_fpi_bytes"], jobs, 0),
         "wal_records": _per(t["wal_records"], jobs, 1),
         "non_hot_updates": _per(t["non_hot_updates"], jobs),
+        "updates_to_another_page": _per(t["updates_to_another_page"], jobs),
         "hot_updates": _per(t["hot_updates"], jobs),
         "heap_inserts": _per(t["heap_inserts"], jobs),
         "deletes": _per(t["deletes"], jobs),
@@ -408,7 +418,7 @@ def by_relation(groups: list[WalGroup], jobs: int) -> dict[str, dict[str, float]
             "wal_bytes": _per(t["wal_record_bytes"] + t["wal_fpi_bytes"], jobs, 1),
             "records": _per(t["wal_records"], jobs),
         }
-        for k in (*dict.fromkeys(HEAP_FIGURES.values()), "index_tuples"):
+        for k in (*dict.fromkeys(HEAP_FIGURES.values()), "updates_to_another_page", "index_tuples"):
             if t[k]:
                 row[k] = _per(t[k], jobs)
         out[rel] = row

@@ -91,9 +91,24 @@ def test_updates_hot_when_no_indexed_column_changes_non_hot_with_a_tuple_in_ever
     _, t = measured(mon, updates)
     assert t["hot_updates"] == 30
     assert t["non_hot_updates"] == 10
+    assert t["updates_to_another_page"] == 0  # fillfactor 50: room on the page
+    assert t["row_lock_records"] == 0
     assert t["index_tuples"] == 2 * 10
     assert t["heap_inserts"] == 0
     assert t["commits"] == 2
+
+
+def test_an_update_that_moves_its_row_to_another_page_logs_a_row_lock_too(db):
+    mon, work = db
+    work.execute("CREATE TABLE full_pages (id int PRIMARY KEY, w text)")  # fillfactor 100
+    work.execute("INSERT INTO full_pages SELECT g, 'x' FROM generate_series(1, 1000) g")
+    # the first page is full: the new versions go to another page, whatever column changes
+    _, t = measured(mon, lambda: work.execute("UPDATE full_pages SET w = 'yy' WHERE id <= 20"))
+    assert t["non_hot_updates"] == 20
+    assert t["hot_updates"] == 0
+    assert t["updates_to_another_page"] == 20
+    assert t["row_lock_records"] == 20  # no FOR UPDATE: each is heap_update's lock of the old tuple
+    assert t["index_tuples"] == 20  # the primary key, for each new version
 
 
 def test_deletes_and_row_locks(db):
