@@ -26,7 +26,8 @@ import time
 
 import asyncpg  # type: ignore[import-not-found]  # the peer venv has it, the project's does not
 import peer_pgqueuer as peer  # type: ignore[import-not-found]  # ../shared/peers, on PYTHONPATH
-from common import db_dsn, db_url, recreate_db  # type: ignore[import-not-found]
+import psycopg
+from common import admin_dsn, db_dsn, db_url, recreate_db  # type: ignore[import-not-found]
 
 from bench.write_set import Monitor, report
 
@@ -86,6 +87,9 @@ def one_run(args: argparse.Namespace, run: int) -> dict:
         windows = {"enqueue": enqueued, "drain": mon.window(m_drain0, m_drain1)}
         executions = sum(s["count"] for s in stats)
         left = mon.execute("SELECT count(*) FROM pgqueuer")[0][0]
+        mon.close()
+        with psycopg.connect(admin_dsn(), autocommit=True) as admin:  # no autovacuum of it in a later window
+            admin.execute(f'DROP DATABASE IF EXISTS "{peer.DB}" WITH (FORCE)')
         return {
             "bench": "peer_pgqueuer",
             "run": run,

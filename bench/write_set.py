@@ -123,12 +123,14 @@ class Mark:
 
 @dataclass
 class Window:
-    """What happened between two marks: the WAL ``groups``, ``wal_bytes`` (LSN difference),
+    """What happened between two marks: the WAL ``groups`` of this database (and of no relation, e.g.
+    commit records, or of a shared catalog), ``wal_bytes`` (LSN difference minus the records of other
+    databases, ``other_db_wal_bytes``: an autovacuum elsewhere on the server),
     ``statements`` (calls per query text; ``None`` without pg_stat_statements), ``xacts`` (other
     sessions' transactions between the statistics reads), ``settle_xacts`` (of those, the estimate of
     what the system did while the statistics settled: its idle rate times the seconds the statistics
-    reads lie outside the LSN reads) and ``tables`` (per-table statistics deltas). ``a + b`` adds two
-    windows (e.g. the enqueue and the drain of the same jobs)."""
+    reads lie outside the LSN reads), ``tables`` (per-table statistics deltas) and ``rollbacks``
+    (rolled-back transactions, in ``xacts`` too). ``a + b`` adds two windows (e.g. the enqueue and the drain of the same jobs)."""
 
     groups: list[WalGroup]
     wal_bytes: int
@@ -137,6 +139,7 @@ class Window:
     tables: dict[str, dict[str, int]]
     settle_xacts: float = 0.0
     rollbacks: int = 0
+    other_db_wal_bytes: int = 0
 
     def __add__(self, other: Window) -> Window:
         st = None
@@ -154,6 +157,7 @@ class Window:
             tables,
             self.settle_xacts + other.settle_xacts,
             self.rollbacks + other.rollbacks,
+            self.other_db_wal_bytes + other.other_db_wal_bytes,
         )
 
 
@@ -295,14 +299,17 @@ class Monitor:
         xacts = (end.xacts - start.xacts) - (end.own_xacts - start.own_xacts)
         tables = {rel: _diff_counts(c, start.tables.get(rel, {})) for rel, c in end.tables.items()}
         outside = (end.stats_at - end.lsn_at) - (start.stats_at - start.lsn_at)
+        groups = self.wal_groups(start.lsn, end.lsn)
+        others = sum(g.record_bytes + g.fpi_bytes for g in groups if g.rel == "other db")
         return Window(
-            self.wal_groups(start.lsn, end.lsn),
-            wal_bytes,
+            [g for g in groups if g.rel != "other db"],
+            wal_bytes - others,
             st,
             xacts,
             {k: v for k, v in tables.items() if v},
             self.idle_xacts_per_s * max(0.0, outside),
             end.rollbacks - start.rollbacks,
+            others,
         )
 
 
@@ -383,7 +390,7 @@ def figures(w: Window, jobs: int, verbose: bool = False) -> dict[str, Any]:
         "transactions_raw": _per(w.xacts, jobs, 3),
         "transactions_rolled_back": _per(w.rollbacks, jobs, 3),
         "totals": {"jobs": jobs, "wal_bytes": w.wal_bytes, **t, "transactions": w.xacts}
-        | {"settle_transactions": round(w.settle_xacts, 1)}
+        | {"settle_transactions": round(w.settle_xacts, 1), "other_db_wal_bytes": w.other_db_wal_bytes}
         | ({"statements": st["statements"], "tx_control": st["tx_control"]} if st else {}),
     }
     if verbose:

@@ -164,3 +164,19 @@ def test_statements_and_transactions_leave_out_the_monitors_own(db):
     assert w.rollbacks == 1
     assert w.tables["t"] == {"ins": 3, "upd": 1, "hot_upd": 1}
     assert t["commits"] == 4  # write transactions only: the flush's own is read-only
+
+
+def test_work_in_another_database_of_the_server_is_left_out(db, counted_pg):
+    mon, _ = db
+    other = f"ws_other_{uuid.uuid4().hex[:8]}"
+    counted_pg.create_database(other)
+    try:
+        with psycopg.connect(counted_pg.conninfo(other), autocommit=True) as elsewhere:
+            elsewhere.execute("CREATE TABLE e (id int PRIMARY KEY)")
+            w, t = measured(mon, lambda: elsewhere.execute("INSERT INTO e SELECT generate_series(1, 1000)"))
+    finally:
+        counted_pg.drop_database(other)
+    assert t["heap_inserts"] == t["index_tuples"] == 0
+    assert w.other_db_wal_bytes > 50_000  # 1,000 heap and 1,000 index records
+    # what stays: its commit record (no relation), WAL page headers and the records' alignment
+    assert w.wal_bytes < w.other_db_wal_bytes / 10
