@@ -52,7 +52,7 @@ from datetime import datetime
 import psutil
 import psycopg
 
-from bench.write_set import Monitor, report
+from bench.write_set import EnqueueAndDrain, Monitor
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.cli.suite import Suite
@@ -271,34 +271,23 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         lead = args.gate_lead if args.gate_lead is not None else 2.0 + args.jobs / 4000
         if monitor and args.gate_lead is None:  # room for the checkpoint and the settling
             lead += 3.0 + args.write_set_settle
-        settle = args.write_set_settle
-        m_enq0 = None
-        if monitor:  # the statistics settle, then the suite's idle rate of transactions (5 s)
-            time.sleep(settle)
-            monitor.idle_rate()
-            m_enq0 = monitor.mark()
+        marks = EnqueueAndDrain(monitor, args.write_set_settle) if monitor else None
+        if marks:
+            marks.before_enqueue()
         # T by the database clock, which decides what is due
         due = q(conn, "SELECT now() + make_interval(secs => %s)", lead)[0][0]
         enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size, due=due))
         left_s = q(conn, "SELECT extract(epoch FROM %s - clock_timestamp())", due)[0][0]
         gate_missed = float(left_s) <= 0
-        if monitor and m_enq0:
-            m_enq1 = monitor.mark(settle_after=settle)
-            enqueued = monitor.window(m_enq0, m_enq1)  # before the checkpoint, which may recycle its WAL
-            monitor.checkpoint()
-            m_drain0 = monitor.mark()
+        if marks:
+            marks.after_enqueue()
             left_s = q(conn, "SELECT extract(epoch FROM %s - clock_timestamp())", due)[0][0]
             gate_missed = gate_missed or float(left_s) <= 0
         time.sleep(max(0.0, float(left_s)))
         cpu0 = cpu_snapshot(suite, workers, pg)
         ok = wait_done(conn, "drain", args.jobs, args.timeout)
         cpu1 = cpu_snapshot(suite, workers, pg)
-        write_set = None
-        if monitor and m_enq0:
-            m_drain1 = monitor.mark(settle_after=settle)
-            windows = {"enqueue": enqueued, "drain": monitor.window(m_drain0, m_drain1)}
-            write_set = report(windows, args.jobs, args.verbose)
-            write_set["idle_transactions_per_s"] = round(monitor.idle_xacts_per_s, 1)
+        write_set = marks.after_drain(args.jobs, args.verbose) if marks else None
         # CPU per drained job, microseconds, per role: stable under a loaded machine (unlike jobs/s),
         # so before/after comparisons of one change do not need a quiet box
         cpu_us: dict[str, float] | None = {

@@ -29,7 +29,7 @@ import peer_pgqueuer as peer  # type: ignore[import-not-found]  # ../shared/peer
 import psycopg
 from common import admin_dsn, db_dsn, db_url, recreate_db  # type: ignore[import-not-found]
 
-from bench.write_set import Monitor, report
+from bench.write_set import EnqueueAndDrain, Monitor
 
 
 async def install() -> None:
@@ -61,14 +61,10 @@ def one_run(args: argparse.Namespace, run: int) -> dict:
     asyncio.run(install())
     mon = Monitor(db_dsn(peer.DB))
     try:
-        time.sleep(args.settle)
-        mon.idle_rate()
-        m_enq0 = mon.mark()
+        marks = EnqueueAndDrain(mon, args.settle)
+        marks.before_enqueue()
         enqueue_s = asyncio.run(enqueue(args.jobs, args.chunk))
-        m_enq1 = mon.mark(settle_after=args.settle)
-        enqueued = mon.window(m_enq0, m_enq1)  # before the checkpoint, which may recycle its WAL
-        mon.checkpoint()
-        m_drain0 = mon.mark()
+        marks.after_enqueue()
         ctx = mp.get_context("spawn")
         ready = ctx.Barrier(args.workers + 1)
         out = ctx.Queue()
@@ -83,8 +79,7 @@ def one_run(args: argparse.Namespace, run: int) -> dict:
         drain_s = time.monotonic() - t_go
         for p in procs:
             p.join()
-        m_drain1 = mon.mark(settle_after=args.settle)
-        windows = {"enqueue": enqueued, "drain": mon.window(m_drain0, m_drain1)}
+        write_set = marks.after_drain(args.jobs, args.verbose)
         executions = sum(s["count"] for s in stats)
         left = mon.execute("SELECT count(*) FROM pgqueuer")[0][0]
         mon.close()
@@ -99,8 +94,7 @@ def one_run(args: argparse.Namespace, run: int) -> dict:
             "enqueue_jobs_per_s": round(args.jobs / enqueue_s),
             "drain_jobs_per_s": round(args.jobs / drain_s),
             "ok": executions == args.jobs and left == 0,
-            "write_set": report(windows, args.jobs, args.verbose)
-            | {"idle_transactions_per_s": round(mon.idle_xacts_per_s, 1)},
+            "write_set": write_set,
         }
     finally:
         mon.close()

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from bench.write_set import Monitor, Window, figures
+from bench.write_set import Monitor
+from bench.write_set_figures import Window, figures
 from gnomon.common.config import DevServerSettings
 from gnomon.devservers import PostgresServer
 

@@ -3,7 +3,7 @@ tuple, and how two windows (an enqueue and a drain) add up into per-job figures.
 
 from __future__ import annotations
 
-from bench.write_set import WalGroup, Window, figures, tally
+from bench.write_set_figures import WalGroup, Window, figures, tally
 
 
 def test_windows_add_up():
