@@ -29,6 +29,13 @@ synchronous_commit on, unless ``--dsn`` points elsewhere):
    (``dispatched_at - scheduled_at``) p50/p99 for each (``dispatch_lag_*`` = due now);
 5. ``peak_rss_mb`` = VmHWM of the api and dispatcher processes; ``ok`` = every job SUCCEEDED with
    exactly one attempt (one execution: a worker starts a handler only after its accept is acked).
+
+``--write-set`` adds ``write_set``: the drain's WAL bytes, WAL records, non-HOT/HOT updates, index
+tuples, row-lock records, statements and transactions per job, from the database's own counters
+(:mod:`bench.write_set`): ``enqueue`` (the BatchCreateJobs calls), ``drain`` (from a ``CHECKPOINT``
+after the enqueue to the last job's end) and ``job`` (both); ``--write-set-settle`` s are waited
+around the marks for the statistics to be published. ``--verbose`` adds the per-table, per-index,
+per-record-type and per-statement breakdown.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from datetime import datetime
 import psutil
 import psycopg
 
+from bench.write_set import EnqueueAndDrain, Monitor
 from gnomon._proto.gnomon.v1 import job_service_pb2 as js
 from gnomon._proto.gnomon.v1 import job_service_pb2_grpc as jg
 from gnomon.cli.suite import Suite
@@ -252,22 +260,34 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
         plain = url.replace("postgresql+psycopg://", "postgresql://").replace(
             "cockroachdb+psycopg://", "postgresql://"
         )
-        conn = psycopg.connect(plain, autocommit=True)
+        monitor = Monitor(plain) if args.write_set else None
+        # with --write-set the bench's polls go through the monitor's connection (not counted)
+        conn = monitor.conn if monitor else psycopg.connect(plain, autocommit=True)
         single = asyncio.run(enqueue(api, "single", args.single_jobs, args.enqueue_concurrency))
         t_start = time.perf_counter()
         workers = [start_worker(suite, args) for _ in range(args.workers)]
         wait_connected(workers, args.dispatchers)
         worker_start_s = time.perf_counter() - t_start
         lead = args.gate_lead if args.gate_lead is not None else 2.0 + args.jobs / 4000
+        if monitor and args.gate_lead is None:  # room for the checkpoint and the settling
+            lead += 3.0 + args.write_set_settle
+        marks = EnqueueAndDrain(monitor, args.write_set_settle) if monitor else None
+        if marks:
+            marks.before_enqueue()
         # T by the database clock, which decides what is due
         due = q(conn, "SELECT now() + make_interval(secs => %s)", lead)[0][0]
         enq = asyncio.run(enqueue_batched(api, "drain", args.jobs, args.batch_size, due=due))
         left_s = q(conn, "SELECT extract(epoch FROM %s - clock_timestamp())", due)[0][0]
         gate_missed = float(left_s) <= 0
+        if marks:
+            marks.after_enqueue()
+            left_s = q(conn, "SELECT extract(epoch FROM %s - clock_timestamp())", due)[0][0]
+            gate_missed = gate_missed or float(left_s) <= 0
         time.sleep(max(0.0, float(left_s)))
         cpu0 = cpu_snapshot(suite, workers, pg)
         ok = wait_done(conn, "drain", args.jobs, args.timeout)
         cpu1 = cpu_snapshot(suite, workers, pg)
+        write_set = marks.after_drain(args.jobs, args.verbose) if marks else None
         # CPU per drained job, microseconds, per role: stable under a loaded machine (unlike jobs/s),
         # so before/after comparisons of one change do not need a quiet box
         cpu_us: dict[str, float] | None = {
@@ -321,6 +341,7 @@ def one_run(args, run: int, pg: PostgresServer | None) -> dict:
             "durable": pg is None or pg.durable,
             "security": "insecure" if insecure else "tls+api-key",
             "ok": ok,
+            **({"write_set": write_set, "write_set_window_late": gate_missed} if monitor else {}),
         }
     finally:
         suite.stop()
@@ -426,10 +447,25 @@ def main(argv: list[str] | None = None) -> int:
         help="Each run twice, secure and insecure (alternating which goes first), then a summary line "
         "with the cost of TLS + authentication + authorization on CreateJob and on the drain.",
     )
+    ap.add_argument(
+        "--write-set",
+        action="store_true",
+        help="Print the drain's write set per job from the database's counters (bench/write_set.py); "
+        "the embedded PostgreSQL then preloads pg_stat_statements.",
+    )
+    ap.add_argument(
+        "--write-set-settle", type=float, default=11.0, help="Seconds for the statistics to flush."
+    )
+    ap.add_argument("--verbose", action="store_true", help="With --write-set: per table, index, record type.")
     args = ap.parse_args(argv)
     pg = None
     if args.dsn is None:
-        pg = PostgresServer(durable=not args.fast, **DevServerSettings().model_dump()).start()
+        extra: dict[str, object] = {"shared_preload_libraries": "pg_stat_statements", "wal_keep_size": "2GB"}
+        pg = PostgresServer(
+            durable=not args.fast,
+            settings=extra if args.write_set else None,
+            **DevServerSettings().model_dump(),
+        ).start()
     try:
         if args.compare_auth:
             compare_auth(args, pg)
