@@ -88,7 +88,7 @@ _V = unnest_rows(
 )
 
 
-def _fail_many() -> Any:
+def _build_fail_many() -> Any:
     v = select(_V).cte("v")
     moved = (
         update(attempts)
@@ -156,7 +156,7 @@ FAIL_MANY = named(
     request when the UPDATE finds it: then CANCELLED (``finished_at = now()``, ``scheduled_at``
     kept). Returns ``(job_id, attempt, state, namespace, queue)`` per attempt moved; the job columns
     are NULL when its job was not written (it moved on).""",
-    _fail_many(),
+    _build_fail_many(),
 )
 
 
