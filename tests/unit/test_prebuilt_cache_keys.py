@@ -45,3 +45,17 @@ def test_a_pinned_key_names_its_statement() -> None:
     from gnomon.common.storage.queues import INSERT_STATE
 
     assert CLAIM._generate_cache_key() != INSERT_STATE._generate_cache_key()
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "cockroachdb"])
+def test_the_fence_with_the_next_due_read_compiles_for_both_dialects(dialect: str) -> None:
+    from gnomon.common.storage import dialect as D
+    from gnomon.common.storage.claims import NEXT_DUE
+    from gnomon.common.storage.fencing import fence_and_read
+
+    d = postgresql.psycopg.dialect() if dialect == "postgresql" else D.cockroach_dialect()
+    stmt = fence_and_read(NEXT_DUE)
+    assert fence_and_read(NEXT_DUE) is stmt  # built once
+    sql = str(stmt.compile(dialect=d))
+    assert sql.startswith("WITH fenced_shards AS") and "UPDATE shard_owners" in sql and "first_due" in sql
+    assert stmt._generate_cache_key() is not None  # compiled once per dialect
