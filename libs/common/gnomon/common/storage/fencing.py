@@ -84,16 +84,28 @@ async def record_ownership(conn: AsyncConnection, region: str, shard: int, token
         )
 
 
-async def check_fence(conn: AsyncConnection, region: str, tokens: dict[int, int]) -> None:
+async def check_fence(
+    conn: AsyncConnection,
+    region: str,
+    tokens: dict[int, int],
+    *,
+    read: tuple[Select[Any], dict[str, Any]] | None = None,
+) -> Any:
     """Locks the ``shard_owners`` rows of ``tokens`` (shard -> token) and checks each token is current.
+    With ``read`` (a prebuilt one-column SELECT of at most one row and its parameters), runs it in
+    the same statement (:func:`fence_and_read`: one round trip) and returns its value; else None.
 
     Raises :class:`StaleFencingToken` (metadata ``shards``: the stale ones) otherwise; the caller's
     transaction must then roll back.
     """
-    if not tokens:
-        return
-    params = {"p_region": region, **row_params("f", shard=list(tokens), token=list(tokens.values()))}
-    _raise_stale(tokens, (await conn.execute(FENCE, params)).scalars().all())
+    fence = {"p_region": region, **row_params("f", shard=list(tokens), token=list(tokens.values()))}
+    if read is not None:
+        fenced, value = (await conn.execute(fence_and_read(read[0]), {**read[1], **fence})).one()
+        _raise_stale(tokens, fenced or [])
+        return value
+    if tokens:
+        _raise_stale(tokens, (await conn.execute(FENCE, fence)).scalars().all())
+    return None
 
 
 _WITH_READ: dict[int, Select[Any]] = {}
@@ -116,20 +128,6 @@ def fence_and_read(read: Select[Any]) -> Select[Any]:
     if got is None:
         got = _WITH_READ[id(read)] = _build_fence_and_read(read)
     return got
-
-
-async def _check_fence_and_read(conn: AsyncConnection, fx: Fenced, tokens: dict[int, int]) -> None:
-    """The fence check of ``tokens`` (shard -> token, possibly none) and ``fx``'s read at commit in
-    one round trip; sets ``fx.read_value``. Raises :class:`StaleFencingToken` as :func:`check_fence`."""
-    assert fx.read is not None
-    read, read_params = fx.read
-    params = {
-        **read_params,
-        "p_region": fx.region,
-        **row_params("f", shard=list(tokens), token=list(tokens.values())),
-    }
-    fenced, fx.read_value = (await conn.execute(fence_and_read(read), params)).one()
-    _raise_stale(tokens, fenced or [])
 
 
 def _raise_stale(tokens: Mapping[int, int], fenced: Iterable[int]) -> None:
@@ -217,11 +215,9 @@ async def run_fenced(
         await check_region_fence(conn, region=fence.region, token=fence.region_token)
         fx = Fenced(conn, fence)
         out = await fn(fx)
-        tokens = {s: fence.tokens[s] for s in fx.touched}
-        if fx.read is not None:
-            await _check_fence_and_read(conn, fx, tokens)
-        elif tokens:
-            await check_fence(conn, fence.region, tokens)
+        if fx.touched or fx.read is not None:
+            tokens = {s: fence.tokens[s] for s in fx.touched}
+            fx.read_value = await check_fence(conn, fence.region, tokens, read=fx.read)
         if fx.touched:
             if not fence.trusted():
                 raise LeaseNotTrusted("etcd lease not trusted any more")
