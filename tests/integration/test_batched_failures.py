@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import psycopg
 import pytest
@@ -70,7 +71,7 @@ async def running_jobs(engine, n: int, *, idempotent=lambda i: True, max_attempt
     ids = [uuid.uuid4() for _ in range(n)]
     for i, jid in enumerate(ids):
         spec = new_job_spec(id=jid, idempotent=idempotent(i), max_attempts=max_attempts)
-        await run_transaction(engine, lambda c, s=spec: jobs_store.insert_job(c, s))
+        await run_transaction(engine, partial(jobs_store.insert_job, new=spec))
     claimed = await fenced(
         engine,
         {0: TOKEN},

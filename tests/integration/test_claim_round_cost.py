@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from sqlalchemy.sql import compiler
-from test_claim_rounds import loop_with, owned  # noqa: F401  (the fixture)
+from test_claim_rounds import loop_with, owned  # type: ignore[import-not-found]  # noqa: F401  (the fixture)
 
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
