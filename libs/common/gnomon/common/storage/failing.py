@@ -8,7 +8,7 @@ Each batch is read once (the attempts and the job columns the judgement needs,
 with :data:`FAIL_MANY`: one statement whose first CTE moves the attempts out of RUNNING under a
 compare-and-set on ``(job_id, attempt, token, version)`` (and the accepting worker, when given), and
 whose second writes the jobs of the attempts it moved. The shape is River's ``JobRescueMany`` and
-``JobSetStateIfRunningMany`` (riverqueue/river, ``riverdriver/riverpgxv5/internal/dbsqlc``): the
+``JobSetStateIfRunningMany`` (riverqueue/river, ``riverdriver/riverpgxv5/internal/dbsqlc/river_job.sql``): the
 client decides each job's next state, one ``UPDATE ... FROM unnest(...)`` writes them all.
 
 The cancel rule (a job with a cancellation request is never retried: any failure ends it CANCELLED)
