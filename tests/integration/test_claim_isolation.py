@@ -229,9 +229,9 @@ def fence_checks(monkeypatch) -> list[dict[int, int]]:
     checks: list[dict[int, int]] = []
     real = fencing.check_fence
 
-    async def counted(conn, region, tokens):
+    async def counted(conn, region, tokens, **kw):
         checks.append(dict(tokens))
-        return await real(conn, region, tokens)
+        return await real(conn, region, tokens, **kw)
 
     monkeypatch.setattr(fencing, "check_fence", counted)
     return checks

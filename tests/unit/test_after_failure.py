@@ -1,6 +1,6 @@
 """The one after-failure transition (gnomon.common.domain.transitions.after_failure), per failure
 class: used by the result path (storage.results.complete) and the reaper (storage.reaping); and the
-one cancel rule, the ``CASE`` of the UPDATE that writes it (storage.results.fail_job_stmt)."""
+one cancel rule, the ``CASE`` of the batched UPDATE that writes it (storage.failing.FAIL_MANY)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy.dialects import postgresql
 
 from gnomon.common.domain.failures import FailureClass, RetryReason
-from gnomon.common.domain.states import TRANSITIONS, JobState
+from gnomon.common.domain.states import TRANSITIONS, AttemptState, JobState
 from gnomon.common.domain.transitions import AfterFailure, after_failure
 from gnomon.common.retry import DEFAULT_POLICY, MAX_RETRY_AFTER_S, RetryPolicy
-from gnomon.common.storage.results import fail_job_stmt
+from gnomon.common.storage.failing import FAIL_MANY, Failure, fail_params
 
 NO_JITTER = RetryPolicy(initial_s=2.0, max_s=60.0, multiplier=2.0, jitter=0.0)
 
@@ -90,13 +90,13 @@ def test_max_age_is_a_time_budget() -> None:
     assert judge("TRANSIENT", policy=p, age_s=None).retry
 
 
-_CANCEL_CASE = r"CASE WHEN \(jobs\.cancel_requested_at IS NOT NULL\) THEN {then} ELSE {orelse} END"
+_CANCEL_CASE = r"CASE WHEN \(jobs\.cancel_requested_at IS NOT NULL\) THEN {then} "
 
 
 def _written(outcome: AfterFailure, failure_class: str) -> tuple[str, dict[str, object]]:
-    stmt = fail_job_stmt(uuid.UUID(int=1), 1, outcome, failure_class=failure_class, error="stopped")
-    compiled = stmt.compile(dialect=postgresql.psycopg.dialect())
-    return str(compiled), compiled.params
+    compiled = FAIL_MANY.compile(dialect=postgresql.psycopg.dialect())
+    failure = Failure(uuid.UUID(int=1), 1, 7, 2, AttemptState.FAILED, failure_class, "stopped", outcome)
+    return str(compiled), {**compiled.params, **fail_params([failure])}
 
 
 @pytest.mark.parametrize("fc", list(FailureClass))
@@ -104,23 +104,28 @@ def _written(outcome: AfterFailure, failure_class: str) -> tuple[str, dict[str, 
 def test_cancel_request_wins_over_every_outcome_in_the_write(
     fc: FailureClass, attempt: int, idempotent: bool
 ) -> None:
-    # the judgement itself ignores cancellation (retry or DEAD); the UPDATE writing it turns either
-    # into CANCELLED when the row, as the UPDATE finds it under its lock, has a cancel request
+    # the judgement itself ignores cancellation (retry or DEAD); the batched UPDATE writing it turns
+    # either into CANCELLED when the row, as the UPDATE finds it under its lock, has a cancel request
     outcome = judge(fc, attempt=attempt, idempotent=idempotent)
     assert outcome.state in (JobState.SCHEDULED, JobState.DEAD)
     sql, params = _written(outcome, fc)
-    state = re.search("state=" + _CANCEL_CASE.format(then=r"%\((\w+)\)s", orelse=r"%\((\w+)\)s"), sql)
-    assert state is not None, sql
-    assert (params[state[1]], params[state[2]]) == (JobState.CANCELLED, outcome.state)
-    cancel_finishes = (
-        re.escape("finished_at=now()")
-        if not outcome.retry
-        else "finished_at=" + _CANCEL_CASE.format(then=r"now\(\)", orelse=r"jobs\.finished_at")
+    state = re.search(
+        "state=" + _CANCEL_CASE.format(then=r"%\((\w+)\)s::VARCHAR") + r"ELSE v\.job_state END", sql
     )
-    assert re.search(cancel_finishes, sql), sql
-    if outcome.retry:  # a cancelled job keeps its scheduled_at (no retry is scheduled)
-        assert re.search("scheduled_at=" + _CANCEL_CASE.format(then=r"jobs\.scheduled_at", orelse=".+?"), sql)
-    assert "WHERE jobs.id = " in sql and "jobs.state = " in sql  # only a job still RUNNING is written
+    assert state is not None, sql
+    assert params[state[1]] == JobState.CANCELLED
+    assert (params["v_job_state"], params["v_retry"]) == ([outcome.state.value], [outcome.retry])
+    assert params["v_delay_s"] == [outcome.delay_s]  # None for DEAD: no retry is scheduled
+    # a cancelled job finishes now, a retried one is not finished, a dead one finishes now
+    finishes = (
+        "finished_at="
+        + _CANCEL_CASE.format(then=r"now\(\)")
+        + r"WHEN v\.retry THEN jobs\.finished_at ELSE now\(\) END"
+    )
+    assert re.search(finishes, sql), sql
+    # a cancelled job keeps its scheduled_at (no retry is scheduled)
+    assert re.search("scheduled_at=" + _CANCEL_CASE.format(then=r"jobs\.scheduled_at"), sql), sql
+    assert "WHERE jobs.id = moved.job_id" in sql and "jobs.state = " in sql  # only a job still RUNNING
 
 
 def test_delay_override_applies_to_retries_only() -> None:

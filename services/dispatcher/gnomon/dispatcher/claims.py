@@ -262,35 +262,38 @@ class ClaimLoop:
 
     async def _fenced(self, plan: _Round, *, isolate: bool) -> tuple[list[Claimed], float | None]:
         """One try of the claim transaction under ``plan.fence``: the claim statements, then (unless
-        a target got all it asked for) the next due time, both before the fence checks and commit."""
+        a target got all it asked for) the next due time, read in the same statement as the shard
+        fences just before the commit (:meth:`Fenced.read_at_commit`: one round trip for both)."""
+        holder: list[Fenced] = []
 
-        async def tx(fx: Fenced) -> tuple[list[Claimed], float | None]:
+        async def tx(fx: Fenced) -> tuple[list[Claimed], bool, list[float]]:
             conn = fx.conn
+            holder[:] = [fx]
             plan.caps.clear()
             plan.caps.update(await self.budget.caps(conn, list(plan.limits)))
             await self.rate_limits.refresh(conn, list(plan.limits))
             plan.failed.clear()
             out, full, idle, waits = await self._claim_groups(fx, plan, isolate)
-            if full:
-                return out, 0.0
             live = [t for t in plan.limits if t not in idle]
-            delay = (
-                await claim_store.next_due_in(
-                    conn,
+            if not full and live and plan.fence.tokens:
+                params = claim_store.next_due_params(
                     region=self.region,
                     shards=list(plan.fence.tokens),
                     targets=live,
                     horizon_s=self.settings.prefetch_s,
                 )
-                if live
-                else None
-            )
-            if waits:
-                delay = min(waits) if delay is None else min(delay, min(waits))
-            return out, delay
+                fx.read_at_commit(claim_store.NEXT_DUE, params)
+            return out, full, waits
 
         # test-only: SIGKILL with the claim written and fenced, not committed
-        return await run_fenced(self.engine, plan.fence, tx, fault_point="crash_mid_claim")
+        out, full, waits = await run_fenced(self.engine, plan.fence, tx, fault_point="crash_mid_claim")
+        if full:
+            return out, 0.0
+        fx = holder[0]
+        delay = claim_store.due_in(fx.read_value) if fx.read is not None else None
+        if waits:
+            delay = min(waits) if delay is None else min(delay, min(waits))
+        return out, delay
 
     async def _claim_groups(
         self, fx: Fenced, plan: _Round, isolate: bool

@@ -7,7 +7,7 @@ or dead-letter (``DEAD``). The retry arithmetic (backoff, THROTTLED ``retry_afte
 :func:`gnomon.common.retry.retry_decision`.
 
 A cancellation request is not part of this judgement: it is the one rule of
-:func:`gnomon.common.storage.results.fail_job_stmt`, a ``CASE`` on ``jobs.cancel_requested_at`` in the
+:data:`gnomon.common.storage.failing.FAIL_MANY`, a ``CASE`` on ``jobs.cancel_requested_at`` in the
 UPDATE that writes the judgement, so it is read under the row lock and a cancel committed after the
 job was read still wins: the job ends ``CANCELLED`` whatever this function decided.
 
@@ -34,7 +34,7 @@ class AfterFailure:
 
     Attributes:
         state: the job's next state: ``SCHEDULED`` (retry) or ``DEAD`` (dead letter); a cancellation
-            request overrides it when written (:func:`gnomon.common.storage.results.fail_job_stmt`).
+            request overrides it when written (:data:`gnomon.common.storage.failing.FAIL_MANY`).
         delay_s: for a retry, seconds from now (database clock) until the job is due again; else None.
         reason: why (a :class:`RetryReason`).
     """

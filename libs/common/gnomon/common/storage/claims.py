@@ -446,22 +446,32 @@ NEXT_DUE = named(
 )
 
 
+def next_due_params(
+    *, region: str, shards: list[int], targets: list[tuple[str, str]], horizon_s: float
+) -> dict[str, Any]:
+    """The parameters of :data:`NEXT_DUE` for ``shards``/``targets`` of ``region`` within
+    ``horizon_s`` seconds."""
+    return {
+        "p_region": region,
+        "p_shards": list(shards),
+        "p_horizon": timedelta(seconds=horizon_s),
+        **row_params("t", namespace=[n for n, _ in targets], queue=[q for _, q in targets]),
+    }
+
+
+def due_in(best: Any) -> float | None:
+    """:data:`NEXT_DUE`'s value as seconds until due: 0 when overdue, None when none is close."""
+    return None if best is None else max(0.0, float(best))
+
+
 async def next_due_in(
     conn: AsyncConnection, *, region: str, shards: list[int], targets: list[tuple[str, str]], horizon_s: float
 ) -> float | None:
     """Seconds (database clock) until the earliest SCHEDULED job of ``shards``/``targets`` is due,
-    if one is due within ``horizon_s``; 0 if one is due already; ``None`` if none is that close."""
+    if one is due within ``horizon_s``; 0 if one is due already; ``None`` if none is that close.
+    (The claim loop reads it in its fence check's round trip instead:
+    :meth:`gnomon.common.storage.fencing.Fenced.read_at_commit`.)"""
     if not shards or not targets:
         return None
-    best = (
-        await conn.execute(
-            NEXT_DUE,
-            {
-                "p_region": region,
-                "p_shards": list(shards),
-                "p_horizon": timedelta(seconds=horizon_s),
-                **row_params("t", namespace=[n for n, _ in targets], queue=[q for _, q in targets]),
-            },
-        )
-    ).scalar()
-    return None if best is None else max(0.0, float(best))
+    params = next_due_params(region=region, shards=shards, targets=targets, horizon_s=horizon_s)
+    return due_in((await conn.execute(NEXT_DUE, params)).scalar())

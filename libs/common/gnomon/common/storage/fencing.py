@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import BigInteger, Integer, bindparam, func
+from sqlalchemy import BigInteger, Integer, Select, bindparam, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert  # only for ON CONFLICT
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.dml import ReturningInsert
@@ -84,17 +84,54 @@ async def record_ownership(conn: AsyncConnection, region: str, shard: int, token
         )
 
 
-async def check_fence(conn: AsyncConnection, region: str, tokens: dict[int, int]) -> None:
+async def check_fence(
+    conn: AsyncConnection,
+    region: str,
+    tokens: dict[int, int],
+    *,
+    read: tuple[Select[Any], dict[str, Any]] | None = None,
+) -> Any:
     """Locks the ``shard_owners`` rows of ``tokens`` (shard -> token) and checks each token is current.
+    With ``read`` (a prebuilt one-column SELECT of at most one row and its parameters), runs it in
+    the same statement (:func:`fence_and_read`: one round trip) and returns its value; else None.
 
     Raises :class:`StaleFencingToken` (metadata ``shards``: the stale ones) otherwise; the caller's
     transaction must then roll back.
     """
-    if not tokens:
-        return
-    params = {"p_region": region, **row_params("f", shard=list(tokens), token=list(tokens.values()))}
-    rows = (await conn.execute(FENCE, params)).scalars().all()
-    stale = sorted(set(tokens) - set(rows))
+    fence = {"p_region": region, **row_params("f", shard=list(tokens), token=list(tokens.values()))}
+    if read is not None:
+        fenced, value = (await conn.execute(fence_and_read(read[0]), {**read[1], **fence})).one()
+        _raise_stale(tokens, fenced or [])
+        return value
+    if tokens:
+        _raise_stale(tokens, (await conn.execute(FENCE, fence)).scalars().all())
+    return None
+
+
+_WITH_READ: dict[int, Select[Any]] = {}
+
+
+def _build_fence_and_read(read: Select[Any]) -> Select[Any]:
+    f = FENCE.cte("fenced_shards")
+    return select(
+        select(func.array_agg(f.c.shard)).scalar_subquery().label("fenced"),
+        read.scalar_subquery().label("value"),
+    )
+
+
+def fence_and_read(read: Select[Any]) -> Select[Any]:
+    """One statement: :data:`FENCE` (the shard fences ``(f_shard, f_token)`` of region ``p_region``,
+    locked and checked) and the one-column, at-most-one-row ``read`` (a prebuilt module constant,
+    with its own parameters) as a scalar subquery; returns one row ``(fenced, value)``: the array
+    of shards whose token matched (NULL when none), and the read's value. Built once per ``read``."""
+    got = _WITH_READ.get(id(read))
+    if got is None:
+        got = _WITH_READ[id(read)] = _build_fence_and_read(read)
+    return got
+
+
+def _raise_stale(tokens: Mapping[int, int], fenced: Iterable[int]) -> None:
+    stale = sorted(set(tokens) - set(fenced))
     if stale:
         raise StaleFencingToken(
             f"fencing token is stale for shards {stale}", metadata={"shards": ",".join(map(str, stale))}
@@ -128,13 +165,23 @@ class Fenced:
     calls :meth:`touch` with the shards it wrote, and the fence of each is checked before the commit.
     Only :func:`run_fenced` makes one."""
 
-    __slots__ = ("conn", "region", "tokens", "touched")
+    __slots__ = ("conn", "read", "read_value", "region", "tokens", "touched")
 
     def __init__(self, conn: AsyncConnection, fence: Fence) -> None:
         self.conn = conn
         self.region = fence.region
         self.tokens: Mapping[int, int] = fence.tokens
         self.touched: set[int] = set()
+        self.read: tuple[Select[Any], dict[str, Any]] | None = None
+        self.read_value: Any = None
+
+    def read_at_commit(self, read: Select[Any], params: dict[str, Any]) -> None:
+        """Asks for ``read`` (a prebuilt one-column SELECT of at most one row; its parameters
+        ``params``) to run in the same statement as the shard-fence check just before the commit
+        (:func:`fence_and_read`: one round trip where there were two), after the unit of work; its
+        value is :attr:`read_value` once :func:`run_fenced` returned (None if it raised). The last
+        call wins."""
+        self.read = (read, params)
 
     def touch(self, shards: Iterable[int]) -> None:
         """Records that this transaction wrote rows of ``shards``. Raises ``KeyError`` for a shard
@@ -155,7 +202,8 @@ async def run_fenced(
     """Runs ``fn`` as one transaction (:func:`run_transaction`: retried whole on 40001/40P01) that
     commits only under ``fence``: the region fence is checked (and its row locked ``FOR SHARE``)
     before ``fn`` runs; after it, the shards ``fn`` touched are locked and their tokens checked, and
-    if it touched any, the lease must still be trusted. ``fault_point`` (test-only,
+    if it touched any, the lease must still be trusted; a read the unit asked for with
+    :meth:`Fenced.read_at_commit` runs in the fence check's statement. ``fault_point`` (test-only,
     :mod:`gnomon.common.faults`) fires after those checks, just before the commit, when a shard was
     touched. Returns what ``fn`` returned.
 
@@ -167,8 +215,10 @@ async def run_fenced(
         await check_region_fence(conn, region=fence.region, token=fence.region_token)
         fx = Fenced(conn, fence)
         out = await fn(fx)
+        if fx.touched or fx.read is not None:
+            tokens = {s: fence.tokens[s] for s in fx.touched}
+            fx.read_value = await check_fence(conn, fence.region, tokens, read=fx.read)
         if fx.touched:
-            await check_fence(conn, fence.region, {s: fence.tokens[s] for s in fx.touched})
             if not fence.trusted():
                 raise LeaseNotTrusted("etcd lease not trusted any more")
             if fault_point:

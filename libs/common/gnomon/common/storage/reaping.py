@@ -24,10 +24,8 @@ from gnomon.common.domain.attempts import Reaped
 from gnomon.common.domain.failures import FailureClass
 from gnomon.common.domain.policies import OccurrenceDecision
 from gnomon.common.domain.states import TERMINAL, AttemptState, JobState
-from gnomon.common.storage.job_view import RUNNING_ROW
-from gnomon.common.storage.jobs import POLICY_COLS
+from gnomon.common.storage.failing import JUDGE_COLS, Failure, fail_many, judge
 from gnomon.common.storage.predicates import state_is
-from gnomon.common.storage.results import fail_job_stmt, judge
 from gnomon.common.storage.schema import attempts, jobs, schedule_occurrences
 from gnomon.common.storage.schema_tenancy import namespaces
 from gnomon.common.storage.statements import builder
@@ -39,14 +37,31 @@ TIMEOUT_ERROR = "start_to_close exceeded: the attempt ran longer than its job al
 _ID = uuid.UUID(int=1)
 
 
+#: The columns of a lost attempt the write needs: its key and compare-and-set (``token``,
+#: ``version``), and its job's judgement columns (:data:`gnomon.common.storage.failing.JUDGE_COLS`)
+#: and ``trace_context``, NULL when the job is no longer at that attempt.
+_LOST_COLS = (
+    attempts.c.job_id,
+    attempts.c.attempt,
+    attempts.c.token,
+    attempts.c.version,
+    jobs.c.id.label("current"),
+    jobs.c.trace_context,
+    *JUDGE_COLS,
+)
+_AT_ATTEMPT = (jobs.c.id == attempts.c.job_id) & (jobs.c.attempt == attempts.c.attempt)
+
+
 @builder(region="r", skew_margin_s=1.0, limit=10)
-def expired_leases_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tuple[uuid.UUID, int]]:
-    """Up to ``limit`` RUNNING attempts ``(job_id, attempt)`` of ``region`` whose lease ended more
-    than ``skew_margin_s`` seconds ago (database clock), oldest lease first, locked ``FOR UPDATE SKIP
-    LOCKED``. Reads the open attempts of the region (``ix_attempts_open``: in-flight work only, no
-    index on ``lease_expires_at``, which every heartbeat changes)."""
+def expired_leases_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tuple[Any, ...]]:
+    """Up to ``limit`` RUNNING attempts of ``region`` whose lease ended more than ``skew_margin_s``
+    seconds ago (database clock), oldest lease first, locked ``FOR UPDATE SKIP LOCKED`` (the attempt
+    rows only), with their jobs' columns when the job is at that attempt (:data:`_LOST_COLS`). Reads
+    the open attempts of the region (``ix_attempts_open``: in-flight work only, no index on
+    ``lease_expires_at``, which every heartbeat changes)."""
     return (
-        select(attempts.c.job_id, attempts.c.attempt)
+        select(*_LOST_COLS)
+        .select_from(attempts.outerjoin(jobs, _AT_ATTEMPT))
         .where(
             attempts.c.region == region,
             attempts.c.finished_at.is_(None),  # the predicate of ix_attempts_open
@@ -55,18 +70,18 @@ def expired_leases_stmt(region: str, skew_margin_s: float, limit: int) -> Select
         )
         .order_by(attempts.c.lease_expires_at)
         .limit(limit)
-        .with_for_update(skip_locked=True)
+        .with_for_update(of=attempts, skip_locked=True)
     )
 
 
 @builder(region="r", skew_margin_s=1.0, limit=10)
-def timed_out_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tuple[uuid.UUID, int]]:
-    """Up to ``limit`` RUNNING attempts ``(job_id, attempt)`` of ``region`` accepted longer ago than
-    their job's ``start_to_close_ms`` plus ``skew_margin_s`` seconds (database clock), locked ``FOR
-    UPDATE SKIP LOCKED`` (the attempt rows only)."""
+def timed_out_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tuple[Any, ...]]:
+    """Up to ``limit`` RUNNING attempts of ``region`` accepted longer ago than their job's
+    ``start_to_close_ms`` plus ``skew_margin_s`` seconds (database clock), locked ``FOR UPDATE SKIP
+    LOCKED`` (the attempt rows only), with their jobs' columns (:data:`_LOST_COLS`)."""
     return (
-        select(attempts.c.job_id, attempts.c.attempt)
-        .join(jobs, (jobs.c.id == attempts.c.job_id) & (jobs.c.attempt == attempts.c.attempt))
+        select(*_LOST_COLS)
+        .join(jobs, _AT_ATTEMPT)
         .where(
             attempts.c.region == region,
             attempts.c.finished_at.is_(None),  # the predicate of ix_attempts_open
@@ -80,39 +95,6 @@ def timed_out_stmt(region: str, skew_margin_s: float, limit: int) -> Select[tupl
     )
 
 
-@builder(job_id=_ID, attempt=1, error="e")
-def lose_attempt_stmt(job_id: uuid.UUID, attempt: int, error: str) -> Update:
-    """Attempt ``(job_id, attempt)`` -> LOST, ``finished_at = now()``, failure class AMBIGUOUS,
-    ``error`` (why the outcome is unknown)."""
-    return (
-        update(attempts)
-        .where(attempts.c.job_id == job_id, attempts.c.attempt == attempt)
-        .values(
-            state=AttemptState.LOST, finished_at=func.now(), failure_class=FailureClass.AMBIGUOUS, error=error
-        )
-    )
-
-
-@builder(job_id=_ID, attempt=1)
-def lost_job_stmt(job_id: uuid.UUID, attempt: int) -> Select[tuple[Any, ...]]:
-    """Job ``job_id`` if still running at ``attempt`` (row RUNNING, or QUEUED: its attempt, just
-    made LOST by the caller, was RUNNING; :mod:`gnomon.common.storage.job_view`), locked ``FOR UPDATE``: ``max_attempts``,
-    ``idempotent``, ``cancel_requested_at``, ``trace_context``, the retry policy columns and ``age_s`` (seconds since its
-    first dispatch, database clock)."""
-    return (
-        select(
-            jobs.c.max_attempts,
-            jobs.c.idempotent,
-            jobs.c.cancel_requested_at,
-            jobs.c.trace_context,
-            *POLICY_COLS,
-            func.extract("epoch", func.now() - jobs.c.first_dispatched_at).label("age_s"),
-        )
-        .where(jobs.c.id == job_id, jobs.c.attempt == attempt, RUNNING_ROW)
-        .with_for_update()
-    )
-
-
 async def reap_lost_leases(
     conn: AsyncConnection,
     *,
@@ -122,37 +104,54 @@ async def reap_lost_leases(
     retry_delay_s: Callable[[int], float] | None = None,
 ) -> list[Reaped]:
     """Marks up to ``limit`` expired RUNNING attempts of ``region`` LOST and moves their jobs on
-    (compare-and-set: the job must still be running at that attempt, its row RUNNING or QUEUED: the
-    accept writes only the attempt, :mod:`gnomon.common.storage.job_view`). Whether and when the job is
-    retried is the after-failure transition's decision for an AMBIGUOUS failure
-    (:func:`gnomon.common.domain.transitions.after_failure`, the one the result path uses:
-    idempotent jobs only, attempts left, ``max_age``; a cancel request makes it CANCELLED, the
-    ``CASE`` of :func:`gnomon.common.storage.results.fail_job_stmt`);
-    ``retry_delay_s(attempt)`` (seconds), when given, replaces the policy's delay (tests)."""
-    rows = (await conn.execute(expired_leases_stmt(region, skew_margin_s, limit))).all()
-    lost = [(j, a, LOST_ERROR) for j, a in rows]
+    (compare-and-set: the attempt must still be RUNNING under the token and version read, the job
+    still running at that attempt, its row RUNNING or QUEUED: the accept writes only the attempt,
+    :mod:`gnomon.common.storage.job_view`). Whether and when the job is retried is the after-failure
+    transition's decision for an AMBIGUOUS failure (:func:`gnomon.common.domain.transitions.after_failure`,
+    the one the result path uses: idempotent jobs only, attempts left, ``max_age``; a cancel request
+    makes it CANCELLED, the ``CASE`` of :data:`gnomon.common.storage.failing.FAIL_MANY`);
+    ``retry_delay_s(attempt)`` (seconds), when given, replaces the policy's delay (tests).
+
+    Three statements whatever the number of lost attempts: the two reads (expired leases, then
+    ``start_to_close`` timeouts) and one :data:`~gnomon.common.storage.failing.FAIL_MANY` for the
+    batch, the shape of River's ``JobGetStuck`` + ``JobRescueMany``."""
+    lost = [
+        (r, LOST_ERROR)
+        for r in (await conn.execute(expired_leases_stmt(region, skew_margin_s, limit))).mappings()
+    ]
     # start_to_close: an attempt running longer than its job allows is timed out the same way (its
     # worker may still be running it, so the outcome is just as unknown)
-    seen = {(j, a) for j, a, _ in lost}
-    rows = (await conn.execute(timed_out_stmt(region, skew_margin_s, max(0, limit - len(lost))))).all()
-    lost += [(j, a, TIMEOUT_ERROR) for j, a in rows if (j, a) not in seen]
-    out = []
-    for job_id, attempt, error in lost:
-        await conn.execute(lose_attempt_stmt(job_id, attempt, error))
-        job = (await conn.execute(lost_job_stmt(job_id, attempt))).mappings().first()
-        if job is None:
-            continue  # the job moved on already (e.g. a late result landed)
-        outcome = judge(
-            job,
-            attempt,
-            FailureClass.AMBIGUOUS,
-            error,
-            delay_override_s=None if retry_delay_s is None else retry_delay_s(attempt),
-        )
-        stmt = fail_job_stmt(job_id, attempt, outcome, failure_class=FailureClass.AMBIGUOUS, error=error)
-        state, namespace, queue = (await conn.execute(stmt)).one()
-        out.append(Reaped(job_id, attempt, JobState(state), namespace, queue, error, job["trace_context"]))
-    return out
+    seen = {(r["job_id"], r["attempt"]) for r, _ in lost}
+    rows = (await conn.execute(timed_out_stmt(region, skew_margin_s, max(0, limit - len(lost))))).mappings()
+    lost += [(r, TIMEOUT_ERROR) for r in rows if (r["job_id"], r["attempt"]) not in seen]
+    failures = [_lost(r, error, retry_delay_s) for r, error in lost]
+    traces = {(r["job_id"], r["attempt"]): r["trace_context"] for r, _ in lost}
+    errors = {(f.job_id, f.attempt): f.error for f in failures}
+    return [
+        Reaped(j, a, JobState(state), namespace, queue, errors[(j, a)], traces[(j, a)])
+        for j, a, state, namespace, queue in await fail_many(conn, failures)
+        if state is not None  # None: the job moved on already (e.g. a late result landed)
+    ]
+
+
+def _lost(row: Any, error: str, retry_delay_s: Callable[[int], float] | None) -> Failure:
+    """The :class:`~gnomon.common.storage.failing.Failure` of one lost attempt ``row`` (of
+    :data:`_LOST_COLS`): LOST, AMBIGUOUS, judged when its job is still at that attempt."""
+    attempt = row["attempt"]
+    outcome = None
+    if row["current"] is not None:
+        delay = None if retry_delay_s is None else retry_delay_s(attempt)
+        outcome = judge(row, attempt, FailureClass.AMBIGUOUS, error, delay_override_s=delay)
+    return Failure(
+        row["job_id"],
+        attempt,
+        row["token"],
+        row["version"],
+        AttemptState.LOST,
+        FailureClass.AMBIGUOUS,
+        error,
+        outcome,
+    )
 
 
 @builder(region="r", limit=10)
