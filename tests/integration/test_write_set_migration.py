@@ -26,6 +26,7 @@ from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.common.storage.migrations import config, upgrade
+from gnomon.common.storage.job_view import JOB_FROM, STATE
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon_test_support import fenced, new_job_spec, open_engine, own_shards
 
@@ -84,8 +85,10 @@ async def _insert(engine, queue: str, **fields) -> uuid.UUID:
 
 
 async def _states(engine) -> dict[uuid.UUID, str]:
+    """Each job's state as a client sees it (a QUEUED row whose attempt runs reads RUNNING)."""
     async with engine.connect() as c:
-        return {r.id: r.state for r in await c.execute(select(jobs.c.id, jobs.c.state))}
+        rows = await c.execute(select(jobs.c.id, STATE.label("state")).select_from(JOB_FROM))
+        return {r.id: r.state for r in rows}
 
 
 async def test_jobs_in_every_state_finish_after_the_migration(pg_server):
