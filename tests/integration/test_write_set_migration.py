@@ -25,8 +25,8 @@ from gnomon.common.storage import cancel, dead_letters, leases, namespaces, queu
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage import jobs as jobs_store
 from gnomon.common.storage.engine import run_transaction
-from gnomon.common.storage.migrations import config, upgrade
 from gnomon.common.storage.job_view import JOB_FROM, STATE
+from gnomon.common.storage.migrations import config, upgrade
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon_test_support import fenced, new_job_spec, open_engine, own_shards
 
