@@ -22,6 +22,7 @@ from gnomon.common.errors import (
     Unavailable,
 )
 from gnomon.common.failure_wire import failure_class_from_wire
+from gnomon.common.metric_batches import record_many
 from gnomon.common.quotas import UNLIMITED, NamespaceCache
 from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
@@ -246,9 +247,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             s.flow.clear()
             await s.flow.wait()
 
-    def _ack_later(self, s: WorkerSession, refs: list, outcomes, kind, build) -> None:
+    def _ack_later(self, s: WorkerSession, refs: list, outcomes, kind, build, after=None) -> None:
         """See :meth:`gnomon.dispatcher.acks.AckTasks.later`."""
-        self.acks.later(s, refs, outcomes, kind, build)
+        self.acks.later(s, refs, outcomes, kind, build, after)
 
     def _accepts(self, s: WorkerSession, refs) -> None:
         t0 = time.time_ns() if tracing.ENABLED else 0
@@ -272,6 +273,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             else None
         )
 
+        lags: dict[str, list[float]] = {}  # queue -> outbox publication lags of this message, s
+
         def build(ref, lease_end):
             k = known_key(ref)
             ok = lease_end is not None
@@ -281,9 +284,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 c = s.held.get((k.job_id, k.attempt))
                 if c is not None and (k.job_id, k.attempt) not in s.accepted:
                     # accepted_at (it left the outbox then) is lease end - lease duration (same now())
-                    metrics.OUTBOX_PUBLICATION_LAG.record(
-                        max(0.0, (lease_end - c.dispatched_at).total_seconds() - c.lease_ms / 1000),
-                        {"queue": c.queue},
+                    lags.setdefault(c.queue, []).append(
+                        max(0.0, (lease_end - c.dispatched_at).total_seconds() - c.lease_ms / 1000)
                     )
                 s.accepted.add((k.job_id, k.attempt))
             else:
@@ -295,7 +297,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 a.lease_expire_time.CopyFrom(to_timestamp(lease_end))
             return a
 
-        self._ack_later(s, good, outcomes, wpb.ACK_KIND_ACCEPT, build)
+        def after() -> None:  # one record per queue and accept message, not per job (hot path)
+            for queue, values in lags.items():
+                record_many(metrics.OUTBOX_PUBLICATION_LAG, values, {"queue": queue})
+
+        self._ack_later(s, good, outcomes, wpb.ACK_KIND_ACCEPT, build, after)
 
     def _heartbeats(self, s: WorkerSession, refs) -> None:
         good, keys, bad = [], [], []
