@@ -17,11 +17,12 @@ from gnomon.dispatcher.sessions import WorkerSession
 from gnomon.dispatcher.writes import InvalidItem
 
 
-def known_key(ref: wpb.AttemptRef) -> AttemptKey:
-    """The key of a reference :func:`_key` (:func:`~gnomon.dispatcher.hello.attempt_key`) already accepted (acks are built only for those)."""
-    k = attempt_key(ref)
-    assert k is not None
-    return k
+def held_keys(refs: list[wpb.AttemptRef], keys: list[AttemptKey]) -> dict[int, AttemptKey]:
+    """``id(ref)`` -> the key :func:`~gnomon.dispatcher.hello.attempt_key` already gave it, for the
+    parallel lists ``refs`` and ``keys`` of one message: an ack is built from the key the edge
+    computed, not by parsing the reference again (hot path). ``refs`` must stay alive while the map
+    is used (they are the ack's items, held by :meth:`AckTasks.later`)."""
+    return {id(r): k for r, k in zip(refs, keys, strict=True)}
 
 
 def malformed(ref: wpb.AttemptRef, kind: wpb.AckKind) -> wpb.Ack:

@@ -30,7 +30,7 @@ from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.stream_settings import StreamSettings
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
 from gnomon.dispatcher import tracing as dispatch_tracing
-from gnomon.dispatcher.acks import AckTasks, known_key, malformed, releases, send
+from gnomon.dispatcher.acks import AckTasks, held_keys, malformed, releases, send
 from gnomon.dispatcher.admission import admit, refuse_if_full
 from gnomon.dispatcher.flow import OwnershipGate, StreamEdge
 from gnomon.dispatcher.hello import (
@@ -274,9 +274,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         )
 
         lags: dict[str, list[float]] = {}  # queue -> outbox publication lags of this message, s
+        key_of = held_keys(good, keys)
 
         def build(ref, lease_end):
-            k = known_key(ref)
+            k = key_of[id(ref)]
             ok = lease_end is not None
             if tracing.ENABLED:
                 dispatch_tracing.accepted(s.held.get((k.job_id, k.attempt)), s.worker_id, t0, ok)
@@ -442,8 +443,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             and r.outcome != wpb.OUTCOME_SUCCEEDED
         }
 
+        key_of = held_keys(good, keys)
+
         def build(ref, reason):
-            k = known_key(ref)
+            k = key_of[id(ref)]
             c = s.held.get((k.job_id, k.attempt))
             s.forget((k.job_id, k.attempt))
             if tracing.ENABLED:
