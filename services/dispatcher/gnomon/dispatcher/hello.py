@@ -174,8 +174,9 @@ def attempt_key(ref: wpb.AttemptRef) -> AttemptKey | None:
     (16 bytes: the UUID, set by the dispatcher in assignments and echoed by workers) or, when
     ``job_id`` is empty (workers of earlier releases), by ``job`` = ``namespaces/{ns}/jobs/{uuid}``
     (parsed by :func:`gnomon.common.names.parse_job_name`); None for a malformed one (the caller
-    refuses that item alone). With ``job_id`` set, ``job`` is not read: the id alone names the
-    attempt, as it did after parsing (the namespace in the name was never used)."""
+    refuses that item alone). With ``job_id`` set, ``job`` is not parsed here: the id names the
+    attempt, as the parsed id did (the name's namespace is still compared with the stream's by
+    :meth:`~gnomon.dispatcher.flow.StreamEdge.split` for an attempt the stream does not hold)."""
     raw = ref.job_id
     if raw:
         job_id = _uuid_of(raw) if len(raw) == 16 else None
