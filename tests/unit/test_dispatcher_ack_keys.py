@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ class _Writes:
 
 
 def _claimed(job_id: uuid.UUID, now: datetime) -> Claimed:
-    fields = {f: None for f in Claimed.__dataclass_fields__}
+    fields: dict[str, Any] = {f: None for f in Claimed.__dataclass_fields__}
     fields.update(
         job_id=job_id,
         namespace="default",

@@ -4,6 +4,7 @@ cumulative and delta readers, with a collection between batches, and drops what 
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -22,11 +23,11 @@ def _points(reader: InMemoryMetricReader) -> dict:
     for rm in data.resource_metrics if data else []:
         for sm in rm.scope_metrics:
             for m in sm.metrics:
-                for p in m.data.data_points:
+                for p in cast(Any, m.data).data_points:
                     counts = getattr(p, "bucket_counts", None)
                     if counts is None:  # exponential histogram
                         counts = (p.zero_count, tuple(p.positive.bucket_counts))
-                    out[tuple(sorted(p.attributes.items()))] = (
+                    out[tuple(sorted((p.attributes or {}).items()))] = (
                         tuple(counts) if not isinstance(counts, tuple) else counts,
                         round(p.sum, 9),
                         p.count,

@@ -21,7 +21,7 @@ import logging
 import math
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry.metrics import Histogram
 
@@ -50,6 +50,12 @@ def _matches(histogram: Histogram) -> list[Any] | None:
     return out
 
 
+def _is_explicit_bucket(agg: object) -> bool:
+    return (
+        _ExplicitBucketHistogramAggregation is not None and type(agg) is _ExplicitBucketHistogramAggregation
+    )
+
+
 def _add(match: Any, values: Sequence[float], attributes: Mapping[str, str]) -> bool:
     """Adds ``values`` to the aggregation of ``attributes`` in one view-instrument ``match``;
     False (nothing added) if that aggregation is not an explicit-bucket histogram."""
@@ -59,8 +65,8 @@ def _add(match: Any, values: Sequence[float], attributes: Mapping[str, str]) -> 
     # the match's lock is held while adding, as the SDK does for readers that reset on collect:
     # a collection between the lookup and the add would otherwise lose the values
     with match._lock:
-        agg = match._get_or_create_aggregation(_hash_attributes(attrs), attrs)
-        if type(agg) is not _ExplicitBucketHistogramAggregation:
+        agg: Any = match._get_or_create_aggregation(_hash_attributes(attrs), attrs)
+        if not _is_explicit_bucket(agg):
             return False
         bounds = agg._boundaries
         with agg._lock:
@@ -96,8 +102,10 @@ def record_many(histogram: Histogram, values: Sequence[float], attributes: Mappi
             from opentelemetry.context import get_current
             from opentelemetry.sdk.metrics._internal.measurement import Measurement
 
-            log.debug("record_many: %s is not an explicit-bucket histogram here", histogram.name)
+            log.debug(
+                "record_many: %s is not an explicit-bucket histogram here", getattr(histogram, "name", "?")
+            )
             for v in good:
                 match.consume_measurement(
-                    Measurement(v, time_ns(), histogram, get_current(), dict(attributes))
+                    Measurement(v, time_ns(), cast(Any, histogram), get_current(), dict(attributes))
                 )
