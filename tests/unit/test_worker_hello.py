@@ -114,3 +114,20 @@ def test_attempt_key_parses_each_job_name_once_and_keeps_refusing_bad_ones():
     assert _job_id.cache_info().hits >= before + 1
     for _ in range(2):
         assert attempt_key(wpb.AttemptRef(job="namespaces/default/jobs/not-a-uuid", attempt=1)) is None
+
+
+def test_attempt_key_uses_the_job_id_bytes_and_falls_back_to_the_name():
+    """job_id (16 bytes) names the job without parsing ``job``; without it the name is parsed (workers
+    of earlier releases); a job_id of another length is malformed whatever the name."""
+    jid = uuid.uuid4()
+    name = f"namespaces/default/jobs/{jid}"
+    k = attempt_key(
+        wpb.AttemptRef(job="unparseable", job_id=jid.bytes, attempt=2, version=3, fencing_token=4)
+    )
+    assert k is not None and (k.job_id, k.attempt, k.version, k.token) == (jid, 2, 3, 4)
+    assert isinstance(k.job_id, uuid.UUID) and hash(k.job_id) == hash(jid) and str(k.job_id) == str(jid)
+    old = attempt_key(wpb.AttemptRef(job=name, attempt=2, version=3, fencing_token=4))
+    assert old == k
+    for raw in (jid.bytes[:15], jid.bytes + b"\0", b"\0"):
+        assert attempt_key(wpb.AttemptRef(job=name, job_id=raw, attempt=1)) is None
+    assert attempt_key(wpb.AttemptRef(job_id=jid.bytes, attempt=0)) is None

@@ -275,7 +275,7 @@ export class DispatcherSession {
 
   private onAssignment(a: Assignment__Output): void {
     const r = a.attempt!;
-    const ref: AttemptRef = { job: r.job, attempt: r.attempt, version: r.version, fencingToken: r.fencingToken };
+    const ref: AttemptRef = { job: r.job, jobId: r.jobId, attempt: r.attempt, version: r.version, fencingToken: r.fencingToken };
     const key = refKey(ref);
     const sent = this.protocol.redelivered(key);
     if (this.attempts.has(key) || sent !== undefined) {

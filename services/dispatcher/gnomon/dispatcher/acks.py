@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
@@ -16,11 +17,12 @@ from gnomon.dispatcher.sessions import WorkerSession
 from gnomon.dispatcher.writes import InvalidItem
 
 
-def known_key(ref: wpb.AttemptRef) -> AttemptKey:
-    """The key of a reference :func:`_key` (:func:`~gnomon.dispatcher.hello.attempt_key`) already accepted (acks are built only for those)."""
-    k = attempt_key(ref)
-    assert k is not None
-    return k
+def held_keys(refs: list[wpb.AttemptRef], keys: list[AttemptKey]) -> dict[int, AttemptKey]:
+    """``id(ref)`` -> the key :func:`~gnomon.dispatcher.hello.attempt_key` already gave it, for the
+    parallel lists ``refs`` and ``keys`` of one message: an ack is built from the key the edge
+    computed, not by parsing the reference again (hot path). ``refs`` must stay alive while the map
+    is used (they are the ack's items, held by :meth:`AckTasks.later`)."""
+    return {id(r): k for r, k in zip(refs, keys, strict=True)}
 
 
 def malformed(ref: wpb.AttemptRef, kind: wpb.AckKind) -> wpb.Ack:
@@ -43,12 +45,19 @@ class AckTasks:
         self.tasks: set[asyncio.Task[None]] = set()
 
     def later(
-        self, s: WorkerSession, refs: list, outcomes: asyncio.Future[list[Any]] | None, kind, build
+        self,
+        s: WorkerSession,
+        refs: list,
+        outcomes: asyncio.Future[list[Any]] | None,
+        kind,
+        build,
+        after: Callable[[], None] | None = None,
     ) -> None:
         """Once the write batcher has resolved ``outcomes`` (one entry per ref of ``refs``, see
         :meth:`WriteBatcher.submit_group`), sends one Acks message: ``build(ref, outcome)`` per item,
         INVALID_ITEM for an item refused for its content, DATABASE_UNAVAILABLE for one whose batch
-        failed. The items count against the stream's in-flight write budget (``s.inflight``) until
+        failed; then ``after()`` (if given: per-message accounting such as one metric record for the
+        batch), once the items are built and before the acks are sent. The items count against the stream's in-flight write budget (``s.inflight``) until
         ``outcomes`` resolves, and in ``gnomon_stream_write_items``."""
         if outcomes is None:
             return
@@ -73,6 +82,8 @@ class AckTasks:
                     acks.append(wpb.Ack(attempt=ref, kind=kind, ok=False, reason=reason))
                 else:
                     acks.append(build(ref, res))
+            if after is not None:
+                after()
             if acks and not s.closed:
                 s.out.put_nowait(wpb.LeaseResponse(acks=wpb.Acks(acks=acks)))
 

@@ -18,10 +18,10 @@ import logging
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gnomon._proto.gnomon.v1 import worker_service_pb2 as wpb
-from gnomon.common.names import job_name
 from gnomon.common.storage import cancel as cancel_store
 from gnomon.common.storage.engine import run_transaction
 from gnomon.dispatcher.hello import clip
+from gnomon.dispatcher.relay import attempt_ref
 from gnomon.dispatcher.sessions import Key, SessionRegistry, WorkerSession
 
 log = logging.getLogger(__name__)
@@ -86,12 +86,7 @@ class CancelPusher:
                 c = s.held.get(k)
                 if s.closed or c is None:
                     continue
-                ref = wpb.AttemptRef(
-                    job=job_name(c.namespace, c.job_id),
-                    attempt=c.attempt,
-                    version=c.version,
-                    fencing_token=c.token,
-                )
+                ref = attempt_ref(c)
                 acks.setdefault(s.session_id, []).append(
                     wpb.Ack(attempt=ref, kind=wpb.ACK_KIND_HEARTBEAT, ok=True, cancel_requested=True)
                 )

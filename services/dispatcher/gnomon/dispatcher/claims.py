@@ -49,6 +49,7 @@ from gnomon.common import faults, metrics, tracing
 from gnomon.common.config import DispatcherSettings
 from gnomon.common.domain.attempts import Claimed
 from gnomon.common.errors import StaleFencingToken, Unavailable
+from gnomon.common.metric_batches import record_many
 from gnomon.common.storage import claims as claim_store
 from gnomon.common.storage.engine import RETRYABLE_SQLSTATES, sqlstate
 from gnomon.common.storage.fencing import Fence, Fenced, LeaseNotTrusted, run_fenced
@@ -400,14 +401,14 @@ class ClaimLoop:
         if claimed:
             faults.point("crash_after_claim")
             self.claimed_total += len(claimed)
-            per_queue: dict[str, int] = {}
+            lags: dict[str, list[float]] = {}
             for c in claimed:
-                per_queue[c.queue] = per_queue.get(c.queue, 0) + 1
-                metrics.DISPATCH_LAG.record(
-                    max(0.0, (c.dispatched_at - c.scheduled_at).total_seconds()), {"queue": c.queue}
+                lags.setdefault(c.queue, []).append(
+                    max(0.0, (c.dispatched_at - c.scheduled_at).total_seconds())
                 )
-            for queue, n in per_queue.items():  # one add per queue and claim, not per job (hot path)
-                metrics.CLAIMED.add(n, {"queue": queue})
+            for queue, values in lags.items():  # one record and one add per queue and claim (hot path)
+                record_many(metrics.DISPATCH_LAG, values, {"queue": queue})
+                metrics.CLAIMED.add(len(values), {"queue": queue})
             if tracing.ENABLED:
                 dispatch_tracing.claimed(claimed, plan.t0, self.dispatcher_id)
             self.relay.deliver(claimed)

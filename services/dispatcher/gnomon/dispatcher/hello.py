@@ -161,11 +161,27 @@ def _job_id(job: str) -> uuid.UUID | None:
         return None
 
 
+def _uuid_of(raw: bytes, _new=object.__new__, _set=object.__setattr__, _from=int.from_bytes) -> uuid.UUID:
+    """``uuid.UUID(bytes=raw)`` for 16 bytes, without its argument checks (~0.75 against ~1.6 µs)."""
+    u = _new(uuid.UUID)
+    _set(u, "int", _from(raw))
+    _set(u, "is_safe", uuid.SafeUUID.unknown)
+    return u
+
+
 def attempt_key(ref: wpb.AttemptRef) -> AttemptKey | None:
-    """The key of an :class:`AttemptRef` whose ``job`` is ``namespaces/{ns}/jobs/{uuid}`` (parsed by
-    :func:`gnomon.common.names.parse_job_name`) and whose attempt is >= 1; None for a malformed one
-    (the caller refuses that item alone)."""
-    job_id = _job_id(ref.job)
+    """The key of an :class:`AttemptRef` whose attempt is >= 1 and whose job is named by ``job_id``
+    (16 bytes: the UUID, set by the dispatcher in assignments and echoed by workers) or, when
+    ``job_id`` is empty (workers of earlier releases), by ``job`` = ``namespaces/{ns}/jobs/{uuid}``
+    (parsed by :func:`gnomon.common.names.parse_job_name`); None for a malformed one (the caller
+    refuses that item alone). With ``job_id`` set, ``job`` is not parsed here: the id names the
+    attempt, as the parsed id did (the name's namespace is still compared with the stream's by
+    :meth:`~gnomon.dispatcher.flow.StreamEdge.split` for an attempt the stream does not hold)."""
+    raw = ref.job_id
+    if raw:
+        job_id = _uuid_of(raw) if len(raw) == 16 else None
+    else:
+        job_id = _job_id(ref.job)
     if job_id is None or ref.attempt < 1:
         return None
     return AttemptKey(job_id, ref.attempt, ref.version, ref.fencing_token)

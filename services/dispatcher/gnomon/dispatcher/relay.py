@@ -42,15 +42,22 @@ from gnomon.dispatcher.shards import ShardOwnership
 log = logging.getLogger(__name__)
 
 
+def attempt_ref(c: Claimed) -> wpb.AttemptRef:
+    """The wire reference of a claimed attempt: its job's name and id (16 bytes), attempt number,
+    version and fencing token."""
+    return wpb.AttemptRef(
+        job=job_name(c.namespace, c.job_id),
+        job_id=c.job_id.bytes,
+        attempt=c.attempt,
+        version=c.version,
+        fencing_token=c.token,
+    )
+
+
 def assignment(c: Claimed) -> wpb.Assignment:
     """The wire form of a claimed attempt."""
     a = wpb.Assignment(
-        attempt=wpb.AttemptRef(
-            job=job_name(c.namespace, c.job_id),
-            attempt=c.attempt,
-            version=c.version,
-            fencing_token=c.token,
-        ),
+        attempt=attempt_ref(c),
         queue=c.queue,
         payload=c.payload,
         idempotency_key=c.idempotency_key,

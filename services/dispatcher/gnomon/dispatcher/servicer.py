@@ -22,6 +22,7 @@ from gnomon.common.errors import (
     Unavailable,
 )
 from gnomon.common.failure_wire import failure_class_from_wire
+from gnomon.common.metric_batches import record_many
 from gnomon.common.quotas import UNLIMITED, NamespaceCache
 from gnomon.common.rpc.auth import current_caller, reauthenticate
 from gnomon.common.storage.checkpoints import MAX_CHECKPOINT_BYTES, CheckpointWrite
@@ -29,7 +30,7 @@ from gnomon.common.stream_quota_settings import StreamQuotaSettings
 from gnomon.common.stream_settings import StreamSettings
 from gnomon.common.timeconv import duration_seconds, to_duration, to_timestamp
 from gnomon.dispatcher import tracing as dispatch_tracing
-from gnomon.dispatcher.acks import AckTasks, known_key, malformed, releases, send
+from gnomon.dispatcher.acks import AckTasks, held_keys, malformed, releases, send
 from gnomon.dispatcher.admission import admit, refuse_if_full
 from gnomon.dispatcher.flow import OwnershipGate, StreamEdge
 from gnomon.dispatcher.hello import (
@@ -246,9 +247,9 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             s.flow.clear()
             await s.flow.wait()
 
-    def _ack_later(self, s: WorkerSession, refs: list, outcomes, kind, build) -> None:
+    def _ack_later(self, s: WorkerSession, refs: list, outcomes, kind, build, after=None) -> None:
         """See :meth:`gnomon.dispatcher.acks.AckTasks.later`."""
-        self.acks.later(s, refs, outcomes, kind, build)
+        self.acks.later(s, refs, outcomes, kind, build, after)
 
     def _accepts(self, s: WorkerSession, refs) -> None:
         t0 = time.time_ns() if tracing.ENABLED else 0
@@ -272,8 +273,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             else None
         )
 
+        lags: dict[str, list[float]] = {}  # queue -> outbox publication lags of this message, s
+        key_of = held_keys(good, keys)
+
         def build(ref, lease_end):
-            k = known_key(ref)
+            k = key_of[id(ref)]
             ok = lease_end is not None
             if tracing.ENABLED:
                 dispatch_tracing.accepted(s.held.get((k.job_id, k.attempt)), s.worker_id, t0, ok)
@@ -281,9 +285,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 c = s.held.get((k.job_id, k.attempt))
                 if c is not None and (k.job_id, k.attempt) not in s.accepted:
                     # accepted_at (it left the outbox then) is lease end - lease duration (same now())
-                    metrics.OUTBOX_PUBLICATION_LAG.record(
-                        max(0.0, (lease_end - c.dispatched_at).total_seconds() - c.lease_ms / 1000),
-                        {"queue": c.queue},
+                    lags.setdefault(c.queue, []).append(
+                        max(0.0, (lease_end - c.dispatched_at).total_seconds() - c.lease_ms / 1000)
                     )
                 s.accepted.add((k.job_id, k.attempt))
             else:
@@ -295,7 +298,11 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                 a.lease_expire_time.CopyFrom(to_timestamp(lease_end))
             return a
 
-        self._ack_later(s, good, outcomes, wpb.ACK_KIND_ACCEPT, build)
+        def after() -> None:  # one record per queue and accept message, not per job (hot path)
+            for queue, values in lags.items():
+                record_many(metrics.OUTBOX_PUBLICATION_LAG, values, {"queue": queue})
+
+        self._ack_later(s, good, outcomes, wpb.ACK_KIND_ACCEPT, build, after)
 
     def _heartbeats(self, s: WorkerSession, refs) -> None:
         good, keys, bad = [], [], []
@@ -436,8 +443,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             and r.outcome != wpb.OUTCOME_SUCCEEDED
         }
 
+        key_of = held_keys(good, keys)
+
         def build(ref, reason):
-            k = known_key(ref)
+            k = key_of[id(ref)]
             c = s.held.get((k.job_id, k.attempt))
             s.forget((k.job_id, k.attempt))
             if tracing.ENABLED:

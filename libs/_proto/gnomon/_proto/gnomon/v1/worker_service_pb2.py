@@ -28,7 +28,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from gnomon._proto.gnomon.v1 import failure_class_pb2 as gnomon_dot_v1_dot_failure__class__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egnomon/v1/worker_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dgnomon/v1/failure_class.proto\"\x9e\x02\n\x0cLeaseRequest\x12\'\n\x05hello\x18\x01 \x01(\x0b\x32\x16.gnomon.v1.WorkerHelloH\x00\x12+\n\x07\x63redits\x18\x02 \x01(\x0b\x32\x18.gnomon.v1.WorkerCreditsH\x00\x12)\n\x07\x61\x63\x63\x65pts\x18\x03 \x01(\x0b\x32\x16.gnomon.v1.AttemptRefsH\x00\x12+\n\nheartbeats\x18\x04 \x01(\x0b\x32\x15.gnomon.v1.HeartbeatsH\x00\x12,\n\x07results\x18\x05 \x01(\x0b\x32\x19.gnomon.v1.AttemptResultsH\x00\x12*\n\x08releases\x18\x06 \x01(\x0b\x32\x16.gnomon.v1.AttemptRefsH\x00\x42\x06\n\x04kind\"\x98\x01\n\rLeaseResponse\x12/\n\x07welcome\x18\x01 \x01(\x0b\x32\x1c.gnomon.v1.DispatcherWelcomeH\x00\x12-\n\x0b\x61ssignments\x18\x02 \x01(\x0b\x32\x16.gnomon.v1.AssignmentsH\x00\x12\x1f\n\x04\x61\x63ks\x18\x03 \x01(\x0b\x32\x0f.gnomon.v1.AcksH\x00\x42\x06\n\x04kind\"T\n\x0bWorkerHello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\x12\x0f\n\x07\x63redits\x18\x04 \x01(\x05\" \n\rWorkerCredits\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\"R\n\nAttemptRef\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x15\n\rfencing_token\x18\x04 \x01(\x03\"6\n\x0b\x41ttemptRefs\x12\'\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.AttemptRef\"a\n\nHeartbeats\x12\'\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.AttemptRef\x12*\n\x0b\x63heckpoints\x18\x02 \x03(\x0b\x32\x15.gnomon.v1.Checkpoint\"B\n\nCheckpoint\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.gnomon.v1.AttemptRef\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xcb\x01\n\rAttemptResult\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.gnomon.v1.AttemptRef\x12#\n\x07outcome\x18\x02 \x01(\x0e\x32\x12.gnomon.v1.Outcome\x12.\n\rfailure_class\x18\x03 \x01(\x0e\x32\x17.gnomon.v1.FailureClass\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12.\n\x0bretry_after\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\";\n\x0e\x41ttemptResults\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.gnomon.v1.AttemptResult\"q\n\x11\x44ispatcherWelcome\x12\x15\n\rdispatcher_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x35\n\x12heartbeat_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xda\x05\n\nAssignment\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.gnomon.v1.AttemptRef\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12\x35\n\x11lease_expire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rschedule_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmax_attempts\x18\x08 \x01(\x05\x12\x31\n\x0elease_duration\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\ncheckpoint\x18\n \x01(\x0c\x12\x31\n\x0estart_to_close\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08schedule\x18\x0c \x01(\t\x12\x30\n\x0cnominal_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x63oalesced_count\x18\x0e \x01(\x05\x12\x38\n\x14\x63oalesced_first_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13\x63oalesced_last_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\rtrace_context\x18\x11 \x03(\x0b\x32\'.gnomon.v1.Assignment.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"9\n\x0b\x41ssignments\x12*\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.Assignment\"\xbc\x01\n\x03\x41\x63k\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.gnomon.v1.AttemptRef\x12 \n\x04kind\x18\x02 \x01(\x0e\x32\x12.gnomon.v1.AckKind\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x35\n\x11lease_expire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x06 \x01(\x08\"$\n\x04\x41\x63ks\x12\x1c\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Ack*M\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n\x0eOUTCOME_FAILED\x10\x02*\x94\x01\n\x07\x41\x63kKind\x12\x18\n\x14\x41\x43K_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x43K_KIND_ACCEPT\x10\x01\x12\x16\n\x12\x41\x43K_KIND_HEARTBEAT\x10\x02\x12\x13\n\x0f\x41\x43K_KIND_RESULT\x10\x03\x12\x14\n\x10\x41\x43K_KIND_RELEASE\x10\x04\x12\x17\n\x13\x41\x43K_KIND_CHECKPOINT\x10\x05\x32O\n\rWorkerService\x12>\n\x05Lease\x12\x17.gnomon.v1.LeaseRequest\x1a\x18.gnomon.v1.LeaseResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egnomon/v1/worker_service.proto\x12\tgnomon.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dgnomon/v1/failure_class.proto\"\x9e\x02\n\x0cLeaseRequest\x12\'\n\x05hello\x18\x01 \x01(\x0b\x32\x16.gnomon.v1.WorkerHelloH\x00\x12+\n\x07\x63redits\x18\x02 \x01(\x0b\x32\x18.gnomon.v1.WorkerCreditsH\x00\x12)\n\x07\x61\x63\x63\x65pts\x18\x03 \x01(\x0b\x32\x16.gnomon.v1.AttemptRefsH\x00\x12+\n\nheartbeats\x18\x04 \x01(\x0b\x32\x15.gnomon.v1.HeartbeatsH\x00\x12,\n\x07results\x18\x05 \x01(\x0b\x32\x19.gnomon.v1.AttemptResultsH\x00\x12*\n\x08releases\x18\x06 \x01(\x0b\x32\x16.gnomon.v1.AttemptRefsH\x00\x42\x06\n\x04kind\"\x98\x01\n\rLeaseResponse\x12/\n\x07welcome\x18\x01 \x01(\x0b\x32\x1c.gnomon.v1.DispatcherWelcomeH\x00\x12-\n\x0b\x61ssignments\x18\x02 \x01(\x0b\x32\x16.gnomon.v1.AssignmentsH\x00\x12\x1f\n\x04\x61\x63ks\x18\x03 \x01(\x0b\x32\x0f.gnomon.v1.AcksH\x00\x42\x06\n\x04kind\"T\n\x0bWorkerHello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\x12\x0f\n\x07\x63redits\x18\x04 \x01(\x05\" \n\rWorkerCredits\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\"b\n\nAttemptRef\x12\x0b\n\x03job\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\x05\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\x15\n\rfencing_token\x18\x04 \x01(\x03\x12\x0e\n\x06job_id\x18\x05 \x01(\x0c\"6\n\x0b\x41ttemptRefs\x12\'\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.AttemptRef\"a\n\nHeartbeats\x12\'\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.AttemptRef\x12*\n\x0b\x63heckpoints\x18\x02 \x03(\x0b\x32\x15.gnomon.v1.Checkpoint\"B\n\nCheckpoint\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.gnomon.v1.AttemptRef\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\"\xcb\x01\n\rAttemptResult\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.gnomon.v1.AttemptRef\x12#\n\x07outcome\x18\x02 \x01(\x0e\x32\x12.gnomon.v1.Outcome\x12.\n\rfailure_class\x18\x03 \x01(\x0e\x32\x17.gnomon.v1.FailureClass\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12.\n\x0bretry_after\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\";\n\x0e\x41ttemptResults\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.gnomon.v1.AttemptResult\"q\n\x11\x44ispatcherWelcome\x12\x15\n\rdispatcher_id\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x35\n\x12heartbeat_interval\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xda\x05\n\nAssignment\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.gnomon.v1.AttemptRef\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\x12\x35\n\x11lease_expire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\rschedule_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64\x65\x61\x64line\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cmax_attempts\x18\x08 \x01(\x05\x12\x31\n\x0elease_duration\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\ncheckpoint\x18\n \x01(\x0c\x12\x31\n\x0estart_to_close\x18\x0b \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08schedule\x18\x0c \x01(\t\x12\x30\n\x0cnominal_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x63oalesced_count\x18\x0e \x01(\x05\x12\x38\n\x14\x63oalesced_first_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x37\n\x13\x63oalesced_last_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12>\n\rtrace_context\x18\x11 \x03(\x0b\x32\'.gnomon.v1.Assignment.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"9\n\x0b\x41ssignments\x12*\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.Assignment\"\xbc\x01\n\x03\x41\x63k\x12&\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x15.gnomon.v1.AttemptRef\x12 \n\x04kind\x18\x02 \x01(\x0e\x32\x12.gnomon.v1.AckKind\x12\n\n\x02ok\x18\x03 \x01(\x08\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x35\n\x11lease_expire_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\x06 \x01(\x08\"$\n\x04\x41\x63ks\x12\x1c\n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Ack*M\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n\x0eOUTCOME_FAILED\x10\x02*\x94\x01\n\x07\x41\x63kKind\x12\x18\n\x14\x41\x43K_KIND_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x43K_KIND_ACCEPT\x10\x01\x12\x16\n\x12\x41\x43K_KIND_HEARTBEAT\x10\x02\x12\x13\n\x0f\x41\x43K_KIND_RESULT\x10\x03\x12\x14\n\x10\x41\x43K_KIND_RELEASE\x10\x04\x12\x17\n\x13\x41\x43K_KIND_CHECKPOINT\x10\x05\x32O\n\rWorkerService\x12>\n\x05Lease\x12\x17.gnomon.v1.LeaseRequest\x1a\x18.gnomon.v1.LeaseResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,10 +37,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ASSIGNMENT_TRACECONTEXTENTRY']._loaded_options = None
   _globals['_ASSIGNMENT_TRACECONTEXTENTRY']._serialized_options = b'8\001'
-  _globals['_OUTCOME']._serialized_start=2415
-  _globals['_OUTCOME']._serialized_end=2492
-  _globals['_ACKKIND']._serialized_start=2495
-  _globals['_ACKKIND']._serialized_end=2643
+  _globals['_OUTCOME']._serialized_start=2431
+  _globals['_OUTCOME']._serialized_end=2508
+  _globals['_ACKKIND']._serialized_start=2511
+  _globals['_ACKKIND']._serialized_end=2659
   _globals['_LEASEREQUEST']._serialized_start=142
   _globals['_LEASEREQUEST']._serialized_end=428
   _globals['_LEASERESPONSE']._serialized_start=431
@@ -50,29 +50,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKERCREDITS']._serialized_start=671
   _globals['_WORKERCREDITS']._serialized_end=703
   _globals['_ATTEMPTREF']._serialized_start=705
-  _globals['_ATTEMPTREF']._serialized_end=787
-  _globals['_ATTEMPTREFS']._serialized_start=789
-  _globals['_ATTEMPTREFS']._serialized_end=843
-  _globals['_HEARTBEATS']._serialized_start=845
-  _globals['_HEARTBEATS']._serialized_end=942
-  _globals['_CHECKPOINT']._serialized_start=944
-  _globals['_CHECKPOINT']._serialized_end=1010
-  _globals['_ATTEMPTRESULT']._serialized_start=1013
-  _globals['_ATTEMPTRESULT']._serialized_end=1216
-  _globals['_ATTEMPTRESULTS']._serialized_start=1218
-  _globals['_ATTEMPTRESULTS']._serialized_end=1277
-  _globals['_DISPATCHERWELCOME']._serialized_start=1279
-  _globals['_DISPATCHERWELCOME']._serialized_end=1392
-  _globals['_ASSIGNMENT']._serialized_start=1395
-  _globals['_ASSIGNMENT']._serialized_end=2125
-  _globals['_ASSIGNMENT_TRACECONTEXTENTRY']._serialized_start=2074
-  _globals['_ASSIGNMENT_TRACECONTEXTENTRY']._serialized_end=2125
-  _globals['_ASSIGNMENTS']._serialized_start=2127
-  _globals['_ASSIGNMENTS']._serialized_end=2184
-  _globals['_ACK']._serialized_start=2187
-  _globals['_ACK']._serialized_end=2375
-  _globals['_ACKS']._serialized_start=2377
-  _globals['_ACKS']._serialized_end=2413
-  _globals['_WORKERSERVICE']._serialized_start=2645
-  _globals['_WORKERSERVICE']._serialized_end=2724
+  _globals['_ATTEMPTREF']._serialized_end=803
+  _globals['_ATTEMPTREFS']._serialized_start=805
+  _globals['_ATTEMPTREFS']._serialized_end=859
+  _globals['_HEARTBEATS']._serialized_start=861
+  _globals['_HEARTBEATS']._serialized_end=958
+  _globals['_CHECKPOINT']._serialized_start=960
+  _globals['_CHECKPOINT']._serialized_end=1026
+  _globals['_ATTEMPTRESULT']._serialized_start=1029
+  _globals['_ATTEMPTRESULT']._serialized_end=1232
+  _globals['_ATTEMPTRESULTS']._serialized_start=1234
+  _globals['_ATTEMPTRESULTS']._serialized_end=1293
+  _globals['_DISPATCHERWELCOME']._serialized_start=1295
+  _globals['_DISPATCHERWELCOME']._serialized_end=1408
+  _globals['_ASSIGNMENT']._serialized_start=1411
+  _globals['_ASSIGNMENT']._serialized_end=2141
+  _globals['_ASSIGNMENT_TRACECONTEXTENTRY']._serialized_start=2090
+  _globals['_ASSIGNMENT_TRACECONTEXTENTRY']._serialized_end=2141
+  _globals['_ASSIGNMENTS']._serialized_start=2143
+  _globals['_ASSIGNMENTS']._serialized_end=2200
+  _globals['_ACK']._serialized_start=2203
+  _globals['_ACK']._serialized_end=2391
+  _globals['_ACKS']._serialized_start=2393
+  _globals['_ACKS']._serialized_end=2429
+  _globals['_WORKERSERVICE']._serialized_start=2661
+  _globals['_WORKERSERVICE']._serialized_end=2740
 # @@protoc_insertion_point(module_scope)

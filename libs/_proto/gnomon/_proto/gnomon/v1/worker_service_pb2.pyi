@@ -81,16 +81,18 @@ class WorkerCredits(_message.Message):
     def __init__(self, credits: _Optional[int] = ...) -> None: ...
 
 class AttemptRef(_message.Message):
-    __slots__ = ("job", "attempt", "version", "fencing_token")
+    __slots__ = ("job", "attempt", "version", "fencing_token", "job_id")
     JOB_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
     job: str
     attempt: int
     version: int
     fencing_token: int
-    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., version: _Optional[int] = ..., fencing_token: _Optional[int] = ...) -> None: ...
+    job_id: bytes
+    def __init__(self, job: _Optional[str] = ..., attempt: _Optional[int] = ..., version: _Optional[int] = ..., fencing_token: _Optional[int] = ..., job_id: _Optional[bytes] = ...) -> None: ...
 
 class AttemptRefs(_message.Message):
     __slots__ = ("attempts",)
