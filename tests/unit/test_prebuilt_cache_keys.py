@@ -59,3 +59,18 @@ def test_the_fence_with_the_next_due_read_compiles_for_both_dialects(dialect: st
     sql = str(stmt.compile(dialect=d))
     assert sql.startswith("WITH fenced_shards AS") and "UPDATE shard_owners" in sql and "first_due" in sql
     assert stmt._generate_cache_key() is not None  # compiled once per dialect
+
+
+def test_a_copy_of_a_pinned_insert_has_no_key_and_does_not_warn():
+    # ``.values(...)`` copies the pinned statement (the planner's single-occurrence insert). The copy
+    # must get SQLAlchemy's own answer (no key) without traversing into ON CONFLICT, which warns
+    # (an error under this project's warning filter: it failed a CI run once).
+    import uuid
+    import warnings
+
+    from gnomon.common.storage.planning import INSERT_OCCURRENCES
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert INSERT_OCCURRENCES.values(id=uuid.uuid4())._generate_cache_key() is None
+        assert INSERT_OCCURRENCES._generate_cache_key() is not None

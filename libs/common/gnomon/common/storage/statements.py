@@ -96,7 +96,10 @@ def pin_cache_key(name: str, stmt: _S) -> _S:
         cls = _PINNED_CLASSES[base] = type(
             f"Pinned{base.__name__}",
             (base,),
-            {"inherit_cache": True, "_generate_cache_key": _pinned_cache_key, "__module__": __name__},
+            # inherit_cache False, as the base's: a copy of the statement, or a statement that
+            # embeds it, gets SQLAlchemy's own answer (no cache key) without SQLAlchemy traversing
+            # into the ON CONFLICT clause, which warns that it cannot be cached (an error in tests)
+            {"inherit_cache": False, "_generate_cache_key": _pinned_cache_key, "__module__": __name__},
         )
     stmt.__class__ = cls
     stmt.__dict__.pop("_generate_cache_key", None)  # the None SQLAlchemy memoized on the instance
