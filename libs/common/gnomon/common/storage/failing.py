@@ -33,7 +33,7 @@ from gnomon.common.domain.transitions import AfterFailure, after_failure
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.job_view import RUNNING_ROW, UNSTEPPED
 from gnomon.common.storage.jobs import POLICY_COLS
-from gnomon.common.storage.leases import owned_by
+from gnomon.common.storage.leases import still_running
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import named
 
@@ -92,14 +92,7 @@ def _build_fail_many() -> Any:
     v = select(_V).cte("v")
     moved = (
         update(attempts)
-        .where(
-            attempts.c.job_id == v.c.job_id,
-            attempts.c.attempt == v.c.attempt,
-            attempts.c.token == v.c.token,
-            attempts.c.version == v.c.version,
-            owned_by(v.c.owner, v.c.worker),
-            attempts.c.state == AttemptState.RUNNING,
-        )
+        .where(*still_running(v))
         .values(
             state=v.c.attempt_state, finished_at=func.now(), failure_class=v.c.failure_class, error=v.c.error
         )

@@ -70,6 +70,21 @@ def owned_by(owner: Any, worker: Any) -> Any:
     return or_(owner.is_(None), and_(attempts.c.owner == owner, attempts.c.worker_id == worker))
 
 
+def still_running(v: Any) -> tuple[Any, ...]:
+    """SQL conditions: the attempt named by row ``v`` of an unnested batch (columns ``job_id``,
+    ``attempt``, ``token``, ``version``, ``owner``, ``worker``) is still RUNNING under that fencing
+    token and job version, accepted by that worker (:func:`owned_by`): the compare-and-set every
+    result and failure write makes."""
+    return (
+        attempts.c.job_id == v.c.job_id,
+        attempts.c.attempt == v.c.attempt,
+        attempts.c.token == v.c.token,
+        attempts.c.version == v.c.version,
+        owned_by(v.c.owner, v.c.worker),
+        attempts.c.state == AttemptState.RUNNING,
+    )
+
+
 ACCEPT = named(
     __name__,
     "ACCEPT",

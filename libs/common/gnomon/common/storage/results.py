@@ -24,7 +24,7 @@ from gnomon.common.storage import raw
 from gnomon.common.storage.batches import row_params, unnest_rows
 from gnomon.common.storage.failing import JUDGE_COLS, Failure, fail_many, judge
 from gnomon.common.storage.job_view import RUNNING_ROW, UNSTEPPED
-from gnomon.common.storage.leases import key_params, owned_by
+from gnomon.common.storage.leases import key_params, still_running
 from gnomon.common.storage.schema import attempts, jobs
 from gnomon.common.storage.statements import builder, named
 
@@ -40,14 +40,7 @@ FINISH_ATTEMPTS = named(
     that token and version and accepted by worker ``v_worker`` of ``v_owner`` (NULL: any) -> state ``p_state``
     (SUCCEEDED or FAILED), ``finished_at = now()``; returns their ``(job_id, attempt)``.""",
     update(attempts)
-    .where(
-        attempts.c.job_id == _V3.c.job_id,
-        attempts.c.attempt == _V3.c.attempt,
-        attempts.c.token == _V3.c.token,
-        attempts.c.version == _V3.c.version,
-        owned_by(_V3.c.owner, _V3.c.worker),
-        attempts.c.state == AttemptState.RUNNING,
-    )
+    .where(*still_running(_V3))
     .values(state=bindparam("p_state", type_=String), finished_at=func.now())
     .returning(attempts.c.job_id, attempts.c.attempt),
 )
